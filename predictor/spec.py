@@ -1,0 +1,472 @@
+"""What a user submits: the model (``ModelSpec``) and how to train it (``TrainingSpec``),
+and the knobs of one parallel plan (``ParallelConfig``).
+
+A ``ModelSpec`` comes from a catalog name (``ModelSpec.from_name``), a Hugging Face
+``config.json`` dict (``ModelSpec.from_hf_config``) or explicit numbers (the constructor).
+Every field is validated on construction; a bad value raises ``SpecError`` naming the field.
+
+The architecture is described by traits rather than by family-specific code paths, so the
+memory model, the step-time model and the PyTorch ground-truth builder all read the same few
+facts: which norm, which MLP, which position embedding, which biases, tied or not.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from predictor.errors import SpecError
+
+
+class Family(StrEnum):
+    """Architecture families whose layer structure the predictor and the builder know."""
+
+    GPT2 = "gpt2"  # pre-LN decoder, GeLU MLP, learned positions, tied embeddings, biases
+    LLAMA = "llama"  # pre-RMSNorm decoder, SwiGLU MLP, rotary, GQA, no biases (also mistral)
+    QWEN2 = "qwen2"  # llama layout with q/k/v biases
+    GPT_NEOX = "gpt_neox"  # parallel-residual decoder, GeLU MLP, rotary, untied output
+    BERT = "bert"  # post-LN bidirectional encoder, GeLU MLP, learned positions, MLM head
+
+
+DECODER_FAMILIES = frozenset({Family.GPT2, Family.LLAMA, Family.QWEN2, Family.GPT_NEOX})
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"  # everything in fp32
+    FP16 = "fp16"  # fp16 params/activations, fp32 master weights, grads and optimizer states
+    BF16 = "bf16"  # as fp16, in bfloat16
+
+
+class Optimizer(StrEnum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"  # with momentum (one fp32 state per parameter)
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute the attention core (Korthikanti et al. 2022)
+    FULL = "full"  # keep only each layer's input; recompute the layer in backward
+
+
+def _positive_int(field_name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(field_name, f"must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise SpecError(field_name, f"must be a positive integer, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A transformer's dimensions and architecture traits.
+
+    ``num_kv_heads`` defaults to ``num_heads`` (multi-head attention) and ``ffn_hidden_size``
+    to 4·hidden for GeLU families; llama-style families must give it.
+    """
+
+    name: str
+    family: Family
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    vocab_size: int
+    max_seq_len: int
+    num_kv_heads: int = 0
+    ffn_hidden_size: int = 0
+    tie_embeddings: bool = True
+    type_vocab_size: int = 0  # bert token-type embeddings
+
+    def __post_init__(self) -> None:
+        try:
+            family = Family(self.family)
+        except ValueError:
+            raise SpecError(
+                "family",
+                f"unknown family {self.family!r}; known: {', '.join(f.value for f in Family)}",
+            ) from None
+        object.__setattr__(self, "family", family)
+        for name in ("num_layers", "hidden_size", "num_heads", "vocab_size", "max_seq_len"):
+            _positive_int(name, getattr(self, name))
+        if not self.num_kv_heads:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        if not self.ffn_hidden_size:
+            if family in (Family.LLAMA, Family.QWEN2):
+                raise SpecError("ffn_hidden_size", "llama-style models must give it (SwiGLU)")
+            object.__setattr__(self, "ffn_hidden_size", 4 * self.hidden_size)
+        _positive_int("num_kv_heads", self.num_kv_heads)
+        _positive_int("ffn_hidden_size", self.ffn_hidden_size)
+        if self.hidden_size % self.num_heads:
+            raise SpecError(
+                "hidden_size",
+                f"{self.hidden_size} is not divisible by num_heads={self.num_heads}",
+            )
+        if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
+            raise SpecError(
+                "num_kv_heads",
+                f"{self.num_kv_heads} must divide num_heads={self.num_heads}",
+            )
+        if family is Family.BERT and self.type_vocab_size < 0:
+            raise SpecError("type_vocab_size", "must be >= 0")
+
+    # -- architecture traits -------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the K (and of the V) projection: kv_heads · head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def swiglu(self) -> bool:
+        return self.family in (Family.LLAMA, Family.QWEN2)
+
+    @property
+    def rmsnorm(self) -> bool:
+        return self.family in (Family.LLAMA, Family.QWEN2)
+
+    @property
+    def linear_bias(self) -> bool:
+        """Do the attention-output and MLP linears carry biases?"""
+        return self.family in (Family.GPT2, Family.GPT_NEOX, Family.BERT)
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.family in (Family.GPT2, Family.GPT_NEOX, Family.BERT, Family.QWEN2)
+
+    @property
+    def learned_positions(self) -> bool:
+        return self.family in (Family.GPT2, Family.BERT)
+
+    @property
+    def causal(self) -> bool:
+        return self.family in DECODER_FAMILIES
+
+    # -- parameter counts (exactly those of predictor.measure's PyTorch build) -------------
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer."""
+        h, f, kv = self.hidden_size, self.ffn_hidden_size, self.kv_hidden
+        norm = h if self.rmsnorm else 2 * h
+        attn = h * (h + 2 * kv) + h * h
+        if self.qkv_bias:
+            attn += h + 2 * kv
+        if self.linear_bias:
+            attn += h
+        if self.swiglu:
+            mlp = 3 * h * f
+        else:
+            mlp = 2 * h * f + (f + h if self.linear_bias else 0)
+        return attn + mlp + 2 * norm
+
+    def embedding_params(self) -> int:
+        """Input-side parameters: token (+ position, + token-type, + embedding LN)."""
+        h = self.hidden_size
+        n = self.vocab_size * h
+        if self.learned_positions:
+            n += self.max_seq_len * h
+        if self.family is Family.BERT:
+            n += self.type_vocab_size * h + 2 * h
+        return n
+
+    def head_params(self) -> int:
+        """Output-side parameters: final norm, (untied) output projection, bert's MLM head."""
+        h = self.hidden_size
+        if self.family is Family.BERT:
+            # MLM transform (dense + LN) and the output bias; decoder weight tied to embeddings
+            return h * h + h + 2 * h + self.vocab_size
+        n = h if self.rmsnorm else 2 * h
+        if not self.tie_embeddings:
+            n += self.vocab_size * h
+        return n
+
+    def num_params(self) -> int:
+        return self.embedding_params() + self.num_layers * self.layer_params() + self.head_params()
+
+    def frenzy_params(self) -> int:
+        """The Frenzy paper's approximation W = V·h + l·(12h² + 13h)."""
+        h = self.hidden_size
+        return self.vocab_size * h + self.num_layers * (12 * h * h + 13 * h)
+
+    # -- constructors ----------------------------------------------------------------------
+    @staticmethod
+    def from_name(name: str) -> ModelSpec:
+        key = name.strip().lower()
+        if key not in MODEL_CATALOG:
+            close = difflib.get_close_matches(key, MODEL_CATALOG, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise SpecError(
+                "model",
+                f"unknown model {name!r}{hint} Known: {', '.join(sorted(MODEL_CATALOG))}",
+            )
+        return MODEL_CATALOG[key]
+
+    @staticmethod
+    def from_hf_config(config: dict[str, Any], name: str | None = None) -> ModelSpec:
+        """Build from a Hugging Face ``config.json`` (gpt2, llama, mistral, qwen2, gpt_neox,
+        bert families)."""
+        return _from_hf_config(config, name)
+
+    def with_(self, **changes: Any) -> ModelSpec:
+        return replace(self, **changes)
+
+
+def _need(config: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if k in config and config[k] is not None:
+            return config[k]
+    raise SpecError(
+        f"config.{keys[0]}", f"missing from config.json (looked for {', '.join(keys)})"
+    )
+
+
+def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
+    if not isinstance(config, dict):
+        raise SpecError("config", f"must be a JSON object, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise SpecError(
+            "config.model_type",
+            "missing; one of gpt2, llama, mistral, qwen2, gpt_neox, bert is needed",
+        )
+    label = name or config.get("_name_or_path") or f"hf-{model_type}"
+    if model_type == "gpt2":
+        n_embd = _need(config, "n_embd", "hidden_size")
+        return ModelSpec(
+            name=label,
+            family=Family.GPT2,
+            num_layers=_need(config, "n_layer", "num_hidden_layers"),
+            hidden_size=n_embd,
+            num_heads=_need(config, "n_head", "num_attention_heads"),
+            vocab_size=_need(config, "vocab_size"),
+            max_seq_len=_need(config, "n_positions", "n_ctx", "max_position_embeddings"),
+            ffn_hidden_size=config.get("n_inner") or 4 * n_embd,
+            tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        )
+    if model_type in ("llama", "mistral", "qwen2"):
+        heads = _need(config, "num_attention_heads")
+        return ModelSpec(
+            name=label,
+            family=Family.QWEN2 if model_type == "qwen2" else Family.LLAMA,
+            num_layers=_need(config, "num_hidden_layers"),
+            hidden_size=_need(config, "hidden_size"),
+            num_heads=heads,
+            num_kv_heads=config.get("num_key_value_heads") or heads,
+            ffn_hidden_size=_need(config, "intermediate_size"),
+            vocab_size=_need(config, "vocab_size"),
+            max_seq_len=_need(config, "max_position_embeddings"),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+    if model_type == "gpt_neox":
+        return ModelSpec(
+            name=label,
+            family=Family.GPT_NEOX,
+            num_layers=_need(config, "num_hidden_layers"),
+            hidden_size=_need(config, "hidden_size"),
+            num_heads=_need(config, "num_attention_heads"),
+            ffn_hidden_size=_need(config, "intermediate_size"),
+            vocab_size=_need(config, "vocab_size"),
+            max_seq_len=_need(config, "max_position_embeddings"),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+    if model_type == "bert":
+        return ModelSpec(
+            name=label,
+            family=Family.BERT,
+            num_layers=_need(config, "num_hidden_layers"),
+            hidden_size=_need(config, "hidden_size"),
+            num_heads=_need(config, "num_attention_heads"),
+            ffn_hidden_size=_need(config, "intermediate_size"),
+            vocab_size=_need(config, "vocab_size"),
+            max_seq_len=_need(config, "max_position_embeddings"),
+            type_vocab_size=config.get("type_vocab_size", 2),
+            tie_embeddings=True,
+        )
+    raise SpecError(
+        "config.model_type",
+        f"unsupported model_type {model_type!r}; supported: gpt2, llama, mistral, qwen2, "
+        "gpt_neox, bert",
+    )
+
+
+def _gpt2(name: str, layers: int, hidden: int, heads: int, seq: int = 1024) -> ModelSpec:
+    return ModelSpec(name, Family.GPT2, layers, hidden, heads, vocab_size=50257, max_seq_len=seq)
+
+
+def _llama(
+    name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int
+) -> ModelSpec:
+    return ModelSpec(
+        name, Family.LLAMA, layers, hidden, heads, vocab_size=vocab, max_seq_len=seq,
+        num_kv_heads=kv, ffn_hidden_size=ffn, tie_embeddings=False,
+    )
+
+
+def _bert(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
+    return ModelSpec(
+        name, Family.BERT, layers, hidden, heads, vocab_size=30522, max_seq_len=512,
+        type_vocab_size=2,
+    )
+
+
+# Dimensions from each model's published config.json (Hugging Face hub) or paper.
+MODEL_CATALOG: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        _gpt2("gpt2", 12, 768, 12),
+        _gpt2("gpt2-medium", 24, 1024, 16),
+        _gpt2("gpt2-large", 36, 1280, 20),
+        _gpt2("gpt2-xl", 48, 1600, 25),
+        # The Frenzy paper's real-testbed models. GPT2-350M is Megatron-LM's GPT-345M
+        # (24 × 1024, 16 heads); GPT2-7B follows the GPT-3 6.7B shape (32 × 4096, 32 heads).
+        _gpt2("gpt2-350m", 24, 1024, 16),
+        _gpt2("gpt2-7b", 32, 4096, 32, seq=2048),
+        _bert("bert-base", 12, 768, 12),
+        _bert("bert-large", 24, 1024, 16),
+        _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+        _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+        _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+        _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+        _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+        _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768),
+        ModelSpec(
+            "qwen2-7b", Family.QWEN2, 28, 3584, 28, vocab_size=152064, max_seq_len=32768,
+            num_kv_heads=4, ffn_hidden_size=18944, tie_embeddings=False,
+        ),
+        ModelSpec(
+            "pythia-1.4b", Family.GPT_NEOX, 24, 2048, 16, vocab_size=50304, max_seq_len=2048,
+            tie_embeddings=False,
+        ),
+        ModelSpec(
+            "gpt-neox-20b", Family.GPT_NEOX, 44, 6144, 64, vocab_size=50432, max_seq_len=2048,
+            tie_embeddings=False,
+        ),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """How the user wants the model trained.
+
+    ``global_batch`` sequences of ``seq_len`` tokens per optimizer step. Work is ``steps``
+    optimizer steps, or ``tokens`` (converted to steps, rounded up). ``deadline_s`` is a
+    wall-clock budget from submission (used by deadline-aware scheduling).
+    """
+
+    global_batch: int
+    seq_len: int
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    steps: int | None = None
+    tokens: int | None = None
+    deadline_s: float | None = None
+    flash_attention: bool = True
+    sequence_parallel: bool = True  # used whenever tp > 1
+
+    def __post_init__(self) -> None:
+        _positive_int("global_batch", self.global_batch)
+        _positive_int("seq_len", self.seq_len)
+        for attr, enum in (("precision", Precision), ("optimizer", Optimizer)):
+            value = getattr(self, attr)
+            try:
+                object.__setattr__(self, attr, enum(value))
+            except ValueError:
+                raise SpecError(
+                    attr, f"unknown {attr} {value!r}; one of {', '.join(e.value for e in enum)}"
+                ) from None
+        if self.steps is not None:
+            _positive_int("steps", self.steps)
+        if self.tokens is not None:
+            _positive_int("tokens", self.tokens)
+        if self.steps is not None and self.tokens is not None:
+            raise SpecError("tokens", "give steps or tokens, not both")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise SpecError("deadline_s", f"must be > 0 seconds, got {self.deadline_s}")
+
+    @property
+    def num_steps(self) -> int:
+        """Optimizer steps of the job (1,000 when neither steps nor tokens is given)."""
+        if self.steps is not None:
+            return self.steps
+        if self.tokens is not None:
+            per_step = self.global_batch * self.seq_len
+            return -(-self.tokens // per_step)
+        return 1000
+
+    def check_against(self, model: ModelSpec) -> None:
+        """Reject a sequence length the model cannot take (learned position tables)."""
+        if model.learned_positions and self.seq_len > model.max_seq_len:
+            raise SpecError(
+                "seq_len",
+                f"{self.seq_len} exceeds {model.name}'s learned position table "
+                f"({model.max_seq_len}); use seq_len <= {model.max_seq_len}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelConfig:
+    """One parallel plan's knobs, independent of the GPU type.
+
+    tp·pp·dp GPUs; each data-parallel replica processes ``global_batch / dp`` sequences as
+    ``micro_batches`` micro-batches of ``micro_batch`` sequences.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
+    recompute: Recompute = Recompute.NONE
+    zero_stage: int = 0
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "micro_batch"):
+            _positive_int(name, getattr(self, name))
+        try:
+            object.__setattr__(self, "recompute", Recompute(self.recompute))
+        except ValueError:
+            raise SpecError(
+                "recompute",
+                f"unknown mode {self.recompute!r}; one of none, selective, full",
+            ) from None
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise SpecError("zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.sequence_parallel and self.tp == 1:
+            object.__setattr__(self, "sequence_parallel", False)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def micro_batches(self, global_batch: int) -> int:
+        """Micro-batches per replica per optimizer step (gradient-accumulation count)."""
+        return global_batch // (self.dp * self.micro_batch)
+
+    def check(self, model: ModelSpec, train: TrainingSpec) -> None:
+        """Raise ``SpecError`` unless this plan can run ``model`` with ``train``."""
+        if model.num_heads % self.tp:
+            raise SpecError("tp", f"{self.tp} does not divide num_heads={model.num_heads}")
+        if model.num_kv_heads % self.tp and self.tp % model.num_kv_heads:
+            raise SpecError(
+                "tp", f"{self.tp} and num_kv_heads={model.num_kv_heads} do not divide each other"
+            )
+        if model.ffn_hidden_size % self.tp:
+            raise SpecError(
+                "tp", f"{self.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}"
+            )
+        if model.num_layers % self.pp:
+            raise SpecError("pp", f"{self.pp} does not divide num_layers={model.num_layers}")
+        if train.global_batch % (self.dp * self.micro_batch):
+            raise SpecError(
+                "micro_batch",
+                f"dp·micro_batch = {self.dp * self.micro_batch} does not divide "
+                f"global_batch={train.global_batch}",
+            )
+        if self.sequence_parallel and train.seq_len % self.tp:
+            raise SpecError("tp", f"{self.tp} does not divide seq_len={train.seq_len} (SP)")
