@@ -1,0 +1,88 @@
+"""A ranked, placeable training plan: GPU type and count, parallel layout, memory, time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from predictor.memory import MemoryBreakdown
+from predictor.spec import ParallelConfig, Precision
+from predictor.step_time import StepTime
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One way to run a job: ``parallel.num_gpus`` GPUs of ``gpu_type``.
+
+    ``required_bytes`` is what a GPU must offer for the plan (peak plus the planner's safety
+    margin); schedulers compare it with a node's GPU memory (Frenzy's ``reqSz``).
+    """
+
+    gpu_type: str
+    parallel: ParallelConfig
+    precision: Precision
+    memory: MemoryBreakdown
+    step: StepTime
+    num_steps: int
+    required_bytes: int
+    rank: int = 0
+    reason: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_gpus(self) -> int:
+        return self.parallel.num_gpus
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        return self.memory.total
+
+    @property
+    def step_time_s(self) -> float:
+        return self.step.total_s
+
+    @property
+    def job_time_s(self) -> float:
+        return self.step.total_s * self.num_steps
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.job_time_s * self.num_gpus
+
+    def with_step(self, step: StepTime) -> Plan:
+        """The same plan with a step time re-estimated for a concrete placement."""
+        return replace(self, step=step)
+
+    def label(self) -> str:
+        p = self.parallel
+        return (
+            f"{p.num_gpus}x{self.gpu_type} tp{p.tp} pp{p.pp} dp{p.dp} mb{p.micro_batch} "
+            f"rc={p.recompute.value} zero{p.zero_stage}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.parallel
+        return {
+            "rank": self.rank,
+            "gpu_type": self.gpu_type,
+            "num_gpus": p.num_gpus,
+            "tp": p.tp,
+            "pp": p.pp,
+            "dp": p.dp,
+            "micro_batch": p.micro_batch,
+            "recompute": p.recompute.value,
+            "zero_stage": p.zero_stage,
+            "sequence_parallel": p.sequence_parallel,
+            "flash_attention": p.flash_attention,
+            "precision": self.precision.value,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "required_bytes": self.required_bytes,
+            "memory": self.memory.as_dict(),
+            "step_time_s": self.step_time_s,
+            "step": self.step.as_dict(),
+            "num_steps": self.num_steps,
+            "job_time_s": self.job_time_s,
+            "gpu_seconds": self.gpu_seconds,
+            "reason": self.reason,
+            "notes": list(self.notes),
+        }

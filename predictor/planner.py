@@ -1,0 +1,259 @@
+"""Enumerate every valid parallel plan of a job on each GPU type, keep those that fit, rank them.
+
+The search (per GPU type): tp over divisors of the heads that fit in one node, pp over the
+divisors of the layer count, dp over the divisors of the global batch, micro-batch over the
+divisors of the per-replica batch. Two facts keep it small without losing any plan worth
+running:
+
+* memory grows with the micro-batch, so once a micro-batch does not fit, larger ones are
+  skipped;
+* for a fixed layout and micro-batch, the memory savers (ZeRO stages, recomputation) only
+  cost time, so the first saver, in order of increasing time cost, that makes the plan fit
+  is the one kept.
+
+Of the fitting plans, the fastest per (GPU type, GPU count) is kept: a scheduler that can
+grant n GPUs of a type has no use for a slower plan of the same shape. The survivors are
+sorted by a named, swappable ranking (``RANKINGS``), each with the reason for its rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from predictor.errors import SpecError
+from predictor.gpus import GIB, GpuType, load_gpu_catalog
+from predictor.memory import MemoryBreakdown, estimate_memory
+from predictor.plan import Plan
+from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from predictor.step_time import default_topology, estimate_step_time
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MARGIN = 0.05
+"""Fraction of a GPU's memory kept free: allocator fragmentation beyond the modelled
+overhead, and the model's own error (worst case ≈ 8% on tensors, far less on the total)."""
+
+DEFAULT_MAX_GPUS = 64
+GPUS_PER_NODE = 8
+
+# Memory savers in order of increasing time cost. ZeRO-1 and -2 reshape the gradient
+# all-reduce into reduce-scatter + all-gather of the same volume (free in time); ZeRO-3
+# adds parameter all-gathers; selective recompute re-runs attention cores; full recompute
+# re-runs every layer's forward (+1/3 of the math).
+_SAVERS: tuple[tuple[Recompute, int], ...] = (
+    (Recompute.NONE, 0),
+    (Recompute.NONE, 1),
+    (Recompute.NONE, 2),
+    (Recompute.SELECTIVE, 0),
+    (Recompute.SELECTIVE, 1),
+    (Recompute.SELECTIVE, 2),
+    (Recompute.NONE, 3),
+    (Recompute.SELECTIVE, 3),
+    (Recompute.FULL, 0),
+    (Recompute.FULL, 1),
+    (Recompute.FULL, 2),
+    (Recompute.FULL, 3),
+)
+
+RankKey = Callable[[Plan], tuple[float, ...]]
+
+
+def rank_by_gpu_seconds(plan: Plan) -> tuple[float, ...]:
+    """Resource efficiency first (GPU-seconds to finish), then job time (DESIGN §3 default)."""
+    return (plan.gpu_seconds, plan.job_time_s, plan.num_gpus)
+
+
+def rank_by_job_time(plan: Plan) -> tuple[float, ...]:
+    """Fastest finish first, then fewer GPU-seconds."""
+    return (plan.job_time_s, plan.gpu_seconds, plan.num_gpus)
+
+
+def rank_by_fewest_gpus(plan: Plan) -> tuple[float, ...]:
+    """Smallest footprint first (Frenzy's 'minimum cards'), then job time."""
+    return (plan.num_gpus, plan.job_time_s)
+
+
+RANKINGS: dict[str, RankKey] = {
+    "gpu_seconds": rank_by_gpu_seconds,
+    "job_time": rank_by_job_time,
+    "fewest_gpus": rank_by_fewest_gpus,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """The ranked plans of a job; when none fits, ``infeasible`` says what the smallest
+    per-GPU need is and which GPU types were considered."""
+
+    model: ModelSpec
+    train: TrainingSpec
+    plans: tuple[Plan, ...]
+    infeasible: str | None = None
+    min_required_bytes: int | None = None
+    considered: int = 0
+
+    @property
+    def best(self) -> Plan:
+        if not self.plans:
+            raise SpecError("model", self.infeasible or "no plan fits")
+        return self.plans[0]
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    """Divisors of ``n`` in ascending order, at most ``limit``."""
+    top = n if limit is None else min(n, limit)
+    return [d for d in range(1, top + 1) if n % d == 0]
+
+
+def _tp_options(model: ModelSpec, train: TrainingSpec, per_node: int) -> list[int]:
+    out = []
+    for t in divisors(model.num_heads, per_node):
+        if model.ffn_hidden_size % t:
+            continue
+        if model.num_kv_heads % t and t % model.num_kv_heads:
+            continue
+        if train.sequence_parallel and t > 1 and train.seq_len % t:
+            continue
+        out.append(t)
+    return out
+
+
+def _precision_for(gpu: GpuType, precision: Precision) -> tuple[Precision, tuple[str, ...]]:
+    if gpu.supports(precision):
+        return precision, ()
+    return Precision.FP16, (f"{gpu.name} has no bf16 tensor cores: planned in fp16 mixed",)
+
+
+def _fits(mem: MemoryBreakdown, capacity: int, margin: float) -> bool:
+    return mem.total <= capacity * (1.0 - margin)
+
+
+def _best_for_layout(
+    model: ModelSpec,
+    train: TrainingSpec,
+    gpu: GpuType,
+    tp: int,
+    pp: int,
+    dp: int,
+    margin: float,
+    floor: list[int],
+) -> Iterable[tuple[ParallelConfig, MemoryBreakdown]]:
+    """Fitting configurations of one (tp, pp, dp) layout: per micro-batch, the cheapest
+    saver that fits. Updates ``floor[0]`` with the smallest total memory seen."""
+    per_replica = train.global_batch // dp
+    sp = train.sequence_parallel and tp > 1
+    for mb in divisors(per_replica):
+        fitted = False
+        for recompute, zero in _SAVERS:
+            if zero and dp == 1:
+                continue
+            par = ParallelConfig(
+                tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute, zero_stage=zero,
+                sequence_parallel=sp, flash_attention=train.flash_attention,
+            )
+            mem = estimate_memory(model, train, par, gpu)
+            floor[0] = min(floor[0], mem.total)
+            if _fits(mem, gpu.memory_bytes, margin):
+                fitted = True
+                yield par, mem
+                break
+        if not fitted:
+            return  # larger micro-batches need more memory still
+
+
+def plan_job(
+    model: ModelSpec,
+    train: TrainingSpec,
+    gpus: Sequence[GpuType] | None = None,
+    *,
+    max_gpus: int = DEFAULT_MAX_GPUS,
+    gpus_per_node: int = GPUS_PER_NODE,
+    margin: float = DEFAULT_MARGIN,
+    ranking: str | RankKey = "gpu_seconds",
+    keep_all: bool = False,
+) -> PlanResult:
+    """All plans of ``model`` trained as ``train`` on each GPU type of ``gpus`` (default:
+    the whole catalog), ranked; ``keep_all`` keeps every fitting plan, not only the fastest
+    per (GPU type, count)."""
+    train.check_against(model)
+    if not 0 <= margin < 1:
+        raise SpecError("margin", f"must be in [0, 1), got {margin}")
+    if max_gpus < 1:
+        raise SpecError("max_gpus", f"must be >= 1, got {max_gpus}")
+    key = RANKINGS.get(ranking) if isinstance(ranking, str) else ranking
+    if key is None:
+        raise SpecError("ranking", f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
+    gpu_list = list(gpus) if gpus is not None else list(load_gpu_catalog().values())
+    if not gpu_list:
+        raise SpecError("gpus", "no GPU types to plan for")
+
+    best: dict[tuple[str, int], Plan] = {}
+    every: list[Plan] = []
+    floor = [1 << 62]
+    considered = 0
+    steps = train.num_steps
+    for gpu in gpu_list:
+        precision, notes = _precision_for(gpu, train.precision)
+        gtrain = train if precision is train.precision else replace(train, precision=precision)
+        for tp in _tp_options(model, train, min(gpus_per_node, max_gpus)):
+            for pp in divisors(model.num_layers, max_gpus // tp):
+                for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
+                    for par, mem in _best_for_layout(model, gtrain, gpu, tp, pp, dp, margin, floor):
+                        considered += 1
+                        topo = default_topology(gpu, par.num_gpus, gpus_per_node)
+                        step = estimate_step_time(model, gtrain, par, gpu, topo)
+                        plan = Plan(
+                            gpu_type=gpu.name, parallel=par, precision=precision, memory=mem,
+                            step=step, num_steps=steps,
+                            required_bytes=int(mem.total / (1.0 - margin)), notes=notes,
+                        )
+                        if keep_all:
+                            every.append(plan)
+                        k = (gpu.name, par.num_gpus)
+                        if k not in best or plan.step_time_s < best[k].step_time_s:
+                            best[k] = plan
+
+    candidates = every if keep_all else list(best.values())
+    if not candidates:
+        largest = max(gpu_list, key=lambda g: g.memory_bytes)
+        need = floor[0] / (1.0 - margin)
+        return PlanResult(
+            model=model, train=train, plans=(), considered=considered, min_required_bytes=int(need),
+            infeasible=(
+                f"{model.name} needs at least {need / GIB:.1f} GiB per GPU even with the most "
+                f"memory-saving plan within {max_gpus} GPUs (tp<={gpus_per_node}, ZeRO-3, full "
+                f"recomputation); the largest GPU considered, {largest.name}, has "
+                f"{largest.memory_gib:.1f} GiB. Use more GPUs (max_gpus), a shorter sequence "
+                "or a smaller global batch."
+            ),
+        )
+    ordered = sorted(candidates, key=key)
+    return PlanResult(
+        model=model, train=train, plans=tuple(_with_reasons(ordered, ranking)),
+        considered=considered,
+    )
+
+
+def _with_reasons(ordered: list[Plan], ranking: str | RankKey) -> list[Plan]:
+    name = ranking if isinstance(ranking, str) else getattr(ranking, "__name__", "custom")
+    top = ordered[0]
+    out = []
+    for i, plan in enumerate(ordered, start=1):
+        if i == 1:
+            why = (
+                f"#1 by {name}: {plan.gpu_seconds / 3600:.2f} GPU-h, "
+                f"job {plan.job_time_s / 3600:.2f} h"
+            )
+        else:
+            gs = plan.gpu_seconds / top.gpu_seconds - 1.0
+            speed = top.job_time_s / plan.job_time_s
+            why = (
+                f"#{i} by {name}: {gs:+.0%} GPU-seconds vs #1, "
+                f"{speed:.2f}x #1's speed"
+            )
+        peak = plan.peak_memory_bytes / GIB
+        why += f"; peak {peak:.1f} GiB per GPU"
+        out.append(replace(plan, rank=i, reason=why))
+    return out

@@ -1,0 +1,1 @@
+"""Scheduler: cluster state, allocations, decisions and the policies (pure, no I/O)."""

@@ -1,0 +1,1 @@
+"""Built-in policies; importing this package registers them."""

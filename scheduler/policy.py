@@ -1,0 +1,69 @@
+"""The one policy interface, the injected performance model, and the policy registry.
+
+Policies are pure and deterministic: everything they need arrives as arguments (state,
+queue, running jobs, ``now``); randomness only through a seed given at construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from predictor.plan import Plan
+from scheduler.cluster import ClusterState, Placement
+from scheduler.decision import Decision
+from scheduler.job import JobView, RunningJob
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Decide what to start, stop or resize now. Must not mutate its arguments."""
+
+    name: str
+
+    def decide(
+        self,
+        state: ClusterState,
+        pending: Sequence[JobView],
+        running: Sequence[RunningJob],
+        now: float,
+    ) -> list[Decision]: ...
+
+
+class PerfModel(Protocol):
+    """Step time of a plan on a concrete placement (Pollux's ``speedup_fn`` idea): injected
+    so tests can pass stubs and the simulator and production share one model."""
+
+    def placed_plan(self, job: JobView, plan: Plan, placement: Placement,
+                    state: ClusterState) -> Plan: ...
+
+
+PolicyFactory = Callable[..., Policy]
+_REGISTRY: dict[str, PolicyFactory] = {}
+
+
+def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Class decorator: make a policy constructible by name."""
+
+    def deco(factory: PolicyFactory) -> PolicyFactory:
+        if name in _REGISTRY:
+            raise ValueError(f"policy {name!r} registered twice")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def make_policy(name: str, **kwargs: Any) -> Policy:
+    """Build a registered policy; unknown names list the known ones."""
+    import scheduler.policies  # noqa: F401  (registers the built-in policies)
+
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](**kwargs)
+
+
+def policy_names() -> list[str]:
+    import scheduler.policies  # noqa: F401
+
+    return sorted(_REGISTRY)
