@@ -1,0 +1,37 @@
+"""The GPU catalog data file: every required type, with sources and sane figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictor.errors import SpecError
+from predictor.gpus import GIB, get_gpu, load_gpu_catalog
+from predictor.spec import Precision
+
+REQUIRED = ["V100-32G", "RTX2080Ti", "RTX3090", "RTX6000", "A10", "A100-40G", "A100-80G",
+            "A800-80G", "L40S", "H100-80G", "H200"]
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_required_types_present_with_source(name: str) -> None:
+    gpu = get_gpu(name)
+    assert gpu.source.strip()
+    assert gpu.fp16_tflops > 0 and gpu.memory_bytes > 8 * GIB
+    assert gpu.link in ("nvlink", "pcie") and gpu.link_bw_gbs > 0
+
+
+def test_figures_from_reference_table() -> None:
+    assert get_gpu("A100-80G").bf16_tflops == 312
+    assert get_gpu("H100-80G").bf16_tflops == 989
+    assert get_gpu("A800-80G").link_bw_gbs < get_gpu("A100-80G").link_bw_gbs  # 400 vs 600 GB/s
+    assert get_gpu("RTX2080Ti").memory_gib == pytest.approx(11, abs=0.01)
+    assert not get_gpu("V100-32G").supports(Precision.BF16)
+    assert get_gpu("V100-32G").peak_tflops(Precision.FP16) == 125
+
+
+def test_lookup_is_case_insensitive_and_errors_suggest() -> None:
+    assert get_gpu("a100-80g").name == "A100-80G"
+    with pytest.raises(SpecError) as exc:
+        get_gpu("A100-81G")
+    assert "A100-80G" in exc.value.reason
+    assert len(load_gpu_catalog()) >= len(REQUIRED)

@@ -1,0 +1,38 @@
+"""predictor/ and scheduler/ are pure cores: no HTTP, SQL, Ray or service imports (AST check)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FORBIDDEN = {"fastapi", "sqlalchemy", "ray", "service", "orchestrator", "httpx", "uvicorn",
+             "starlette", "alembic", "requests"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+@pytest.mark.parametrize("package", ["predictor", "scheduler"])
+def test_core_is_pure(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, f"{package}/ has no modules"
+    bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & FORBIDDEN) for f in files}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"impure imports: {bad}"
+
+
+def test_checker_catches_a_violation(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("import ray\nfrom sqlalchemy.orm import Session\nfrom . import x\n")
+    assert _imports(f) & FORBIDDEN == {"ray", "sqlalchemy"}
