@@ -41,6 +41,9 @@ class GpuType:
     # Calibration constants (each with its own source/derivation in the YAML comments):
     runtime_overhead_bytes: int = 0  # CUDA context + NCCL/cuBLAS workspaces + fragmentation
     matmul_efficiency: float = 0.5  # achievable fraction of the dense peak in training GEMMs
+    nccl_efficiency: float = 0.7  # NCCL bus bandwidth / link bandwidth for large messages
+    nccl_latency_us: float = 30.0  # fixed cost of one collective / p2p (launch + sync)
+    inter_node_bw_gbs: float = 12.5  # default per-node network bandwidth, GB/s (100 Gb/s)
 
     @property
     def memory_gib(self) -> float:
@@ -79,6 +82,9 @@ def _parse(name: str, raw: Any) -> GpuType:
         source=str(raw["source"]),
         runtime_overhead_bytes=int(raw.get("runtime_overhead_bytes", 0)),
         matmul_efficiency=float(raw.get("matmul_efficiency", 0.5)),
+        nccl_efficiency=float(raw.get("nccl_efficiency", 0.7)),
+        nccl_latency_us=float(raw.get("nccl_latency_us", 30.0)),
+        inter_node_bw_gbs=float(raw.get("inter_node_bw_gbs", 12.5)),
     )
 
 

@@ -1,0 +1,417 @@
+"""Analytical step-time model of one training step (one optimizer update) of a parallel plan.
+
+What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calculon, Megatron):
+
+* **Compute** is counted from the model's matmul FLOPs, layer by layer (QKV with GQA, the
+  attention core ``4·b·s²·h``, output projection, 2- or 3-matrix MLP, logits), ×3 for
+  forward+backward, + one more layer forward under full recomputation (×4/3 of the layer math),
+  + the attention core under selective recomputation, divided by ``tp``. Each GEMM runs at
+  ``peak · e(F)`` with the size-dependent efficiency ``e(F) = e_max · F / (F + F_half)``: small
+  GEMMs run far below peak (Calculon's step curve, made smooth). Algebraically a GEMM of F FLOPs
+  takes ``(F + F_half) / (peak · e_max)``, i.e. its FLOPs at the asymptotic rate plus a fixed
+  cost — which is also what kernel-launch and tail effects look like. Memory-bound element-wise
+  work (norms, activations, dropout, residuals, softmax without flash, the fp32 loss) is
+  counted in bytes over the GPU's memory bandwidth.
+* **Tensor-parallel collectives**: 4 all-reduces of ``b·s·h`` activations per layer per
+  micro-batch (2 forward, 2 backward; +2 when full recomputation re-runs the forward), ring cost
+  ``α + 2(t−1)/t · bytes / busbw`` on the link the group really uses. Forward all-reduces sit on
+  the critical path; the backward ones are issued asynchronously alongside the weight-gradient
+  GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed.
+* **Pipeline (1F1B)**: ``(m + p − 1)·(t_f + t_b)`` for the slowest stage (``(p − 1)/v`` bubble
+  with ``v`` interleaved chunks), plus Pipette's hidden critical path: the stage-to-stage p2p
+  transfers of ``b·s·h`` activations, ``2(p − 1)`` of them per round of the bubble path,
+  repeated ``max(1, m/p)`` times (Pipette Eq. 3–5 with uniform links).
+* **Data parallel**: gradient all-reduce ``2(d−1)/d · params/rank · grad bytes / busbw``
+  (hierarchical when the group spans nodes), overlapped with backward so that only the part
+  exceeding the last micro-batch's backward is exposed; ZeRO-3 adds two parameter all-gathers
+  per micro-batch, hidden behind compute up to what compute can cover.
+* **Optimizer**: memory-bound, bytes of params+grads+states read and written over HBM bandwidth.
+
+Constants: the per-GPU ones (``matmul_efficiency``, NCCL efficiency and latency, default
+network bandwidth) live in ``config/gpus.yaml``; the GPU-independent curve constants below were
+calibrated once on the vTrain single-node data set and validated on the others
+(``python -m benchmarks.step_time_accuracy``; docs/step_time_accuracy.md).
+
+Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner makes ~10^4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from predictor.gpus import GpuType
+from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+
+# --- GPU-independent constants ----------------------------------------------------------
+# GEMM size (FLOPs) at which a GEMM reaches half of the GPU's asymptotic matmul efficiency.
+# Calibrated on vTrain single-node (1,440 A100 runs) only; see docs/step_time_accuracy.md.
+GEMM_HALF_FLOPS = 0.6e9
+# Bytes moved by element-wise kernels per layer forward, in units of one activation tensor
+# (b·s·h elements): 2 layer norms (read+write, 2 passes each), 2 dropouts, 2 residual adds,
+# bias adds — counted from Megatron's layer, not fitted.
+ELEMENTWISE_PASSES_H = 16.0
+# ... and per element of the MLP's hidden activation (b·s·f): bias+GeLU / SwiGLU read+write.
+ELEMENTWISE_PASSES_F = 4.0
+# ... and per attention-score element (b·a·s²) without flash attention: scale+mask+softmax+
+# dropout, read+write.
+SOFTMAX_PASSES = 4.0
+# Flash attention's achieved rate relative to a dense GEMM of the same FLOPs (forward), and its
+# backward FLOPs relative to its forward (it recomputes the scores): FlashAttention-2 paper.
+FLASH_RELATIVE_EFFICIENCY = 0.7
+FLASH_BWD_FLOPS_RATIO = 2.5
+# Host-side dispatch time per layer per pass (forward, recompute-forward; backward counts
+# twice): kernel launches and framework work. A floor under the layer's GPU time, since
+# launches are asynchronous. Calibrated on vTrain single.
+LAYER_OVERHEAD_S = 8.6e-4
+# Extra NCCL latency per ring step: A100 nccl-tests (vTrain LUT) 1 MiB all-reduce takes 44 µs on
+# 2 GPUs and 93 µs on 8, i.e. ~30 µs + ~8 µs·(n − 1).
+NCCL_STEP_LATENCY_S = 8.0e-6
+# Fraction of the backward tensor-parallel all-reduces hidden behind weight-gradient GEMMs
+# (Megatron issues the input-gradient all-reduce asynchronously before the wgrad GEMM).
+TP_BWD_OVERLAP = 0.5
+# Fraction of peak memory bandwidth element-wise and optimizer kernels reach (STREAM-like).
+MEMORY_EFFICIENCY = 0.8
+# Adam/AdamW mixed precision: read fp32 master, grad, m, v (16 B); write master, m, v and the
+# half copy (14 B). SGD with momentum: 4+4+4 read, 4+4+2 write.
+OPTIMIZER_BYTES = {"adam": 30.0, "adamw": 30.0, "sgd": 22.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where a plan's GPUs sit: how many nodes and the links the groups really use.
+
+    Ranks are laid out by ``rank_order`` (innermost axis first). The default ``"tp-dp-pp"`` is
+    Megatron-LM's (tensor-parallel ranks adjacent, then data-parallel, pipeline outermost), so
+    tp groups stay inside a node as long as ``tp ≤ gpus per node``. ``"tp-pp-dp"`` puts whole
+    pipelines on a node and data parallelism across nodes (DeepSpeed's pipe/data topology,
+    Sia's pipeline jobs).
+
+    ``inter_bw_gbs`` is the per-node network bandwidth (GB/s, one direction), shared by all
+    groups crossing the node boundary at once. 12.5 GB/s = one 100 Gb/s NIC, a modest default
+    for clusters that are not DGX-class (a DGX A100 has 8×200 Gb/s = 200 GB/s).
+    """
+
+    num_nodes: int = 1
+    intra_link: str | None = None
+    intra_bw_gbs: float | None = None
+    inter_bw_gbs: float = 12.5
+    gpus_per_node: tuple[int, ...] = ()
+    rank_order: str = "tp-dp-pp"
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1:
+            raise ValueError(f"num_nodes must be >= 1, got {self.num_nodes}")
+        if self.intra_link not in (None, "nvlink", "pcie"):
+            raise ValueError(f"intra_link must be nvlink, pcie or None, got {self.intra_link!r}")
+        if self.rank_order not in ("tp-dp-pp", "tp-pp-dp"):
+            raise ValueError(f"rank_order must be tp-dp-pp or tp-pp-dp, got {self.rank_order!r}")
+        if self.gpus_per_node and len(self.gpus_per_node) != self.num_nodes:
+            raise ValueError("gpus_per_node must list one count per node")
+        if not self.inter_bw_gbs > 0:
+            raise ValueError("inter_bw_gbs must be > 0")
+
+    # -- layout ----------------------------------------------------------------------------
+    def node_size(self, num_gpus: int) -> int:
+        """GPUs per node used for group placement (the largest node, or an even spread)."""
+        if self.gpus_per_node:
+            return max(self.gpus_per_node)
+        return max(1, math.ceil(num_gpus / self.num_nodes))
+
+    def _strides(self, par: ParallelConfig) -> dict[str, int]:
+        if self.rank_order == "tp-dp-pp":
+            return {"tp": 1, "dp": par.tp, "pp": par.tp * par.dp}
+        return {"tp": 1, "pp": par.tp, "dp": par.tp * par.pp}
+
+    def nodes_spanned(self, par: ParallelConfig, axis: str) -> int:
+        """How many nodes one group of ``axis`` ("tp", "dp" or "pp") spans."""
+        size = getattr(par, axis)
+        if size == 1 or self.num_nodes == 1:
+            return 1
+        stride = self._strides(par)[axis]
+        g = self.node_size(par.num_gpus)
+        if stride >= g:  # every member on its own node
+            return min(size, self.num_nodes)
+        return min(size, math.ceil(size * stride / g), self.num_nodes)
+
+    def tp_crosses_nodes(self, par: ParallelConfig) -> bool:
+        return self.nodes_spanned(par, "tp") > 1
+
+    def dp_crosses_nodes(self, par: ParallelConfig) -> bool:
+        return self.nodes_spanned(par, "dp") > 1
+
+    def pp_crosses_nodes(self, par: ParallelConfig) -> bool:
+        return self.nodes_spanned(par, "pp") > 1
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One optimizer step's time and where it goes (seconds; the parts sum to ``total_s``)."""
+
+    compute_s: float
+    tp_comm_s: float
+    pp_bubble_s: float
+    pp_p2p_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    total_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "compute_s": self.compute_s,
+            "tp_comm_s": self.tp_comm_s,
+            "pp_bubble_s": self.pp_bubble_s,
+            "pp_p2p_s": self.pp_p2p_s,
+            "dp_comm_s": self.dp_comm_s,
+            "optimizer_s": self.optimizer_s,
+            "total_s": self.total_s,
+        }
+
+
+def default_topology(gpu: GpuType, num_gpus: int, gpus_per_node: int = 8) -> Topology:
+    """What the planner assumes before placement: GPUs packed onto full nodes of
+    ``gpus_per_node``, the GPU type's default link inside a node and its default network."""
+    nodes = max(1, math.ceil(num_gpus / gpus_per_node))
+    return Topology(num_nodes=nodes, inter_bw_gbs=gpu.inter_node_bw_gbs)
+
+
+# --- building blocks ---------------------------------------------------------------------
+def _act_bytes(precision: Precision) -> int:
+    return 4 if precision is Precision.FP32 else 2
+
+
+def _gemm_s(flops: float, rate: float) -> float:
+    """Seconds for one GEMM: FLOPs at the asymptotic rate plus the half-efficiency offset."""
+    return (flops + GEMM_HALF_FLOPS) / rate
+
+
+def _collective_s(
+    nbytes: float, members: int, bus_gbs: float, latency_s: float, factor: float = 2.0
+) -> float:
+    """Ring collective: ``α + factor·(n−1)/n · bytes / busbw`` (factor 2: all-reduce,
+    1: reduce-scatter or all-gather). Zero for a group of one."""
+    if members <= 1 or nbytes <= 0:
+        return 0.0
+    latency_s += NCCL_STEP_LATENCY_S * (members - 1) * factor / 2.0
+    return latency_s + factor * (members - 1) / members * nbytes / (bus_gbs * 1e9)
+
+
+def _group_collective_s(
+    nbytes: float,
+    members: int,
+    nodes: int,
+    groups_per_node: int,
+    intra_bus_gbs: float,
+    inter_gbs: float,
+    latency_s: float,
+    factor: float = 2.0,
+) -> float:
+    """A collective of a group spanning ``nodes`` nodes, hierarchical like NCCL/Pipette: the
+    intra-node part on the node's link, the inter-node part on the network, whose per-node
+    bandwidth is shared by the ``groups_per_node`` groups talking across nodes at once."""
+    if members <= 1:
+        return 0.0
+    if nodes <= 1:
+        return _collective_s(nbytes, members, intra_bus_gbs, latency_s, factor)
+    per_node = max(1, members // nodes)
+    intra = _collective_s(nbytes, per_node, intra_bus_gbs, latency_s, factor)
+    inter = _collective_s(nbytes, nodes, inter_gbs / max(1, groups_per_node), latency_s, factor)
+    return intra + inter
+
+
+@dataclass(frozen=True, slots=True)
+class _Links:
+    intra_bus_gbs: float  # achievable bus bandwidth inside a node
+    intra_p2p_gbs: float
+    inter_gbs: float  # achievable per-node network bandwidth
+    latency_s: float
+
+
+def _links(gpu: GpuType, topo: Topology) -> _Links:
+    link = topo.intra_link or gpu.link
+    if topo.intra_bw_gbs is not None:
+        raw = topo.intra_bw_gbs
+    elif link == gpu.link:
+        raw = gpu.link_bw_gbs
+    else:
+        raw = gpu.pcie_bw_gbs if link == "pcie" else gpu.link_bw_gbs
+    eff = gpu.nccl_efficiency
+    return _Links(
+        intra_bus_gbs=raw * eff,
+        intra_p2p_gbs=raw * eff,
+        inter_gbs=topo.inter_bw_gbs * eff,
+        latency_s=gpu.nccl_latency_us * 1e-6,
+    )
+
+
+def _layer_times(
+    model: ModelSpec,
+    train: TrainingSpec,
+    par: ParallelConfig,
+    rate: float,
+    mem_bps: float,
+) -> tuple[float, float, float]:
+    """(forward, backward, recompute-forward) seconds of one layer for one micro-batch on one
+    tensor-parallel rank."""
+    b, s, t = par.micro_batch, train.seq_len, par.tp
+    h, f, kv, a = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.num_heads
+    tokens = b * s
+    nbytes = _act_bytes(train.precision)
+    n_mlp = 3 if model.swiglu else 2
+
+    gemm_flops = (
+        2.0 * tokens * h * (h + 2 * kv) / t,  # QKV
+        2.0 * tokens * h * h / t,  # attention output projection
+        *(2.0 * tokens * h * f / t for _ in range(n_mlp)),  # MLP
+    )
+    dense_fwd = sum(_gemm_s(x, rate) for x in gemm_flops)
+    dense_bwd = 2.0 * dense_fwd  # dgrad + wgrad GEMMs of the same sizes
+
+    core_flops = 4.0 * b * s * s * h / t  # QK^T and PV, full square (no causal skipping)
+    flash = par.flash_attention
+    if flash:
+        core_fwd = _gemm_s(core_flops, rate * FLASH_RELATIVE_EFFICIENCY)
+        core_bwd = FLASH_BWD_FLOPS_RATIO * core_fwd
+        softmax = 0.0
+    else:
+        core_fwd = 2 * _gemm_s(core_flops / 2, rate)
+        core_bwd = 2.0 * core_fwd
+        softmax = SOFTMAX_PASSES * b * (a / t) * s * s * nbytes / mem_bps
+
+    sp = par.sequence_parallel and t > 1
+    elem_h = ELEMENTWISE_PASSES_H * tokens * h * nbytes / (t if sp else 1)
+    elem_f = ELEMENTWISE_PASSES_F * tokens * f * (n_mlp - 1) * nbytes / t
+    elem = (elem_h + elem_f) / mem_bps + softmax
+
+    # Kernels are launched asynchronously: the host's dispatch time per layer only shows when
+    # the GPU work is shorter than it (small layers, small micro-batches, large tp).
+    fwd = max(dense_fwd + core_fwd + elem, LAYER_OVERHEAD_S)
+    bwd = max(dense_bwd + core_bwd + 2.0 * elem, 2.0 * LAYER_OVERHEAD_S)
+    if par.recompute is Recompute.FULL:
+        recompute = fwd
+    elif par.recompute is Recompute.SELECTIVE:
+        recompute = core_fwd + softmax
+    else:
+        recompute = 0.0
+    return fwd, bwd, recompute
+
+
+def _head_times(
+    model: ModelSpec, train: TrainingSpec, par: ParallelConfig, rate: float, mem_bps: float
+) -> tuple[float, float]:
+    """(forward, backward) of the logits GEMM and the fp32 cross-entropy on the last stage."""
+    tokens = par.micro_batch * train.seq_len
+    v_local = model.vocab_size / par.tp
+    gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
+    loss = 3 * tokens * v_local * 4 / mem_bps  # fp32 logits: cast, softmax, grad
+    return gemm + loss, 2.0 * gemm + loss
+
+
+def _stage_params(model: ModelSpec, par: ParallelConfig) -> float:
+    """Parameters held by one rank of the largest pipeline stage."""
+    layers = model.num_layers / par.pp * model.layer_params()
+    if par.pp == 1:
+        edge = model.embedding_params() + model.head_params()
+    else:  # the first stage holds the embeddings, the last the head (+ tied copy)
+        head = model.head_params() + (model.vocab_size * model.hidden_size
+                                      if model.tie_embeddings else 0)
+        edge = max(model.embedding_params(), head)
+    return (layers + edge) / par.tp
+
+
+def estimate_step_time(
+    model: ModelSpec,
+    train: TrainingSpec,
+    par: ParallelConfig,
+    gpu: GpuType,
+    topology: Topology | None = None,
+) -> StepTime:
+    """Predict the time of one optimizer step of ``par`` training ``model`` on ``gpu``.
+
+    ``topology`` says how the GPUs are placed; without it the planner's default (full nodes of
+    8) is assumed. The plan is not validated here (see ``ParallelConfig.check``); micro-batches
+    per replica are ``global_batch / (dp · micro_batch)``, at least one.
+    """
+    topo = topology or default_topology(gpu, par.num_gpus)
+    links = _links(gpu, topo)
+    rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
+    mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
+    t, p, d = par.tp, par.pp, par.dp
+    m = max(1, par.micro_batches(train.global_batch))
+    virtual = max(1, int(par.extra.get("virtual_pp", 1)))
+    nbytes = _act_bytes(train.precision)
+    g = topo.node_size(par.num_gpus)
+
+    # -- compute of the slowest (last) stage, per micro-batch ---------------------------
+    lf, lb, lr = _layer_times(model, train, par, rate, mem_bps)
+    hf, hb = _head_times(model, train, par, rate, mem_bps)
+    layers = model.num_layers / p
+    t_f = layers * lf + hf
+    t_b = layers * (lb + lr) + hb
+
+    # -- tensor-parallel collectives per micro-batch --------------------------------------
+    act = par.micro_batch * train.seq_len * model.hidden_size * nbytes
+    tp_nodes = topo.nodes_spanned(par, "tp")
+    one_ar = _group_collective_s(
+        act, t, tp_nodes, max(1, g // max(1, t // tp_nodes)), links.intra_bus_gbs,
+        links.inter_gbs, links.latency_s,
+    )
+    n_fwd = 2.0 + (2.0 if par.recompute is Recompute.FULL else 0.0)
+    c_tp = layers * one_ar * (n_fwd + 2.0 * (1.0 - TP_BWD_OVERLAP))
+
+    compute_s = m * (t_f + t_b)
+    tp_comm_s = m * c_tp
+    pp_bubble_s = (p - 1) / virtual * (t_f + t_b + c_tp) if p > 1 else 0.0
+
+    # -- pipeline p2p: Pipette's bubble + hidden critical path ----------------------------
+    pp_p2p_s = 0.0
+    if p > 1:
+        msg = act / (t if par.sequence_parallel else 1)
+        crossing = topo.pp_crosses_nodes(par)
+        if crossing:
+            # boundaries crossing nodes share the NIC among the tp·dp ranks of a stage block
+            senders = min(g, t * d) if topo.rank_order == "tp-dp-pp" else min(g, t)
+            bw = links.inter_gbs / senders
+        else:
+            bw = links.intra_p2p_gbs
+        one = links.latency_s + msg / (bw * 1e9)
+        pp_p2p_s = max(1.0, m / p) * 2 * (p - 1) * virtual * one
+
+    # -- data parallel --------------------------------------------------------------------
+    params = _stage_params(model, par)
+    grad_bytes = 4.0 if train.precision is Precision.FP32 else 2.0
+    dp_nodes = topo.nodes_spanned(par, "dp")
+    groups_per_node = max(1, g // max(1, d // dp_nodes)) if dp_nodes > 1 else 1
+
+    def dp_coll(nb: float, factor: float) -> float:
+        return _group_collective_s(
+            nb, d, dp_nodes, groups_per_node, links.intra_bus_gbs, links.inter_gbs,
+            links.latency_s, factor,
+        )
+
+    if par.zero_stage >= 3:
+        # two parameter all-gathers per micro-batch (forward, backward) + grad reduce-scatter;
+        # prefetching hides them behind compute except the first layer's gather.
+        gathers = m * 2 * dp_coll(params * nbytes, 1.0)
+        scatter = dp_coll(params * grad_bytes, 1.0)
+        total_comm = gathers + scatter
+        dp_comm_s = max(total_comm - compute_s, total_comm / max(1.0, layers))
+    else:
+        raw = dp_coll(params * grad_bytes, 2.0)  # all-reduce (= RS + AG for ZeRO-1/2)
+        dp_comm_s = max(0.0, raw - t_b) if raw > 0 else 0.0
+
+    # -- optimizer step -------------------------------------------------------------------
+    shard = d if par.zero_stage >= 1 else 1
+    opt_bytes = OPTIMIZER_BYTES.get(train.optimizer.value, 30.0) * params / shard
+    optimizer_s = opt_bytes / mem_bps
+
+    total = compute_s + tp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s
+    return StepTime(
+        compute_s=compute_s,
+        tp_comm_s=tp_comm_s,
+        pp_bubble_s=pp_bubble_s,
+        pp_p2p_s=pp_p2p_s,
+        dp_comm_s=dp_comm_s,
+        optimizer_s=optimizer_s,
+        total_s=total,
+    )
