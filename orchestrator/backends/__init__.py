@@ -1,0 +1,1 @@
+"""Backend implementations: ``sim`` (virtual clock); the Ray backend lives beside it."""

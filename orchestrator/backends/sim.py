@@ -1,0 +1,170 @@
+"""``SimBackend``: runs jobs on a virtual clock, at the speed the performance model predicts.
+
+A job started at ``t`` on an allocation begins making steps after a launch delay (plus a
+checkpoint-restore delay when it resumes from a checkpoint) and then makes one step every
+``step_time`` seconds, where ``step_time`` is its plan re-timed for the placement it actually
+got (``PerfModel.placed_plan``). Its finish is therefore
+
+    finish = t + delay + remaining_steps × step_time
+
+Stopping or resizing a job accounts the steps made so far (the checkpoint is taken at the
+stop; its cost is charged as the restore delay of the next launch). Events wait in a heap
+keyed by time; ``advance`` delivers those due to the controller's sink. A generation counter
+per job makes events of a superseded launch harmless.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from dataclasses import dataclass, replace
+
+from orchestrator.backend import BackendEvent, EventSink, Finished, Started, VirtualClock
+from predictor.plan import Plan
+from scheduler.cluster import Allocation, ClusterState
+from scheduler.job import JobView
+from scheduler.policy import PerfModel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LAUNCH_DELAY_S = 10.0
+"""Workers scheduled and the first step begun (container start, NCCL init, data loader)."""
+
+DEFAULT_RESTART_DELAY_S = 60.0
+"""Extra cost of resuming from a checkpoint: save on stop plus load on start."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """One launch of one job on one allocation."""
+
+    job: JobView
+    allocation: Allocation
+    placed: Plan
+    gen: int
+    launched_at: float
+    steps_from: float  # steps done when the launch began
+    run_start: float  # when steps start accruing (launch + delays)
+
+    @property
+    def step_time(self) -> float:
+        return self.placed.step_time_s
+
+    def steps_at(self, t: float) -> float:
+        if t <= self.run_start:
+            return self.steps_from
+        done = self.steps_from + (t - self.run_start) / self.step_time
+        return min(float(self.job.total_steps), done)
+
+    @property
+    def finish_time(self) -> float:
+        return self.run_start + max(0.0, self.job.total_steps - self.steps_from) * self.step_time
+
+
+class SimBackend:
+    """Virtual-clock backend; see the module docstring for the progress model.
+
+    ``topology`` is the cluster the jobs run on; only its static facts (nodes, links,
+    network) are read, to re-time plans for their placements.
+    """
+
+    def __init__(
+        self,
+        clock: VirtualClock,
+        perf: PerfModel,
+        topology: ClusterState,
+        *,
+        launch_delay_s: float = DEFAULT_LAUNCH_DELAY_S,
+        restart_delay_s: float = DEFAULT_RESTART_DELAY_S,
+    ) -> None:
+        self.clock = clock
+        self.perf = perf
+        self._topology = topology
+        self.launch_delay_s = launch_delay_s
+        self.restart_delay_s = restart_delay_s
+        self._sink: EventSink | None = None
+        self._runs: dict[str, _Run] = {}
+        self._gen = itertools.count()
+        self._seq = itertools.count()
+        self._heap: list[tuple[float, int, int, BackendEvent]] = []  # (time, seq, gen, event)
+        self.step_time_by_job: dict[str, list[float]] = {}
+        """Every placed step time a job ran at (for metrics and tests)."""
+
+    # -- Backend protocol ------------------------------------------------------------------
+    def connect(self, sink: EventSink) -> None:
+        self._sink = sink
+
+    def start(self, job: JobView, allocation: Allocation) -> None:
+        now = self.clock.now()
+        if job.id in self._runs:
+            raise RuntimeError(f"job {job.id} is already running in the simulator")
+        delay = self.launch_delay_s + (self.restart_delay_s if job.steps_done > 0 else 0.0)
+        self._launch(job, allocation, now, delay)
+
+    def stop(self, job_id: str, reason: str) -> float:
+        run = self._runs.pop(job_id)
+        steps = run.steps_at(self.clock.now())
+        log.debug("stop %s at %.1f steps (%s)", job_id, steps, reason)
+        return steps
+
+    def resize(self, job: JobView, allocation: Allocation) -> float:
+        now = self.clock.now()
+        run = self._runs.pop(job.id)
+        steps = run.steps_at(now)
+        resumed = replace(job, steps_done=steps)
+        self._launch(resumed, allocation, now, self.launch_delay_s + self.restart_delay_s)
+        return steps
+
+    def cancel(self, job_id: str) -> None:
+        self._runs.pop(job_id, None)
+
+    def steps_done(self, job_id: str) -> float:
+        run = self._runs.get(job_id)
+        return run.steps_at(self.clock.now()) if run else 0.0
+
+    # -- driving the simulation ------------------------------------------------------------
+    def next_event_time(self) -> float | None:
+        """Time of the earliest live event, or None when nothing is scheduled."""
+        while self._heap:
+            t, _, gen, ev = self._heap[0]
+            run = self._runs.get(ev.job_id)
+            if run is not None and run.gen == gen:
+                return t
+            heapq.heappop(self._heap)  # superseded launch
+        return None
+
+    def pop_due(self, until: float) -> list[BackendEvent]:
+        """Remove and return the live events due at or before ``until``, in time order."""
+        out: list[BackendEvent] = []
+        while self._heap and self._heap[0][0] <= until:
+            _, _, gen, ev = heapq.heappop(self._heap)
+            run = self._runs.get(ev.job_id)
+            if run is None or run.gen != gen:
+                continue
+            if isinstance(ev, Finished):
+                del self._runs[ev.job_id]
+            out.append(ev)
+        return out
+
+    def deliver(self, events: list[BackendEvent]) -> None:
+        if self._sink is None:
+            raise RuntimeError("SimBackend not connected to a controller")
+        for ev in events:
+            self._sink(ev)
+
+    # -- internals -------------------------------------------------------------------------
+    def _launch(self, job: JobView, allocation: Allocation, now: float, delay: float) -> None:
+        placed = self.perf.placed_plan(job, allocation.plan, allocation.placement,
+                                       self._topology)
+        if not placed.step_time_s > 0:
+            raise ValueError(f"job {job.id}: non-positive step time for {placed.label()}")
+        run = _Run(job=job, allocation=allocation, placed=placed, gen=next(self._gen),
+                   launched_at=now, steps_from=job.steps_done, run_start=now + delay)
+        self._runs[job.id] = run
+        self.step_time_by_job.setdefault(job.id, []).append(placed.step_time_s)
+        self._push(run.run_start, run.gen, Started(job.id, run.run_start))
+        self._push(run.finish_time, run.gen, Finished(job.id, run.finish_time))
+
+    def _push(self, t: float, gen: int, ev: BackendEvent) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), gen, ev))

@@ -1,0 +1,333 @@
+"""The one control loop: queue, cluster state, policy, backend, events.
+
+``Controller`` is shared by the simulator (``SimBackend`` over a virtual clock) and
+production (Ray backend over wall time). It owns the authoritative ``ClusterState`` and every
+job's ``JobState``. On every event — an arrival (``submit``), a cancellation, a backend event,
+a periodic ``tick`` — it asks the policy what to do with the current queue and running set,
+then applies the decisions: the cluster state is updated with ``allocate`` / ``release``
+(which raise on over-allocation, so a policy bug cannot double-book a GPU) and the backend is
+told to start / stop / resize. Each state change becomes a ``JobEvent`` passed to the
+listeners (metrics in simulation, the database in the service).
+
+Nothing here knows whether time is simulated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from orchestrator.backend import (
+    Backend,
+    BackendEvent,
+    Clock,
+    Failed,
+    Finished,
+    Preempted,
+    Progress,
+    Started,
+)
+from orchestrator.states import JobEvent, JobState, submitted, transition
+from scheduler.cluster import Allocation, ClusterState
+from scheduler.decision import Decision, DecisionKind
+from scheduler.job import JobView, RunningJob
+from scheduler.policy import Policy
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[JobEvent], None]
+"""Receives every ``JobEvent``; progress reports come as events whose ``from_state`` equals
+their ``to_state`` (RUNNING → RUNNING, ``reason == "progress"``)."""
+
+PlanFn = Callable[[JobView, ClusterState], JobView]
+"""Fills in a submitted job's ranked plans for the cluster's GPU types (the predictor)."""
+
+MAX_RESCHEDULE_ROUNDS = 64
+
+
+class ControllerError(RuntimeError):
+    """A decision that cannot be applied: unknown job, or a job in the wrong state."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """The controller's mutable bookkeeping of one job (never handed to a policy)."""
+
+    view: JobView
+    state: JobState
+    allocation: Allocation | None = None
+    allocated_at: float | None = None  # when the current allocation was granted
+    first_start: float | None = None  # first time the job was granted GPUs (queue end)
+    end_time: float | None = None
+
+
+class Controller:
+    """Queue + cluster state + policy + backend. See the module docstring."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        backend: Backend,
+        state: ClusterState,
+        clock: Clock,
+        *,
+        listeners: Sequence[Listener] = (),
+        plan_fn: PlanFn | None = None,
+    ) -> None:
+        self.policy = policy
+        self.backend = backend
+        self.clock = clock
+        self._state = state
+        self._jobs: dict[str, JobRecord] = {}
+        self._listeners: list[Listener] = list(listeners)
+        self._plan_fn = plan_fn
+        self._batch_depth = 0
+        self._scheduling = False
+        self._dirty = False
+        self.policy_wall_s: list[float] = []
+        """Wall-clock seconds of every ``policy.decide`` call (scheduling overhead)."""
+        backend.connect(self.on_event)
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def cluster(self) -> ClusterState:
+        return self._state
+
+    @property
+    def jobs(self) -> dict[str, JobRecord]:
+        """All jobs by id (read-only by convention)."""
+        return self._jobs
+
+    def job(self, job_id: str) -> JobRecord:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise ControllerError(f"unknown job {job_id!r}") from None
+
+    def pending(self) -> list[JobView]:
+        """The queue in arrival order (submit time, then id)."""
+        out = [r.view for r in self._jobs.values() if r.state is JobState.PENDING]
+        out.sort(key=lambda v: (v.submit_time, v.id))
+        return out
+
+    def running(self) -> list[RunningJob]:
+        """Jobs holding GPUs, with their latest progress."""
+        out = []
+        for r in self._jobs.values():
+            if r.allocation is None:
+                continue
+            view = r.view
+            if r.state is JobState.RUNNING:
+                steps = self.backend.steps_done(view.id)
+                if steps != view.steps_done:
+                    view = replace(view, steps_done=steps)
+            out.append(RunningJob(view, r.allocation, r.allocated_at or 0.0))
+        out.sort(key=lambda rj: (rj.job.submit_time, rj.job.id))
+        return out
+
+    def active(self) -> bool:
+        """Is any job not yet in a terminal state?"""
+        return any(not r.state.terminal for r in self._jobs.values())
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    # -- inputs ----------------------------------------------------------------------------
+    def submit(self, job: JobView) -> None:
+        """A job arrives: plan it if it has no plans, queue it, and schedule."""
+        if job.id in self._jobs:
+            raise ControllerError(f"job {job.id!r} submitted twice")
+        now = self.clock.now()
+        if not job.plans and self._plan_fn is not None:
+            job = self._plan_fn(job, self._state)
+        self._jobs[job.id] = JobRecord(view=job, state=JobState.PENDING)
+        self._emit(submitted(job.id, now))
+        if not job.plans:
+            self._move(job.id, JobState.FAILED, "no plan fits this cluster's GPU types")
+        self._request_schedule()
+
+    def cancel(self, job_id: str, reason: str = "cancelled by user") -> None:
+        """Cancel a job in any non-terminal state; its GPUs are freed at once."""
+        rec = self.job(job_id)
+        if rec.state.terminal:
+            raise ControllerError(f"job {job_id} is already {rec.state.value}")
+        if rec.state in (JobState.STARTING, JobState.RUNNING, JobState.RESIZING):
+            self.backend.cancel(job_id)
+        self._release(rec)
+        self._move(job_id, JobState.CANCELLED, reason)
+        self._request_schedule()
+
+    def tick(self) -> None:
+        """A periodic scheduling round with no other cause (round-based policies)."""
+        self._request_schedule()
+
+    def on_event(self, event: BackendEvent) -> None:
+        """Apply one backend report to the job's state, then schedule."""
+        rec = self._jobs.get(event.job_id)
+        if rec is None or rec.state.terminal:
+            log.debug("ignoring %s for %s job %s", type(event).__name__,
+                      rec.state.value if rec else "unknown", event.job_id)
+            return
+        if isinstance(event, Progress):
+            if rec.state is JobState.RUNNING:
+                rec.view = replace(rec.view, steps_done=max(rec.view.steps_done,
+                                                              event.steps_done))
+                self._emit(JobEvent(
+                    rec.view.id, event.time, JobState.RUNNING, JobState.RUNNING, "progress",
+                    rec.allocation, {"steps_done": event.steps_done, "loss": event.loss,
+                                     "samples_per_s": event.samples_per_s},
+                ))
+            return
+        if isinstance(event, Started):
+            if rec.state not in (JobState.STARTING, JobState.RESIZING):
+                log.debug("stale Started for %s job %s", rec.state.value, rec.view.id)
+                return
+            self._move(rec.view.id, JobState.RUNNING, "workers running")
+        elif isinstance(event, Finished):
+            if rec.state is not JobState.RUNNING:
+                log.debug("stale Finished for %s job %s", rec.state.value, rec.view.id)
+                return
+            rec.view = replace(rec.view, steps_done=float(rec.view.total_steps))
+            self._release(rec)
+            self._move(rec.view.id, JobState.SUCCEEDED, "all steps done")
+        elif isinstance(event, Failed):
+            self._release(rec)
+            self._move(rec.view.id, JobState.FAILED, event.reason)
+        elif isinstance(event, Preempted):
+            if not rec.state.holds_gpus:
+                return
+            rec.view = replace(rec.view, steps_done=event.steps_done,
+                               restarts=rec.view.restarts + 1)
+            self._release(rec)
+            self._move(rec.view.id, JobState.PENDING, f"preempted: {event.reason}",
+                       steps_done=event.steps_done)
+        else:  # pragma: no cover - the union is closed
+            raise TypeError(f"unknown backend event {event!r}")
+        self._request_schedule()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Defer scheduling until the block ends: many simultaneous events, one decision."""
+        self._batch_depth += 1
+        try:
+            yield
+        finally:
+            self._batch_depth -= 1
+            if self._batch_depth == 0 and self._dirty:
+                self._request_schedule()
+
+    # -- scheduling ------------------------------------------------------------------------
+    def _request_schedule(self) -> None:
+        if self._batch_depth or self._scheduling:
+            self._dirty = True
+            return
+        self._scheduling = True
+        try:
+            for _ in range(MAX_RESCHEDULE_ROUNDS):
+                self._dirty = False
+                self._schedule_once()
+                if not self._dirty:
+                    break
+            else:
+                log.warning("scheduling did not settle after %d rounds", MAX_RESCHEDULE_ROUNDS)
+        finally:
+            self._scheduling = False
+
+    def _schedule_once(self) -> None:
+        pending = self.pending()
+        running = self.running()
+        if not pending and not running:
+            return
+        now = self.clock.now()
+        t0 = time.perf_counter()
+        decisions = self.policy.decide(self._state, pending, running, now)
+        self.policy_wall_s.append(time.perf_counter() - t0)
+        if decisions:
+            self.apply(decisions)
+
+    def apply(self, decisions: Sequence[Decision]) -> None:
+        """Apply a policy's decisions: stops first, then resizes (all old allocations
+        released before the new ones are granted), then starts."""
+        order = {DecisionKind.STOP: 0, DecisionKind.RESIZE: 1, DecisionKind.START: 2}
+        ordered = sorted(decisions, key=lambda d: order[d.kind])
+        resizes = [d for d in ordered if d.kind is DecisionKind.RESIZE]
+        for d in ordered:
+            if d.kind is DecisionKind.STOP:
+                self._stop(d)
+        for d in resizes:
+            rec = self._holding(d, (JobState.RUNNING, JobState.STARTING, JobState.RESIZING))
+            self._release(rec)
+        for d in resizes:
+            self._grant(d)
+        for d in ordered:
+            if d.kind is DecisionKind.START:
+                rec = self.job(d.job_id)
+                if rec.state is not JobState.PENDING:
+                    raise ControllerError(
+                        f"start {d.job_id}: job is {rec.state.value}, not pending"
+                    )
+                self._grant(d)
+                assert rec.allocation is not None
+                self._move(d.job_id, JobState.PLACED, d.reason)
+                self.backend.start(rec.view, rec.allocation)
+                self._move(d.job_id, JobState.STARTING, "launch requested")
+
+    def _holding(self, d: Decision, states: tuple[JobState, ...]) -> JobRecord:
+        rec = self.job(d.job_id)
+        if rec.state not in states:
+            raise ControllerError(
+                f"{d.kind.value} {d.job_id}: job is {rec.state.value}; needs one of "
+                f"{', '.join(s.value for s in states)}"
+            )
+        return rec
+
+    def _stop(self, d: Decision) -> None:
+        rec = self._holding(d, (JobState.PLACED, JobState.STARTING, JobState.RUNNING,
+                                JobState.RESIZING))
+        if rec.state is JobState.PLACED:
+            steps = rec.view.steps_done
+        else:
+            steps = self.backend.stop(d.job_id, d.reason)
+        rec.view = replace(rec.view, steps_done=steps, restarts=rec.view.restarts + 1)
+        self._release(rec)
+        self._move(d.job_id, JobState.PENDING, d.reason, steps_done=steps)
+
+    def _grant(self, d: Decision) -> None:
+        assert d.allocation is not None
+        rec = self.job(d.job_id)
+        self._state = self._state.allocate(d.allocation)  # raises CapacityError
+        now = self.clock.now()
+        rec.allocation = d.allocation
+        rec.allocated_at = now
+        if rec.first_start is None:
+            rec.first_start = now
+        if d.kind is DecisionKind.RESIZE:
+            steps = self.backend.resize(rec.view, d.allocation)
+            rec.view = replace(rec.view, steps_done=steps, restarts=rec.view.restarts + 1)
+            if rec.state is JobState.RUNNING:
+                self._move(d.job_id, JobState.RESIZING, d.reason, steps_done=steps)
+            else:  # STARTING / RESIZING: the relaunch simply targets the new allocation
+                self._emit(JobEvent(d.job_id, now, rec.state, rec.state, d.reason,
+                                    rec.allocation, {"steps_done": steps}))
+
+    def _release(self, rec: JobRecord) -> None:
+        if rec.allocation is not None:
+            self._state = self._state.release(rec.allocation)
+            rec.allocation = None
+            rec.allocated_at = None
+
+    def _move(self, job_id: str, dst: JobState, reason: str, **data: object) -> None:
+        rec = self._jobs[job_id]
+        ev = transition(job_id, self.clock.now(), rec.state, dst, reason,
+                        allocation=rec.allocation, data=data)
+        rec.state = dst
+        if dst.terminal:
+            rec.end_time = ev.time
+        self._emit(ev)
+
+    def _emit(self, event: JobEvent) -> None:
+        for listener in self._listeners:
+            listener(event)

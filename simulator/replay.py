@@ -1,0 +1,309 @@
+"""Replay a workload over a cluster with a policy: the production ``Controller`` driven by a
+``SimBackend`` on a virtual clock.
+
+The loop only moves time and hands over inputs: at the next instant at which something
+happens (an arrival from the trace, a backend event, a periodic tick) it advances the clock,
+submits the arrivals and delivers the backend's due events inside one ``Controller.batch()``
+(simultaneous events, one policy call), and repeats until every job has ended or nothing can
+happen any more (then the jobs still queued are reported unfinished).
+
+Planning is done once per distinct (model, training shape) and cluster, and reused for every
+job of that shape (only the step count differs; plans are re-stamped with it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from orchestrator.backend import VirtualClock
+from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S, SimBackend
+from orchestrator.controller import Controller
+from predictor.gpus import get_gpu
+from predictor.plan import Plan
+from predictor.planner import DEFAULT_MAX_GPUS, plan_job
+from predictor.spec import ModelSpec, TrainingSpec
+from scheduler.cluster import ClusterState
+from scheduler.job import JobView
+from scheduler.policy import PerfModel, Policy, make_policy
+from simulator.mapping import MappedJob, map_jobs
+from simulator.metrics import MetricsCollector, RunMetrics, summarize
+from simulator.traces import load_trace, trace_files
+from simulator.workloads import new_workload
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Knobs of a replay. ``tick_s``: periodic scheduling rounds (None: event-driven only);
+    ``until_s``: stop at this virtual time; ``max_policy_calls``: stop after that many calls
+    (overhead measurements)."""
+
+    launch_delay_s: float = DEFAULT_LAUNCH_DELAY_S
+    restart_delay_s: float = DEFAULT_RESTART_DELAY_S
+    tick_s: float | None = None
+    until_s: float | None = None
+    max_policy_calls: int | None = None
+    max_gpus: int = DEFAULT_MAX_GPUS
+
+
+# -- planning, cached -----------------------------------------------------------------------
+
+
+class PlanCache:
+    """Ranked plans per (model, training shape) for one cluster's GPU types.
+
+    Plans needing more GPUs of a type than the cluster has are dropped (ranks renumbered).
+    """
+
+    def __init__(self, cluster: ClusterState, *, max_gpus: int = DEFAULT_MAX_GPUS) -> None:
+        self._total = cluster.total_by_type()
+        self._gpus = [get_gpu(t) for t in sorted(self._total)]
+        self._max_gpus = min(max_gpus, max(self._total.values()))
+        self._cache: dict[tuple[ModelSpec, TrainingSpec], tuple[Plan, ...]] = {}
+        self.misses = 0
+
+    def plans(self, model: ModelSpec, train: TrainingSpec) -> tuple[Plan, ...]:
+        """The ranked plans of ``model`` trained as ``train`` (num_steps = train's)."""
+        shape = replace(train, steps=1, tokens=None, deadline_s=None)
+        key = (model, shape)
+        base = self._cache.get(key)
+        if base is None:
+            self.misses += 1
+            result = plan_job(model, shape, self._gpus, max_gpus=self._max_gpus)
+            kept = [p for p in result.plans if p.num_gpus <= self._total[p.gpu_type]]
+            base = tuple(replace(p, rank=i) for i, p in enumerate(kept, start=1))
+            self._cache[key] = base
+            if not base:
+                log.warning("%s: no plan fits this cluster (%s)", model.name,
+                            result.infeasible or "needs more GPUs of a type than exist")
+        steps = train.num_steps
+        return tuple(replace(p, num_steps=steps) for p in base)
+
+
+def job_view(mj: MappedJob, cache: PlanCache) -> JobView:
+    """The ``JobView`` a mapped job is submitted as."""
+    t = mj.trace
+    deadline = t.submit_time + mj.train.deadline_s if mj.train.deadline_s else None
+    return JobView(
+        id=t.name, submit_time=t.submit_time, plans=cache.plans(mj.model, mj.train),
+        total_steps=mj.train.num_steps, model=mj.model, train=mj.train,
+        requested_gpus=t.num_gpus, deadline=deadline,
+        extra={"size_class": mj.size_class, "application": t.application,
+               "gpu_time_s": mj.gpu_time_s},
+    )
+
+
+# -- progress bar -----------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (only when it is a terminal, unless forced)."""
+
+    def __init__(self, total: int, label: str = "", *, stream: TextIO | None = None,
+                 enabled: bool | None = None, width: int = 30) -> None:
+        self.total = max(1, total)
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.width = width
+        self._last = -1.0
+        self.done = 0
+
+    def update(self, done: int) -> None:
+        self.done = done
+        if not self.enabled:
+            return
+        frac = min(1.0, done / self.total)
+        if frac - self._last < 0.01 and done < self.total:
+            return
+        self._last = frac
+        fill = int(frac * self.width)
+        bar = "#" * fill + "." * (self.width - fill)
+        self.stream.write(f"\r{self.label} [{bar}] {frac:4.0%} {done}/{self.total} jobs")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- the replay loop ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    policy: str
+    metrics: RunMetrics
+    controller: Controller
+    collector: MetricsCollector
+    backend: SimBackend
+
+
+def _default_perf() -> PerfModel:
+    from scheduler.perf import AnalyticalPerfModel
+
+    return AnalyticalPerfModel()
+
+
+def replay(
+    jobs: Sequence[JobView],
+    cluster: ClusterState,
+    policy: Policy | str,
+    *,
+    perf: PerfModel | None = None,
+    config: SimConfig = SimConfig(),
+    progress: ProgressBar | None = None,
+    policy_kwargs: dict[str, Any] | None = None,
+) -> ReplayResult:
+    """Run ``jobs`` (submitted at their ``submit_time``) on ``cluster`` under ``policy``."""
+    perf = perf or _default_perf()
+    if isinstance(policy, str):
+        pol = make_policy(policy, **{"perf": perf, **(policy_kwargs or {})})
+    else:
+        pol = policy
+    clock = VirtualClock(0.0)
+    backend = SimBackend(clock, perf, cluster, launch_delay_s=config.launch_delay_s,
+                         restart_delay_s=config.restart_delay_s)
+    collector = MetricsCollector({n.id: n.gpu_type for n in cluster.nodes})
+    ctl = Controller(pol, backend, cluster, clock, listeners=[collector])
+    arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
+    samples = {j.id: float(j.train.global_batch * j.total_steps) if j.train else 0.0
+               for j in arrivals}
+    i, n = 0, len(arrivals)
+    next_tick = config.tick_s if config.tick_s else math.inf
+    ended = 0
+    stuck_ticked = False
+    while True:
+        if config.max_policy_calls is not None and \
+                len(ctl.policy_wall_s) >= config.max_policy_calls:
+            break
+        t_ev = backend.next_event_time()
+        t_arr = arrivals[i].submit_time if i < n else math.inf
+        t = min(t_ev if t_ev is not None else math.inf, t_arr)
+        if config.tick_s and ctl.active():
+            t = min(t, next_tick)
+        if math.isinf(t):
+            if ctl.active() and not stuck_ticked:
+                stuck_ticked = True  # one last round: maybe the policy waits for a tick
+                ctl.tick()
+                continue
+            break
+        stuck_ticked = False
+        if config.until_s is not None and t > config.until_s:
+            break
+        clock.advance_to(max(t, clock.now()))
+        with ctl.batch():
+            while i < n and arrivals[i].submit_time <= t:
+                ctl.submit(arrivals[i])
+                collector.set_samples(arrivals[i].id, samples[arrivals[i].id])
+                i += 1
+            backend.deliver(backend.pop_due(t))
+            if t >= next_tick:
+                ctl.tick()
+                next_tick = t + (config.tick_s or math.inf)
+        if progress is not None:
+            now_ended = sum(1 for r in ctl.jobs.values() if r.state.terminal)
+            if now_ended != ended:
+                ended = now_ended
+                progress.update(ended)
+    if progress is not None:
+        progress.close()
+    unfinished = [r.view.id for r in ctl.jobs.values() if not r.state.terminal]
+    if unfinished and config.until_s is None and config.max_policy_calls is None:
+        log.warning("%s: %d job(s) never finished (e.g. %s): no plan the policy would place",
+                    pol.name, len(unfinished), ", ".join(unfinished[:3]))
+    metrics = summarize(collector, cluster.total_by_type(), ctl.policy_wall_s)
+    return ReplayResult(pol.name, metrics, ctl, collector, backend)
+
+
+# -- workloads by name ------------------------------------------------------------------------
+
+_NEW_RE = re.compile(r"^newworkload-(\d+)(?:@(\d+))?$")
+
+
+def load_workloads(spec: str | Path) -> list[tuple[str, list[MappedJob]]]:
+    """(label, mapped jobs) per workload a spec names: ``newworkload-<n>[@seed]``, a trace
+    file, a folder, or a named trace set (see ``simulator.traces.TRACE_SETS``)."""
+    m = _NEW_RE.match(str(spec))
+    if m:
+        n, seed = int(m.group(1)), int(m.group(2) or 0)
+        return [(f"newworkload-{n}", new_workload(n, seed=seed))]
+    out = []
+    for path in trace_files(spec):
+        trace = load_trace(path)
+        out.append((f"{path.parent.name}/{path.stem}", map_jobs(trace.jobs)))
+    return out
+
+
+# -- many runs, optionally in parallel -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One replay to run: a workload file/spec (one entry of ``load_workloads``), a cluster,
+    a policy."""
+
+    workload: str
+    index: int  # which of the spec's workloads
+    cluster: str
+    scale: int | None
+    policy: str
+    config: SimConfig = SimConfig()
+
+
+_CACHES: dict[tuple[str, int | None], tuple[ClusterState, PlanCache]] = {}
+
+
+def run_task(task: Task) -> tuple[Task, str, RunMetrics]:
+    """Run one ``Task`` (in this process; plan caches are kept per process and cluster)."""
+    from simulator.clusters import load_cluster
+
+    key = (task.cluster, task.scale)
+    if key not in _CACHES:
+        spec = load_cluster(task.cluster, scale=task.scale)
+        _CACHES[key] = (spec.state, PlanCache(spec.state, max_gpus=task.config.max_gpus))
+    state, cache = _CACHES[key]
+    label, mapped = load_workloads(task.workload)[task.index]
+    views = [job_view(mj, cache) for mj in mapped]
+    t0 = time.perf_counter()
+    res = replay(views, state, task.policy, config=task.config)
+    log.info("%s %s: %d jobs in %.1fs", label, task.policy, len(views), time.perf_counter() - t0)
+    return task, label, res.metrics
+
+
+def run_tasks(tasks: Sequence[Task], *, workers: int = 1,
+              on_done: Callable[[int, int], None] | None = None
+              ) -> list[tuple[Task, str, RunMetrics]]:
+    """Run tasks, in ``workers`` processes when > 1; results in the order of ``tasks``."""
+    results: list[tuple[Task, str, RunMetrics] | None] = [None] * len(tasks)
+    if workers <= 1 or len(tasks) <= 1:
+        for k, t in enumerate(tasks):
+            results[k] = run_task(t)
+            if on_done:
+                on_done(k + 1, len(tasks))
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        with ctx.Pool(workers) as pool:
+            for done, (k, r) in enumerate(pool.imap_unordered(_indexed, list(enumerate(tasks))),
+                                          start=1):
+                results[k] = r
+                if on_done:
+                    on_done(done, len(tasks))
+    return [r for r in results if r is not None]
+
+
+def _indexed(item: tuple[int, Task]) -> tuple[int, tuple[Task, str, RunMetrics]]:
+    k, t = item
+    return k, run_task(t)
