@@ -1,0 +1,317 @@
+"""Per-GPU peak memory of one parallel plan: static state, activations, logits, overhead.
+
+Pure arithmetic (no torch, no I/O): the planner calls ``estimate_memory`` ~10^4 times per job.
+Every coefficient is a count of the tensors that ``predictor.measure.builder`` — the PyTorch
+implementation this model is checked against — keeps alive; nothing is fitted.
+
+Notation (per rank): D = bytes of the compute dtype (2 mixed, 4 fp32), t = tp, s = sequence,
+b = micro-batch, T = b·s_local tokens held by norms/residuals (s_local = s/t under sequence
+parallelism, else s), T_f = b·s tokens seen by the tensor-parallel matmuls, h = hidden,
+q = h/t (query width per rank), k = kv_heads_per_rank·head_dim, f = ffn/t, a = heads/t.
+
+Static (per parameter element n, its ZeRO shard n/dp):
+  parameters D·n (n/dp under ZeRO-3); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
+  fp32 master weights 4·n/dp_1 (mixed only) and optimizer states 8 (Adam m, v) or 4 (SGD
+  momentum) per element of the shard (n/dp under ZeRO >= 1). Mixed Adam = 2+4+4+8 = 18 B,
+  fp32 Adam = 4+4+8 = 16 B (Megatron's figures).
+
+Activations kept for backward per layer and micro-batch (bytes; Korthikanti et al. 2022
+structure, without dropout — their 34·s·b·h + 5·a·s²·b has three dropout masks and the
+dropout output on top of what is counted here):
+  norms: pre-norm and post-norm layers 4·h·T·D (two norm inputs, two norm outputs — or for
+  post-norm the layer input instead of the second output); parallel residual (gpt_neox)
+  3·h·T·D (both norms read x); norm statistics 2·T·D per LayerNorm, 4·T per RMSNorm.
+  attention, flash: Q q·T_f·D, K and V k·T_f·D each, the kernel's output q·T_f·D and
+  logsumexp 4·a·T_f, the output re-laid out for the projection q·T_f·D.
+  attention, explicit softmax: Q, K, V (K/V repeated to all heads under GQA: q each), the
+  softmax output a·s·T_f·D (the 5·a·s²·b term less dropout), the re-laid output q·T_f·D.
+  selective recompute: Q, K, V (not repeated), re-laid output.
+  MLP: GeLU 2·f·T_f·D (fc1 output, GeLU output); SwiGLU 3·f·T_f·D (gate, up, product).
+  full recompute: the layer input h·T·D only, plus one layer recomputed during backward.
+For gpt2 at t = 1 without flash this is 32·s·b·h + 2·a·s²·b bytes in fp16 (= Korthikanti's
+34·s·b·h + 5·a·s²·b less the 2·s·b·h dropout masks and the 3·a·s²·b dropout mask + output).
+
+Per micro-batch in flight the stage also keeps its output h·T·D (the next stage's or the
+head's input), the token ids (8·b·s, first stage), bert's embedding LayerNorm input, and on
+the last stage the labels and the head's activations. 1F1B: stage i of p holds
+min(m, p − i) micro-batches. The peak is the largest of three moments: the loss's forward on
+the last stage (bf16 logits 2·T_f·V/t + their fp32 softmax 4·T_f·V/t), the backward of the
+stage's last layer (one layer's gradient working set, plus under full recompute that layer's
+activations again), and the optimizer step (Adam's sqrt(v) temporary of the largest shard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from predictor.gpus import GpuType
+from predictor.spec import Family, ModelSpec, Optimizer, ParallelConfig, Precision, TrainingSpec
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Per-GPU peak memory of the worst pipeline stage, in bytes, by kind."""
+
+    parameters: int
+    gradients: int
+    optimizer_states: int  # incl. fp32 master weights in mixed precision
+    activations: int  # saved-for-backward of all in-flight micro-batches, incl. embeddings
+    logits: int  # logits / cross-entropy buffers (last stage)
+    overhead: int  # CUDA context, communication buffers, fragmentation; 0 without a GPU
+    transient: int = 0  # backward working set or optimizer-step temporaries at the peak
+    stage: int = 0  # the pipeline stage these figures belong to
+
+    @property
+    def total(self) -> int:
+        return self.tensors + self.overhead
+
+    @property
+    def tensors(self) -> int:
+        """What torch.cuda.max_memory_allocated (or the CPU storage tracker) sees."""
+        return (self.parameters + self.gradients + self.optimizer_states + self.activations
+                + self.logits + self.transient)
+
+    def as_dict(self) -> dict[str, int]:
+        d = asdict(self)
+        d["tensors"] = self.tensors
+        d["total"] = self.total
+        return d
+
+
+# -- helpers shared with predictor.measure -------------------------------------------------
+def effective_flags(train: TrainingSpec, par: ParallelConfig) -> tuple[bool, bool]:
+    """(sequence parallel, flash attention) as run: both the plan knob and the user's
+    training flag must allow it; sequence parallelism needs tp > 1."""
+    sp = par.tp > 1 and par.sequence_parallel and train.sequence_parallel
+    return sp, par.flash_attention and train.flash_attention
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """K/V heads per tensor-parallel rank (replicated when tp > kv heads, as Megatron does)."""
+    return max(model.num_kv_heads // tp, 1)
+
+
+def stage_layers(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
+    """Layer range [lo, hi) of a pipeline stage (the first stages take the remainder)."""
+    base, rem = divmod(num_layers, pp)
+    lo = stage * base + min(stage, rem)
+    return lo, lo + base + (1 if stage < rem else 0)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _layer_param_numels(m: ModelSpec, tp: int) -> list[int]:
+    """Element counts of one layer's parameter tensors on one tp rank."""
+    h, d = m.hidden_size, m.head_dim
+    q = m.num_heads // tp * d
+    k = kv_heads_per_rank(m, tp) * d
+    f = m.ffn_hidden_size // tp
+    out = [q * h, k * h, k * h, h * q]
+    if m.qkv_bias:
+        out += [q, k, k]
+    if m.linear_bias:
+        out += [h]
+    out += [f * h, h * f]
+    if m.swiglu:
+        out += [f * h]
+    if m.linear_bias:
+        out += [f, h]
+    norm = [h] if m.rmsnorm else [h, h]
+    return out + norm + norm
+
+
+def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
+    """Element counts of every parameter tensor on one rank of ``stage``."""
+    h = m.hidden_size
+    vr = _cdiv(m.vocab_size, tp)
+    first, last = stage == 0, stage == pp - 1
+    bert = m.family is Family.BERT
+    lo, hi = stage_layers(m.num_layers, pp, stage)
+    out = _layer_param_numels(m, tp) * (hi - lo)
+    if first:
+        out.append(vr * h)
+        if m.learned_positions:
+            out.append(m.max_seq_len * h)
+        if bert:
+            if m.type_vocab_size:
+                out.append(m.type_vocab_size * h)
+            out += [h, h]
+    if last:
+        if bert:
+            out += [h * h, h, h, h, vr]
+        else:
+            out += [h] if m.rmsnorm else [h, h]
+        if not ((m.tie_embeddings or bert) and first):
+            out.append(vr * h)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Dims:
+    D: int
+    T: int  # tokens held by norms / residuals (sequence shard under SP)
+    Tf: int  # tokens seen by the tp matmuls
+    h: int
+    q: int
+    k: int
+    f: int
+    a: int
+    s: int
+    b: int
+    vr: int
+
+
+def _layer_activations(m: ModelSpec, x: _Dims, flash: bool, selective: bool) -> int:
+    """Bytes one layer keeps for backward for one micro-batch (no full recompute)."""
+    D, T, Tf = x.D, x.T, x.Tf
+    norm_io = 3 if m.family is Family.GPT_NEOX else 4
+    n = norm_io * x.h * T * D
+    n += 2 * (4 * T if m.rmsnorm else 2 * T * D)  # norm statistics
+    if selective:
+        n += (2 * x.q + 2 * x.k) * Tf * D  # Q, K, V, re-laid output
+    elif flash:
+        n += (3 * x.q + 2 * x.k) * Tf * D + 4 * x.a * Tf
+    else:
+        kv = x.q if x.k != x.q else x.k  # GQA repeats K/V to all heads
+        n += (2 * x.q + 2 * kv) * Tf * D + x.a * x.s * Tf * D
+    n += (3 if m.swiglu else 2) * x.f * Tf * D
+    return n
+
+
+def _backward_working_set(m: ModelSpec, x: _Dims, sp: bool, flash: bool, selective: bool
+                          ) -> int:
+    """Extra bytes at the worst moment of the first layer's backward (counted from the
+    builder's backward code; all activations are still alive then):
+
+    (a) MLP-out (row-parallel) backward: incoming gradient h·T, its sequence-parallel
+        all-gather h·T_f, grad of the MLP hidden f·T_f and the weight gradient h·f, before the
+        hook moves it into the fp32 buffer;
+    (b) the activation's backward: incoming h·T plus SwiGLU's 4 (GeLU's 2) f-wide tensors,
+        less the freed MLP-out input f·T_f;
+    (c) explicit-softmax attention backward: the gradients of the softmax output and input
+        2·a·s·T_f (3 with selective recompute, which first rebuilds the softmax output), the
+        output gradient q·T_f, less the freed MLP activations and second norm's tensors.
+    """
+    D, T, Tf = x.D, x.T, x.Tf
+    g_in = x.h * T * D
+    a = g_in + (x.h * Tf * D if sp else 0) + x.f * Tf * D + x.h * x.f * D
+    b = g_in + (3 if m.swiglu else 1) * x.f * Tf * D
+    c = 0
+    if not flash:
+        mlp = (3 if m.swiglu else 2) * x.f * Tf * D
+        c = (g_in + x.q * Tf * D + (3 if selective else 2) * x.a * x.s * Tf * D
+             - mlp - 2 * x.h * T * D)
+    return max(a, b, c)
+
+
+def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
+                   gpu: GpuType | None = None) -> MemoryBreakdown:
+    """Peak memory of one rank of pipeline stage ``stage``."""
+    m, t, dp, zero = model, par.tp, par.dp, par.zero_stage
+    sp, flash = effective_flags(train, par)
+    mixed = train.precision is not Precision.FP32
+    D = 2 if mixed else 4
+    first, last = stage == 0, stage == par.pp - 1
+
+    # static state
+    numels = stage_param_numels(m, t, par.pp, stage)
+    n_param = n_grad = n_shard = 0
+    max_shard = 0
+    for n in numels:
+        sh = _cdiv(n, dp)
+        n_param += sh if zero >= 3 else n
+        n_grad += sh if zero >= 2 else n
+        opt_sh = sh if zero >= 1 else n
+        n_shard += opt_sh
+        max_shard = max(max_shard, opt_sh)
+    states = 1 if train.optimizer is Optimizer.SGD else 2
+    parameters = D * n_param
+    gradients = 4 * n_grad
+    optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
+
+    # activations of one micro-batch
+    s, b = train.seq_len, par.micro_batch
+    s_local = s // t if sp else s
+    x = _Dims(D=D, T=b * s_local, Tf=b * s, h=m.hidden_size, q=m.num_heads // t * m.head_dim,
+              k=kv_heads_per_rank(m, t) * m.head_dim, f=m.ffn_hidden_size // t,
+              a=m.num_heads // t, s=s, b=b, vr=_cdiv(m.vocab_size, t))
+    lo, hi = stage_layers(m.num_layers, par.pp, stage)
+    n_layers = hi - lo
+    recompute = par.recompute.value
+    one_layer = _layer_activations(m, x, flash, recompute == "selective")
+    per_layer = x.h * x.T * D if recompute == "full" else one_layer
+    hTD = x.h * x.T * D
+    mb = n_layers * per_layer + hTD  # + the stage's output (next stage's / head's input)
+    bert = m.family is Family.BERT
+    if first:
+        mb += 8 * b * s  # token ids
+        if bert:
+            mb += hTD + 2 * x.T * D  # embedding LayerNorm input + statistics
+    if last:
+        mb += 8 * b * s  # labels
+        if bert:
+            mb += 3 * hTD + 2 * x.T * D  # dense output, GeLU output, LN output + stats
+        else:
+            mb += hTD + (4 * x.T if m.rmsnorm else 2 * x.T * D)  # final norm output + stats
+    m_total = max(1, par.micro_batches(train.global_batch))
+    k = min(m_total, par.pp - stage)
+    activations = k * mb
+    if n_layers and not m.learned_positions:
+        activations += 2 * s * m.head_dim * D  # rotary cos/sin tables
+
+    # the candidate peak moments, on top of the static state
+    zero_act = 0
+    moments: list[tuple[int, int, int]] = []  # (activations, logits, transient)
+    if last:
+        lg = x.Tf * x.vr
+        # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
+        moments.append((activations, (6 if mixed else 4) * lg, 0))
+        # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
+        # the weight gradient vocab/t·h and the input gradient h·T_f
+        moments.append((activations, (4 if not mixed else 2) * lg,
+                        x.vr * x.h * D + x.h * x.Tf * D))
+    bwd = _backward_working_set(m, x, sp, flash, recompute == "selective")
+    if recompute == "full":
+        bwd += one_layer  # the recomputed layer's activations
+    moments.append((activations, 0, bwd))
+    if states == 2:  # Adam's sqrt(v) temporary; the activations are gone by then
+        moments.append((zero_act, 0, 4 * max_shard))
+    activations, logits, transient = max(moments, key=sum)
+    return MemoryBreakdown(
+        parameters=parameters, gradients=gradients, optimizer_states=optimizer_states,
+        activations=activations, logits=logits,
+        overhead=gpu.runtime_overhead_bytes if gpu is not None else 0,
+        transient=transient, stage=stage)
+
+
+def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
+                    gpu: GpuType | None = None) -> MemoryBreakdown:
+    """Per-GPU peak of the worst pipeline stage (the first and the last are the candidates:
+    a middle stage has the first's layers with fewer micro-batches in flight and no
+    embedding). ``overhead`` is ``gpu.runtime_overhead_bytes`` (0 when ``gpu`` is None)."""
+    best = estimate_stage(model, train, par, 0, gpu)
+    if par.pp > 1:
+        last = estimate_stage(model, train, par, par.pp - 1, gpu)
+        if last.total > best.total:
+            best = last
+    return best
+
+
+def frenzy_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig) -> int:
+    """The Frenzy paper's MARP formula (§IV-A) as a baseline, in bytes:
+
+        20·W/t + s·b·h·l·(10 + 24/t + 5·a·s/(h·t)),  W = V·h + l·(12h² + 13h),  b = B/d
+
+    Read literally: b is the whole per-replica batch B/d (the paper folds micro-batching into
+    it), l is all layers (no /p), precision and optimizer are ignored (20 bytes per parameter,
+    2-byte activations), no recompute, flash attention, sequence parallelism, logits or
+    runtime overhead.
+    """
+    W = model.frenzy_params()
+    t = par.tp
+    h, l, a, s = model.hidden_size, model.num_layers, model.num_heads, train.seq_len
+    b = train.global_batch / par.dp
+    act = s * b * h * l * (10 + 24 / t + 5 * a * s / (h * t))
+    return int(20 * W / t + act)
