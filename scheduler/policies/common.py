@@ -1,0 +1,116 @@
+"""Helpers the policies share: per-job plan indexes (cached across calls) and making a decision
+list safe to apply one decision at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from predictor.plan import Plan
+from scheduler.cluster import ClusterState
+from scheduler.decision import Decision, DecisionKind, start, stop
+from scheduler.job import JobView, RunningJob
+
+
+@dataclass(frozen=True, slots=True)
+class PlanIndex:
+    """A job's plans grouped for quick lookups.
+
+    ``by_type[t][n]`` is the best-ranked plan of GPU type ``t`` on ``n`` GPUs (the planner keeps
+    one per (type, count), but a hand-made list may hold several); ``min_gpus[t]`` is the
+    smallest count any plan of type ``t`` needs, so a policy can skip a job in O(types) when the
+    free GPUs cannot hold any of its plans.
+    """
+
+    plans: tuple[Plan, ...]
+    by_type: dict[str, dict[int, Plan]]
+    min_gpus: dict[str, int]
+
+    @classmethod
+    def build(cls, plans: tuple[Plan, ...]) -> PlanIndex:
+        by_type: dict[str, dict[int, Plan]] = {}
+        for plan in plans:
+            by_type.setdefault(plan.gpu_type, {}).setdefault(plan.num_gpus, plan)
+        min_gpus = {t: min(counts) for t, counts in by_type.items()}
+        return cls(plans, by_type, min_gpus)
+
+    def at_least(self, gpu_type: str, num_gpus: int) -> Plan | None:
+        """The plan of ``gpu_type`` on exactly ``num_gpus`` GPUs, else on the fewest GPUs above
+        it (a request the plans cannot run as asked is rounded up, never down: fewer GPUs than
+        asked would not fit in memory or would not be what the user asked for)."""
+        counts = self.by_type.get(gpu_type)
+        if not counts:
+            return None
+        if num_gpus in counts:
+            return counts[num_gpus]
+        above = [n for n in counts if n > num_gpus]
+        return counts[min(above)] if above else None
+
+
+class PlanIndexCache:
+    """``PlanIndex`` per job id, rebuilt when the job's plan tuple changes (identity check, so
+    a lookup costs one dict access). Pruned to the jobs of the current call when it grows."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[str, PlanIndex] = {}
+
+    def get(self, job: JobView) -> PlanIndex:
+        entry = self._entries.get(job.id)
+        if entry is None or entry.plans is not job.plans:
+            entry = self._entries[job.id] = PlanIndex.build(job.plans)
+        return entry
+
+    def prune(self, keep: Sequence[JobView], slack: int = 4096) -> None:
+        """Forget finished jobs once the cache holds ``slack`` more entries than ``keep``."""
+        if len(self._entries) > len(keep) + slack:
+            ids = {j.id for j in keep}
+            self._entries = {k: v for k, v in self._entries.items() if k in ids}
+
+
+def order_for_sequential_apply(
+    state: ClusterState, running: Sequence[RunningJob], decisions: Sequence[Decision]
+) -> list[Decision]:
+    """Reorder ``decisions`` so that applying them one at a time on ``state`` never asks for a
+    GPU that is still held: every STOP first, then each RESIZE (which releases its old GPUs and
+    takes the new ones) once its new GPUs are free, then every START.
+
+    A cycle of RESIZEs (A moves onto B's GPUs while B moves onto A's) has no valid order; the
+    first RESIZE of such a cycle is split into a STOP and a later START of the same
+    allocation, so the job checkpoints and restarts exactly as a resize would.
+    """
+    held = {r.job.id: r.allocation for r in running}
+    free = {n.id: n.free_gpus for n in state.nodes}
+    stops = [d for d in decisions if d.kind is DecisionKind.STOP]
+    resizes = [d for d in decisions if d.kind is DecisionKind.RESIZE]
+    starts = [d for d in decisions if d.kind is DecisionKind.START]
+    for d in stops:
+        for node_id, n in held[d.job_id].placement:
+            free[node_id] += n
+
+    ordered: list[Decision] = list(stops)
+    late_starts: list[Decision] = []
+    todo = list(resizes)
+    while todo:
+        for k, d in enumerate(todo):
+            assert d.allocation is not None
+            avail = dict(free)
+            for node_id, n in held[d.job_id].placement:
+                avail[node_id] += n
+            if all(avail[node_id] >= n for node_id, n in d.allocation.placement):
+                for node_id, n in d.allocation.placement:
+                    avail[node_id] -= n
+                free = avail
+                ordered.append(d)
+                todo.pop(k)
+                break
+        else:  # a cycle: stop the first one now, start it once everything else has moved
+            d = todo.pop(0)
+            assert d.allocation is not None
+            for node_id, n in held[d.job_id].placement:
+                free[node_id] += n
+            ordered.append(stop(d.job_id, f"{d.reason} [resize split into stop+start: "
+                                          "its new GPUs are held by a job that moves later]"))
+            late_starts.append(start(d.allocation, d.reason + " [restart after split resize]"))
+    return ordered + late_starts + starts

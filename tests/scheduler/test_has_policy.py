@@ -1,0 +1,139 @@
+"""HAS (Frenzy Algorithm 1): plan walk, best-fit placement, backfilling, re-timing."""
+
+from __future__ import annotations
+
+from builders import (
+    GIB,
+    IdentityPerf,
+    NodesPenaltyPerf,
+    apply_decisions,
+    assert_allocation_valid,
+    cluster,
+    make_job,
+    make_node,
+    make_plan,
+    phoebe,
+    ranked,
+)
+
+from scheduler.decision import DecisionKind
+from scheduler.policies.has import HasPolicy
+from scheduler.policy import make_policy, policy_names
+
+
+def test_registered() -> None:
+    assert {"has", "opportunistic", "sia"} <= set(policy_names())
+    assert isinstance(make_policy("has", perf=IdentityPerf()), HasPolicy)
+
+
+def test_takes_first_plan_the_free_gpus_satisfy() -> None:
+    # 8xA100 ranked first but only 4 A100 free: the walk falls to plan #2 (4xA100),
+    # not to plan #3 (RTX) even though 8 RTX are free
+    state = cluster(make_node("dgx", "A100-40G", 8, 4, interconnect="nvlink"),
+                    make_node("rtx", "RTX2080Ti", 8))
+    job = make_job("j", ranked(make_plan("A100-40G", 8, step_s=1.0),
+                               make_plan("A100-40G", 4, step_s=1.8),
+                               make_plan("RTX2080Ti", 8, step_s=3.0, req_gib=9)))
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.kind is DecisionKind.START
+    assert d.allocation is not None
+    assert d.allocation.plan.num_gpus == 4 and d.allocation.plan.gpu_type == "A100-40G"
+    assert d.allocation.placement == (("dgx", 4),)
+    assert "plan #2" in d.reason and "plans #1-#1 did not fit" in d.reason
+
+
+def test_a_plan_of_one_type_never_lands_on_another_type() -> None:
+    # the A100 plan's memory (30 GiB) would fit the 48 GB L40S, but it was sized and timed for A100
+    state = cluster(make_node("l40s", "L40S", 8))
+    job = make_job("j", ranked(make_plan("A100-40G", 2, req_gib=30)))
+    assert HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0) == []
+
+
+def test_plans_needing_more_memory_than_the_gpus_have_are_skipped() -> None:
+    state = cluster(make_node("rtx", "RTX2080Ti", 8))  # 11 GiB cards
+    job = make_job("j", ranked(make_plan("RTX2080Ti", 2, req_gib=12),
+                               make_plan("RTX2080Ti", 4, req_gib=10)))
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_paper_example_best_fit_node_for_two_gpu_job() -> None:
+    # Job(2, 32GB) goes to Node(3, 40) rather than Node(6, 80)
+    state = cluster(make_node("n80", "A100", 8, 6, memory_gib=80),
+                    make_node("n40", "A100", 8, 3, memory_gib=40))
+    job = make_job("j", ranked(make_plan("A100", 2, req_gib=32)))
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.placement == (("n40", 2),)
+    assert "best-fit on n40" in d.reason
+
+
+def test_paper_example_one_node_rather_than_four() -> None:
+    nodes = [make_node(f"one-{i}", "A100-40G", 8, 1) for i in range(4)]
+    nodes.append(make_node("four", "A100-40G", 8, 4))
+    job = make_job("j", ranked(make_plan("A100-40G", 4, req_gib=35)))
+    (d,) = HasPolicy(IdentityPerf()).decide(cluster(*nodes), [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.placement == (("four", 4),)
+
+
+def test_jobs_in_one_call_share_the_free_gpus_fcfs() -> None:
+    state = cluster(make_node("a", "A100-40G", 8, 6), make_node("b", "A100-40G", 8, 2))
+    jobs = [make_job(f"j{i}", ranked(make_plan("A100-40G", 4)), submit=i) for i in range(3)]
+    out = HasPolicy(IdentityPerf()).decide(state, jobs, [], 0.0)
+    # j0 best-fits a (6 free; b has 2), j1 then needs 4 of a:2 + b:2 -> spread; j2 waits
+    assert [d.job_id for d in out] == ["j0", "j1"]
+    assert out[0].allocation is not None and out[0].allocation.placement == (("a", 4),)
+    assert out[1].allocation is not None
+    assert sorted(out[1].allocation.placement) == [("a", 2), ("b", 2)]
+    applied = apply_decisions(state, [], out)
+    assert applied.state.free_gpus == 0
+
+
+def test_backfill_lets_a_later_job_start_and_strict_fcfs_does_not() -> None:
+    state = cluster(make_node("a", "A100-40G", 8, 2))
+    big = make_job("big", ranked(make_plan("A100-40G", 8)), submit=0)
+    small = make_job("small", ranked(make_plan("A100-40G", 2)), submit=1)
+    out = HasPolicy(IdentityPerf()).decide(state, [big, small], [], 5.0)
+    assert [d.job_id for d in out] == ["small"]
+    assert HasPolicy(IdentityPerf(), backfill=False).decide(state, [big, small], [], 5.0) == []
+
+
+def test_full_cluster_or_empty_queue_gives_nothing() -> None:
+    state = cluster(make_node("a", "A100-40G", 8, 0))
+    job = make_job("j", ranked(make_plan("A100-40G", 1)))
+    perf = IdentityPerf()
+    assert HasPolicy(perf).decide(state, [job], [], 0.0) == []
+    assert HasPolicy(perf).decide(phoebe(), [], [], 0.0) == []
+    assert perf.calls == []
+
+
+def test_plan_is_retimed_for_the_placement_it_gets() -> None:
+    state = cluster(make_node("a", "A100-40G", 8, 2), make_node("b", "A100-40G", 8, 2))
+    job = make_job("j", ranked(make_plan("A100-40G", 4, step_s=2.0)))
+    (d,) = HasPolicy(NodesPenaltyPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_nodes == 2
+    assert d.allocation.plan.step_time_s == 3.0  # 2 nodes: +50% in the stub
+    assert "re-timed" in d.reason
+
+
+def test_phoebe_mix_every_allocation_valid() -> None:
+    state = phoebe()
+    jobs = []
+    for i in range(12):
+        jobs.append(make_job(f"j{i}", ranked(
+            make_plan("A100-40G", 4, step_s=1.0, req_gib=30),
+            make_plan("RTX6000", 4, step_s=3.0, req_gib=20),
+            make_plan("RTX2080Ti", 8, step_s=4.0, req_gib=10)), submit=i))
+    out = HasPolicy(IdentityPerf()).decide(state, jobs, [], 0.0)
+    # 4 A100 jobs (16 GPUs), 1 RTX6000 job, 3 RTX2080Ti jobs
+    kinds = [d.allocation.plan.gpu_type for d in out if d.allocation]
+    assert kinds.count("A100-40G") == 4
+    assert kinds.count("RTX6000") == 1
+    assert kinds.count("RTX2080Ti") == 3
+    applied = apply_decisions(state, [], out)
+    for alloc in applied.holding.values():
+        assert_allocation_valid(state, alloc)
+    assert applied.state.free_gpus == 0
+
+
+def test_required_bytes_units() -> None:
+    assert make_plan("A100-40G", 1, req_gib=3).required_bytes == 3 * GIB
