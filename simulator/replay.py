@@ -259,6 +259,16 @@ class Task:
     scale: int | None
     policy: str
     config: SimConfig = SimConfig()
+    max_jobs: int | None = None  # only the first N jobs (quick runs)
+
+
+_WORKLOADS: dict[str, list[tuple[str, list[MappedJob]]]] = {}
+
+
+def _workload(spec: str, index: int) -> tuple[str, list[MappedJob]]:
+    if spec not in _WORKLOADS:
+        _WORKLOADS[spec] = load_workloads(spec)
+    return _WORKLOADS[spec][index]
 
 
 _CACHES: dict[tuple[str, int | None], tuple[ClusterState, PlanCache]] = {}
@@ -273,7 +283,9 @@ def run_task(task: Task) -> tuple[Task, str, RunMetrics]:
         spec = load_cluster(task.cluster, scale=task.scale)
         _CACHES[key] = (spec.state, PlanCache(spec.state, max_gpus=task.config.max_gpus))
     state, cache = _CACHES[key]
-    label, mapped = load_workloads(task.workload)[task.index]
+    label, mapped = _workload(task.workload, task.index)
+    if task.max_jobs is not None:
+        mapped = mapped[: task.max_jobs]
     views = [job_view(mj, cache) for mj in mapped]
     t0 = time.perf_counter()
     res = replay(views, state, task.policy, config=task.config)
