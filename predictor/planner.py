@@ -126,38 +126,51 @@ def _precision_for(gpu: GpuType, precision: Precision) -> tuple[Precision, tuple
     return Precision.FP16, (f"{gpu.name} has no bf16 tensor cores: planned in fp16 mixed",)
 
 
-def _fits(mem: MemoryBreakdown, capacity: int, margin: float) -> bool:
-    return mem.total <= capacity * (1.0 - margin)
+MemoKey = tuple[int, int, int, int, Recompute, int]
+
+
+class _MemoryTable:
+    """Tensor memory of each configuration, computed once per job and shared by all GPU
+    types: only the runtime overhead differs between GPUs (a bf16 plan re-planned in fp16 on
+    a GPU without bf16 has the same bytes), so it is added per GPU at lookup."""
+
+    def __init__(self, model: ModelSpec, train: TrainingSpec) -> None:
+        self.model, self.train = model, train
+        self.table: dict[MemoKey, tuple[ParallelConfig, MemoryBreakdown]] = {}
+        self.floor = 1 << 62  # smallest tensor memory seen (for the infeasible answer)
+        self.calls = 0
+
+    def get(self, key: MemoKey) -> tuple[ParallelConfig, MemoryBreakdown]:
+        hit = self.table.get(key)
+        if hit is None:
+            tp, pp, dp, mb, recompute, zero = key
+            par = ParallelConfig(
+                tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute, zero_stage=zero,
+                sequence_parallel=self.train.sequence_parallel and tp > 1,
+                flash_attention=self.train.flash_attention,
+            )
+            mem = estimate_memory(self.model, self.train, par, None)
+            self.calls += 1
+            self.floor = min(self.floor, mem.tensors)
+            hit = self.table[key] = (par, mem)
+        return hit
 
 
 def _best_for_layout(
-    model: ModelSpec,
-    train: TrainingSpec,
-    gpu: GpuType,
-    tp: int,
-    pp: int,
-    dp: int,
-    margin: float,
-    floor: list[int],
+    table: _MemoryTable, gpu: GpuType, tp: int, pp: int, dp: int, margin: float
 ) -> Iterable[tuple[ParallelConfig, MemoryBreakdown]]:
-    """Fitting configurations of one (tp, pp, dp) layout: per micro-batch, the cheapest
-    saver that fits. Updates ``floor[0]`` with the smallest total memory seen."""
-    per_replica = train.global_batch // dp
-    sp = train.sequence_parallel and tp > 1
-    for mb in divisors(per_replica):
+    """Fitting configurations of one (tp, pp, dp) layout on ``gpu``: per micro-batch, the
+    cheapest memory saver that fits."""
+    budget = gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
+    for mb in divisors(table.train.global_batch // dp):
         fitted = False
         for recompute, zero in _SAVERS:
             if zero and dp == 1:
                 continue
-            par = ParallelConfig(
-                tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute, zero_stage=zero,
-                sequence_parallel=sp, flash_attention=train.flash_attention,
-            )
-            mem = estimate_memory(model, train, par, gpu)
-            floor[0] = min(floor[0], mem.total)
-            if _fits(mem, gpu.memory_bytes, margin):
+            par, mem = table.get((tp, pp, dp, mb, recompute, zero))
+            if mem.tensors <= budget:
                 fitted = True
-                yield par, mem
+                yield par, replace(mem, overhead=gpu.runtime_overhead_bytes)
                 break
         if not fitted:
             return  # larger micro-batches need more memory still
@@ -191,7 +204,7 @@ def plan_job(
 
     best: dict[tuple[str, int], Plan] = {}
     every: list[Plan] = []
-    floor = [1 << 62]
+    table = _MemoryTable(model, train)
     considered = 0
     steps = train.num_steps
     for gpu in gpu_list:
@@ -200,7 +213,7 @@ def plan_job(
         for tp in _tp_options(model, train, min(gpus_per_node, max_gpus)):
             for pp in divisors(model.num_layers, max_gpus // tp):
                 for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
-                    for par, mem in _best_for_layout(model, gtrain, gpu, tp, pp, dp, margin, floor):
+                    for par, mem in _best_for_layout(table, gpu, tp, pp, dp, margin):
                         considered += 1
                         topo = default_topology(gpu, par.num_gpus, gpus_per_node)
                         step = estimate_step_time(model, gtrain, par, gpu, topo)
@@ -218,7 +231,8 @@ def plan_job(
     candidates = every if keep_all else list(best.values())
     if not candidates:
         largest = max(gpu_list, key=lambda g: g.memory_bytes)
-        need = floor[0] / (1.0 - margin)
+        overhead = min(g.runtime_overhead_bytes for g in gpu_list)
+        need = (table.floor + overhead) / (1.0 - margin)
         return PlanResult(
             model=model, train=train, plans=(), considered=considered, min_required_bytes=int(need),
             infeasible=(

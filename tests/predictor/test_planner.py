@@ -1,0 +1,102 @@
+"""Plan search: validity, fit, ranking, and the infeasible answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictor.errors import SpecError
+from predictor.gpus import GIB, get_gpu
+from predictor.memory import estimate_memory
+from predictor.planner import RANKINGS, divisors, plan_job
+from predictor.spec import ModelSpec, Precision, Recompute, TrainingSpec
+
+
+def test_divisors() -> None:
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(64, 8) == [1, 2, 4, 8]
+
+
+@pytest.fixture(scope="module")
+def llama_result():
+    model = ModelSpec.from_name("llama-2-7b")
+    train = TrainingSpec(global_batch=32, seq_len=4096, steps=100)
+    return plan_job(model, train, [get_gpu("A100-80G"), get_gpu("A100-40G"), get_gpu("L40S")],
+                    max_gpus=32)
+
+
+def test_every_plan_is_valid_and_fits(llama_result) -> None:
+    r = llama_result
+    assert r.plans
+    for p in r.plans:
+        p.parallel.check(r.model, r.train)  # heads % tp, layers % pp, batch divisibility
+        cap = get_gpu(p.gpu_type).memory_bytes
+        assert p.peak_memory_bytes <= cap * 0.95
+        assert p.required_bytes >= p.peak_memory_bytes
+        assert p.num_gpus <= 32 and p.parallel.tp <= 8
+        # the plan's memory is the model's own prediction for that configuration
+        again = estimate_memory(r.model, r.train, p.parallel, get_gpu(p.gpu_type))
+        assert again.total == p.memory.total
+
+
+def test_one_plan_per_gpu_type_and_count(llama_result) -> None:
+    keys = [(p.gpu_type, p.num_gpus) for p in llama_result.plans]
+    assert len(keys) == len(set(keys))
+
+
+def test_ranked_by_the_named_key_with_reasons(llama_result) -> None:
+    plans = llama_result.plans
+    keys = [RANKINGS["gpu_seconds"](p) for p in plans]
+    assert keys == sorted(keys)
+    assert [p.rank for p in plans] == list(range(1, len(plans) + 1))
+    assert all(p.reason.startswith(f"#{p.rank} by gpu_seconds") for p in plans)
+    assert all(p.job_time_s == pytest.approx(p.step_time_s * 100) for p in plans)
+
+
+def test_ranking_is_swappable() -> None:
+    model = ModelSpec.from_name("gpt2-medium")
+    train = TrainingSpec(global_batch=64, seq_len=1024, steps=1000)
+    gpus = [get_gpu("A100-80G"), get_gpu("RTX3090")]
+    fast = plan_job(model, train, gpus, ranking="job_time", max_gpus=16)
+    assert [p.job_time_s for p in fast.plans] == sorted(p.job_time_s for p in fast.plans)
+    few = plan_job(model, train, gpus, ranking=lambda p: (p.num_gpus, p.step_time_s), max_gpus=16)
+    assert few.plans[0].num_gpus == 1
+    with pytest.raises(SpecError) as exc:
+        plan_job(model, train, gpus, ranking="cheapest")
+    assert exc.value.field == "ranking"
+
+
+def test_memory_savers_only_when_needed() -> None:
+    # gpt2 (124M) at batch 8 × 1024 fits one A100-80G without recomputation or ZeRO.
+    model = ModelSpec.from_name("gpt2")
+    train = TrainingSpec(global_batch=8, seq_len=1024)
+    r = plan_job(model, train, [get_gpu("A100-80G")], max_gpus=8, keep_all=True)
+    single = [p for p in r.plans if p.num_gpus == 1]
+    assert single and all(p.parallel.recompute is Recompute.NONE for p in single)
+    assert all(p.parallel.zero_stage == 0 for p in single)
+
+
+def test_bf16_on_gpu_without_bf16_is_planned_in_fp16() -> None:
+    r = plan_job(ModelSpec.from_name("gpt2"), TrainingSpec(global_batch=8, seq_len=512),
+                 [get_gpu("V100-32G")], max_gpus=4)
+    assert r.plans and all(p.precision is Precision.FP16 for p in r.plans)
+    assert "no bf16" in r.plans[0].notes[0]
+
+
+def test_infeasible_model_reports_smallest_need() -> None:
+    model = ModelSpec.from_name("llama-3-70b")
+    train = TrainingSpec(global_batch=8, seq_len=8192)
+    r = plan_job(model, train, [get_gpu("RTX2080Ti")], max_gpus=8)
+    assert not r.plans
+    assert r.min_required_bytes is not None and r.min_required_bytes > 11 * GIB
+    assert "RTX2080Ti" in r.infeasible and "GiB per GPU" in r.infeasible
+    with pytest.raises(SpecError):
+        _ = r.best
+
+
+def test_bad_arguments() -> None:
+    m, t = ModelSpec.from_name("gpt2"), TrainingSpec(global_batch=8, seq_len=4096)
+    with pytest.raises(SpecError) as exc:
+        plan_job(m, t)  # gpt2's learned positions stop at 1024
+    assert exc.value.field == "seq_len"
+    with pytest.raises(SpecError):
+        plan_job(m, TrainingSpec(global_batch=8, seq_len=512), max_gpus=0)
