@@ -89,6 +89,8 @@ class Controller:
         self._dirty = False
         self.policy_wall_s: list[float] = []
         """Wall-clock seconds of every ``policy.decide`` call (scheduling overhead)."""
+        self.policy_calls: list[tuple[int, int, float]] = []
+        """(pending jobs, running jobs, wall seconds) of every ``policy.decide`` call."""
         backend.connect(self.on_event)
 
     # -- queries ---------------------------------------------------------------------------
@@ -244,7 +246,9 @@ class Controller:
         now = self.clock.now()
         t0 = time.perf_counter()
         decisions = self.policy.decide(self._state, pending, running, now)
-        self.policy_wall_s.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
+        self.policy_wall_s.append(wall)
+        self.policy_calls.append((len(pending), len(running), wall))
         if decisions:
             self.apply(decisions)
 
