@@ -1,0 +1,86 @@
+"""The application factory: ``create_app(settings, runner, cluster_provider, planner)``.
+
+Everything is built here, on call, never at import: the engine from the settings, the
+default runner (``PendingRunner``: jobs stay PENDING until the Controller is plugged in),
+the default cluster provider (the database's nodes and allocations) and the planner
+(``predictor.planner.plan_job`` behind a cache).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+from fastapi import FastAPI
+
+from service.api.deps import AppContext, TokenCache
+from service.api.errors import install_error_handlers
+from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
+from service.api.planning import PlanningService, default_planner
+from service.api.routes import admin, cluster, jobs, plans
+from service.db.engine import make_engine, make_session_factory, migrate
+from service.db.models import utcnow
+from service.runner import JobRunner, PendingRunner
+from service.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings | None = None,
+    runner: JobRunner | None = None,
+    cluster_provider: ClusterProvider | None = None,
+    planner: Callable[..., object] | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> FastAPI:
+    """Build the API. Missing collaborators get their defaults (see the module doc)."""
+    settings = settings or get_settings()
+    engine = make_engine(
+        settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow,
+    )
+    factory = make_session_factory(engine)
+    provider = cluster_provider or DbClusterProvider(factory)
+    ctx = AppContext(
+        settings=settings,
+        engine=engine,
+        session_factory=factory,
+        runner=runner if runner is not None else PendingRunner(),
+        cluster_provider=provider,
+        planning=PlanningService(
+            planner or default_planner, cache_size=settings.plan_cache_size,
+            default_max_gpus=settings.max_gpus, default_ranking=settings.ranking,
+            max_plans=settings.max_plans_per_job,
+        ),
+        inventory=InventoryCache(provider, settings.inventory_ttl_s),
+        clock=clock or utcnow,
+        tokens=TokenCache(settings.token_cache_ttl_s),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.auto_migrate:
+            migrate(settings.database_url)
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title=settings.api_title,
+        summary="Serverless LLM training on heterogeneous GPU clusters",
+        version="0.1.0",
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    for module in (jobs, plans, cluster, admin):
+        app.include_router(module.router, prefix="/v1")
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

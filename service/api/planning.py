@@ -1,0 +1,221 @@
+"""Turn a submission body into specs and ranked plans, with a cache per identical body.
+
+The planner is injected (``Planner``) so tests can stub it and the service never plans at
+import time. Results are cached per (model, training, cluster GPU types, max GPUs,
+ranking): planning is pure, and identical submissions are common (retries, sweeps, load
+tests), so a repeat costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from predictor.errors import SpecError
+from predictor.spec import ModelSpec, TrainingSpec
+from service.api.errors import ApiError
+from service.api.inventory import Inventory
+from service.schemas import JobCreate, spec_error_field
+
+if TYPE_CHECKING:
+    from predictor.planner import PlanResult
+
+log = logging.getLogger(__name__)
+
+
+class Planner(Protocol):
+    """``predictor.planner.plan_job`` over named GPU types (None: the whole catalog)."""
+
+    def __call__(
+        self,
+        model: ModelSpec,
+        train: TrainingSpec,
+        gpu_types: Sequence[str] | None,
+        *,
+        max_gpus: int,
+        ranking: str,
+    ) -> PlanResult: ...
+
+
+def default_planner(
+    model: ModelSpec,
+    train: TrainingSpec,
+    gpu_types: Sequence[str] | None,
+    *,
+    max_gpus: int,
+    ranking: str,
+) -> PlanResult:
+    """The predictor's planner over the catalog entries of ``gpu_types``."""
+    from predictor.gpus import get_gpu
+    from predictor.planner import plan_job
+
+    gpus = [get_gpu(t) for t in gpu_types] if gpu_types else None
+    return plan_job(model, train, gpus, max_gpus=max_gpus, ranking=ranking)
+
+
+def known_gpu_types(names: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Split cluster GPU type names into ({cluster name: catalog name}, unknown names)."""
+    from predictor.gpus import get_gpu
+
+    known: dict[str, str] = {}
+    unknown: list[str] = []
+    for name in names:
+        try:
+            known[name] = get_gpu(name).name
+        except SpecError:
+            unknown.append(name)
+    return known, unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """Specs and ranked plans of one body; ``plan_dicts`` are the JSON forms of ``plans``."""
+
+    model: ModelSpec
+    train: TrainingSpec
+    source: str
+    plans: tuple[Any, ...]
+    plan_dicts: tuple[dict[str, Any], ...]
+    gpu_types: tuple[str, ...]
+    max_gpus: int
+
+
+def spec_dict(spec: Any) -> dict[str, Any]:
+    """A frozen spec dataclass as plain JSON values (enums as their values)."""
+    return json.loads(json.dumps(dataclasses.asdict(spec), default=str))
+
+
+def canonical_hash(value: Any) -> str:
+    return hashlib.sha256(
+        json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+    ).hexdigest()
+
+
+def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
+    """The model and training specs of a body; ``ApiError`` 422 naming the field if bad."""
+    given = [k for k in ("model", "hf_config", "dimensions") if getattr(body, k) is not None]
+    if len(given) != 1:
+        what = "none" if not given else ", ".join(given)
+        raise ApiError(
+            422, "model",
+            f"give exactly one of model (a catalog name), hf_config (a config.json object) "
+            f"or dimensions; got {what}",
+        )
+    source = given[0]
+    try:
+        if source == "model":
+            model = ModelSpec.from_name(body.model or "")
+        elif source == "hf_config":
+            model = ModelSpec.from_hf_config(body.hf_config or {}, name=body.name)
+        else:
+            assert body.dimensions is not None
+            model = ModelSpec(**body.dimensions.model_dump())
+        t = body.training
+        train = TrainingSpec(
+            global_batch=t.global_batch, seq_len=t.seq_len, precision=t.precision,
+            optimizer=t.optimizer, steps=t.steps, tokens=t.tokens, deadline_s=body.deadline_s,
+            flash_attention=t.flash_attention, sequence_parallel=t.sequence_parallel,
+        )
+        train.check_against(model)
+    except SpecError as exc:
+        raise ApiError(422, spec_error_field(exc.field, source), exc.reason) from None
+    except (TypeError, ValueError) as exc:  # a config.json value of the wrong type
+        raise ApiError(422, source, str(exc)) from None
+    return model, train, source
+
+
+class PlanningService:
+    """Plans bodies against the cluster's GPU types, through an LRU cache."""
+
+    def __init__(
+        self,
+        planner: Planner | Callable[..., PlanResult],
+        *,
+        cache_size: int,
+        default_max_gpus: int,
+        default_ranking: str,
+        max_plans: int,
+    ) -> None:
+        self._planner = planner
+        self._cache_size = cache_size
+        self._default_max_gpus = default_max_gpus
+        self._default_ranking = default_ranking
+        self._max_plans = max_plans
+        self._cache: OrderedDict[str, Planned] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def plan(self, body: JobCreate, inventory: Inventory) -> Planned:
+        """Ranked plans for ``body``; ``ApiError`` 422 when the input is bad or nothing
+        fits any GPU of the cluster (the message says the per-GPU need)."""
+        model, train, source = resolve_specs(body)
+        known, unknown = known_gpu_types(inventory.gpu_types)
+        if unknown:
+            log.warning("GPU types unknown to the predictor skipped: %s", ", ".join(unknown))
+        if inventory.total_by_type and not known:
+            raise ApiError(
+                503, "cluster",
+                f"no GPU type of this cluster is in the predictor's catalog "
+                f"({', '.join(unknown)}); add it to config/gpus.yaml",
+            )
+        cap = body.max_gpus or self._default_max_gpus
+        if known:
+            cap = min(cap, max(inventory.total_by_type[t] for t in known))
+        ranking = body.ranking or self._default_ranking
+        key = canonical_hash(
+            {"m": spec_dict(model), "t": spec_dict(train), "g": sorted(known.values()), "n": cap,
+             "r": ranking}
+        )
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+        if hit is not None:
+            if hit.source != source:
+                hit = dataclasses.replace(hit, source=source)
+            return hit
+        planned = self._compute(model, train, source, sorted(known.values()), cap, ranking)
+        with self._lock:
+            self.misses += 1
+            if self._cache_size:
+                self._cache[key] = planned
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return planned
+
+    def _compute(
+        self,
+        model: ModelSpec,
+        train: TrainingSpec,
+        source: str,
+        gpu_types: list[str],
+        max_gpus: int,
+        ranking: str,
+    ) -> Planned:
+        try:
+            result = self._planner(
+                model, train, gpu_types or None, max_gpus=max_gpus, ranking=ranking
+            )
+        except SpecError as exc:
+            raise ApiError(422, spec_error_field(exc.field, source), exc.reason) from None
+        if not result.plans:
+            where = (
+                f" (this cluster's GPU types: {', '.join(gpu_types)}; at most {max_gpus} "
+                "GPUs of one type)" if gpu_types else ""
+            )
+            raise ApiError(422, "model", f"{result.infeasible or 'no plan fits'}{where}")
+        plans = tuple(result.plans[: self._max_plans])
+        dicts = tuple(json.loads(json.dumps(p.to_dict(), default=str)) for p in plans)
+        return Planned(
+            model=model, train=train, source=source, plans=plans, plan_dicts=dicts,
+            gpu_types=tuple(gpu_types), max_gpus=max_gpus,
+        )

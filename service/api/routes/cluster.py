@@ -1,0 +1,62 @@
+"""Cluster inventory and occupancy: nodes, GPU types, free/used GPUs, who holds what."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import ContextDep, CurrentUser
+from service.api.inventory import as_view
+from service.schemas import (
+    ClusterPublic,
+    ErrorPublic,
+    GpuTypePublic,
+    HolderNodePublic,
+    HolderPublic,
+    NodePublic,
+    PlacementPublic,
+)
+
+router = APIRouter(prefix="/cluster", tags=["cluster"], responses={401: {"model": ErrorPublic}})
+
+
+@router.get("", response_model=ClusterPublic, summary="Nodes, GPU types and their holders")
+def get_cluster(ctx: ContextDep, _user: CurrentUser) -> ClusterPublic:
+    view = as_view(ctx.cluster_provider())
+    holders: dict[str, list[HolderPublic]] = {}
+    for job_id, placement in sorted(view.allocations.items()):
+        for node_id, gpus in placement:
+            holders.setdefault(node_id, []).append(HolderPublic(job_id=job_id, gpus=gpus))
+    nodes = [
+        NodePublic(
+            id=n.id, gpu_type=n.gpu_type, gpu_memory_bytes=n.gpu_memory,
+            total_gpus=n.total_gpus, free_gpus=n.free_gpus, used_gpus=n.used_gpus,
+            interconnect=n.interconnect, holders=holders.get(n.id, []),
+        )
+        for n in sorted(view.state.nodes, key=lambda n: n.id)
+    ]
+    types: dict[str, GpuTypePublic] = {}
+    for n in nodes:
+        t = types.get(n.gpu_type) or GpuTypePublic(
+            name=n.gpu_type, memory_bytes=0, total_gpus=0, free_gpus=0, used_gpus=0, nodes=0
+        )
+        types[n.gpu_type] = t.model_copy(update={
+            "memory_bytes": max(t.memory_bytes, n.gpu_memory_bytes),
+            "total_gpus": t.total_gpus + n.total_gpus,
+            "free_gpus": t.free_gpus + n.free_gpus,
+            "used_gpus": t.used_gpus + n.used_gpus,
+            "nodes": t.nodes + 1,
+        })
+    return ClusterPublic(
+        nodes=nodes,
+        gpu_types=[types[k] for k in sorted(types)],
+        total_gpus=view.state.total_gpus,
+        free_gpus=view.state.free_gpus,
+        used_gpus=view.state.total_gpus - view.state.free_gpus,
+        jobs=[
+            PlacementPublic(
+                job_id=job_id,
+                placement=[HolderNodePublic(node_id=nd, gpus=g) for nd, g in placement],
+            )
+            for job_id, placement in sorted(view.allocations.items())
+        ],
+    )

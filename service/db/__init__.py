@@ -1,0 +1,1 @@
+"""Persistence: engine/session helpers, models and repository functions."""

@@ -1,0 +1,115 @@
+"""Engines, sessions and migrations for the service database.
+
+SQLite (the embedded default) runs in WAL mode with a busy timeout so many readers and one
+writer proceed together; transactions that write start with ``BEGIN IMMEDIATE`` (see
+``write_session``) so two writers queue on the busy timeout instead of failing with
+"database is locked" when one of them read first. PostgreSQL uses a pooled psycopg 3 engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
+
+_BEGIN_OPTION = "frenzy_sqlite_begin"
+
+
+def make_engine(
+    url: str,
+    *,
+    busy_timeout_ms: int = 5000,
+    pool_size: int = 10,
+    max_overflow: int = 20,
+    echo: bool = False,
+) -> sa.Engine:
+    """An engine for ``url``; SQLite files get their folder created, WAL and a busy timeout."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return sa.create_engine(
+            url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True, echo=echo
+        )
+    database = parsed.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        echo=echo,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def make_session_factory(engine: sa.Engine) -> sessionmaker[Session]:
+    """Sessions that keep loaded objects usable after commit (responses are built after)."""
+    return sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+@contextmanager
+def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session whose one transaction is meant to write; commits on success.
+
+    On SQLite the transaction starts with ``BEGIN IMMEDIATE``: a deferred transaction that
+    reads and then writes fails at once if another writer committed in between (WAL
+    snapshot), whereas an immediate one waits its turn on the busy timeout.
+    """
+    with factory() as session:
+        session.connection(execution_options={_BEGIN_OPTION: "IMMEDIATE"})
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def alembic_config(url: str | None = None, connection: sa.Connection | None = None) -> Config:
+    """An Alembic ``Config`` for this project's migrations (URL or open connection)."""
+    cfg = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["configure_logger"] = False
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Bring the database at ``url`` to ``revision`` (the only way the schema is made)."""
+    from alembic import command
+
+    log.info("migrating %s to %s", make_url(url).render_as_string(hide_password=True), revision)
+    command.upgrade(alembic_config(url), revision)

@@ -1,0 +1,447 @@
+"""Repository functions: every read and write of the service tables, keyword-only.
+
+Used by the API routes and by the Controller's event listener (``service.runner``). They
+add and flush but never commit: the caller owns the transaction, so a submission (job, its
+plans, its first event) is written whole or not at all. Time is passed in (``now``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from orchestrator.states import HOLDING, TERMINAL, JobState, check_transition
+from service.db.models import AllocationRow, Event, Job, NodeRow, PlanRow, Token, utcnow
+
+log = logging.getLogger(__name__)
+
+
+# -- tokens -------------------------------------------------------------------------------
+def add_token(
+    *,
+    session: Session,
+    owner: str,
+    token_hash: str,
+    is_admin: bool,
+    label: str | None = None,
+    now: datetime | None = None,
+) -> Token:
+    """Store a token's hash (never the token itself)."""
+    row = Token(
+        owner=owner, token_hash=token_hash, is_admin=is_admin, label=label,
+        created_at=now or utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_active_token(*, session: Session, token_hash: str) -> Token | None:
+    """The unrevoked token with this hash, if any."""
+    return session.scalar(
+        sa.select(Token).where(Token.token_hash == token_hash, Token.revoked_at.is_(None))
+    )
+
+
+def revoke_tokens(*, session: Session, owner: str, now: datetime | None = None) -> int:
+    """Revoke every live token of ``owner``; returns how many."""
+    result = session.execute(
+        sa.update(Token)
+        .where(Token.owner == owner, Token.revoked_at.is_(None))
+        .values(revoked_at=now or utcnow())
+    )
+    return int(result.rowcount or 0)
+
+
+# -- jobs ---------------------------------------------------------------------------------
+_PLAN_COLUMNS = (
+    "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
+    "peak_memory_bytes", "required_bytes", "step_time_s", "job_time_s", "gpu_seconds",
+)
+
+
+def create_job(
+    *,
+    session: Session,
+    job_id: str,
+    owner: str,
+    model_name: str,
+    model_spec: Mapping[str, Any],
+    training: Mapping[str, Any],
+    request: Mapping[str, Any],
+    request_hash: str,
+    total_steps: int,
+    plans: Sequence[Mapping[str, Any]],
+    now: datetime,
+    name: str | None = None,
+    idempotency_key: str | None = None,
+    priority: int = 0,
+    deadline_s: float | None = None,
+    entrypoint: str | None = None,
+    reason: str = "queued: waiting for the scheduler",
+) -> Job:
+    """Insert a PENDING job with its ranked plans (``Plan.to_dict()`` shapes) and a
+    ``submitted`` event. Raises ``IntegrityError`` at flush if the idempotency key is taken."""
+    job = Job(
+        id=job_id, owner=owner, name=name, state=JobState.PENDING, state_reason=reason,
+        model_name=model_name, model_spec=dict(model_spec), training=dict(training),
+        request=dict(request), request_hash=request_hash, idempotency_key=idempotency_key,
+        priority=priority, deadline_s=deadline_s,
+        deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
+        entrypoint=entrypoint, total_steps=total_steps, steps_done=0.0,
+        created_at=now, updated_at=now,
+    )
+    session.add(job)
+    session.flush()  # the job row first: plans and events reference it
+    session.add_all(
+        PlanRow(job_id=job_id, rank=i, detail=dict(plan), **{k: plan[k] for k in _PLAN_COLUMNS})
+        for i, plan in enumerate(plans, start=1)
+    )
+    session.add(
+        Event(
+            job_id=job_id, at=now, kind="submitted", state=JobState.PENDING.value,
+            message=f"submitted {model_name} with {len(plans)} ranked plan(s); {reason}",
+        )
+    )
+    session.flush()
+    return job
+
+
+def get_job(*, session: Session, job_id: str, for_update: bool = False) -> Job | None:
+    """One job by id; ``for_update`` locks its row (PostgreSQL) for a read-modify-write."""
+    stmt = sa.select(Job).where(Job.id == job_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    return session.scalar(stmt)
+
+
+def get_job_by_idempotency_key(*, session: Session, owner: str, key: str) -> Job | None:
+    return session.scalar(sa.select(Job).where(Job.owner == owner, Job.idempotency_key == key))
+
+
+def list_jobs(
+    *,
+    session: Session,
+    owner: str | None = None,
+    states: Iterable[JobState] | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> tuple[list[Job], int]:
+    """A page of jobs, newest first, and the total count matching the filters."""
+    conds: list[sa.ColumnElement[bool]] = []
+    if owner is not None:
+        conds.append(Job.owner == owner)
+    state_list = list(states or ())
+    if state_list:
+        conds.append(Job.state.in_(state_list))
+    total = session.scalar(sa.select(sa.func.count()).select_from(Job).where(*conds)) or 0
+    rows = session.scalars(
+        sa.select(Job).where(*conds).order_by(Job.created_at.desc(), Job.id.desc())
+        .limit(limit).offset(offset)
+    ).all()
+    return list(rows), int(total)
+
+
+def live_jobs(*, session: Session) -> list[Job]:
+    """Every job not yet finished, oldest first: what a restarted Controller must resume."""
+    return list(
+        session.scalars(
+            sa.select(Job).where(Job.state.not_in(TERMINAL)).order_by(Job.created_at)
+        ).all()
+    )
+
+
+def count_jobs_by_state(*, session: Session, owner: str | None = None) -> dict[str, int]:
+    stmt = sa.select(Job.state, sa.func.count()).group_by(Job.state)
+    if owner is not None:
+        stmt = stmt.where(Job.owner == owner)
+    counts = {s.value: 0 for s in JobState}
+    for state, n in session.execute(stmt):
+        counts[JobState(state).value] = int(n)
+    return counts
+
+
+def list_plans(*, session: Session, job_id: str) -> list[PlanRow]:
+    return list(
+        session.scalars(sa.select(PlanRow).where(PlanRow.job_id == job_id).order_by(PlanRow.rank))
+    )
+
+
+def transition_job(
+    *,
+    session: Session,
+    job: Job,
+    to: JobState,
+    reason: str,
+    now: datetime,
+    kind: str | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> Job:
+    """Move ``job`` to ``to`` (``IllegalTransition`` if the state machine forbids it), stamp
+    the matching timestamp, release its GPUs when it stops holding them, log an event."""
+    check_transition(job.state, to)
+    job.state = to
+    job.state_reason = reason
+    job.updated_at = now
+    if to is JobState.PLACED and job.placed_at is None:
+        job.placed_at = now
+    if to is JobState.RUNNING and job.started_at is None:
+        job.started_at = now
+    if to in TERMINAL:
+        job.finished_at = now
+    if to not in HOLDING:
+        release_allocations(session=session, job_id=job.id, now=now)
+    append_event(
+        session=session, job_id=job.id, kind=kind or to.value.lower(), state=to.value,
+        message=reason, data=data, now=now,
+    )
+    return job
+
+
+def record_progress(
+    *, session: Session, job: Job, steps_done: float, now: datetime
+) -> Job:
+    """Update a job's finished-step count (not logged as an event: it changes often)."""
+    job.steps_done = max(0.0, min(float(steps_done), float(job.total_steps)))
+    job.updated_at = now
+    return job
+
+
+# -- allocations --------------------------------------------------------------------------
+def set_allocation(
+    *,
+    session: Session,
+    job: Job,
+    placement: Sequence[tuple[str, int]],
+    gpu_type: str,
+    plan_rank: int | None,
+    now: datetime,
+) -> list[AllocationRow]:
+    """Replace the job's held GPUs with ``placement`` ((node_id, gpus), ...): the old rows
+    are released (kept as history), one new row per node is inserted."""
+    release_allocations(session=session, job_id=job.id, now=now)
+    rows = [
+        AllocationRow(
+            job_id=job.id, node_id=node_id, gpu_type=gpu_type, gpus=gpus,
+            plan_rank=plan_rank, created_at=now,
+        )
+        for node_id, gpus in placement
+    ]
+    session.add_all(rows)
+    job.chosen_plan_rank = plan_rank
+    job.updated_at = now
+    session.flush()
+    return rows
+
+
+def release_allocations(*, session: Session, job_id: str, now: datetime) -> int:
+    """Mark the job's held GPUs as released; returns how many rows changed."""
+    result = session.execute(
+        sa.update(AllocationRow)
+        .where(AllocationRow.job_id == job_id, AllocationRow.released_at.is_(None))
+        .values(released_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)
+
+
+def active_allocations(*, session: Session, job_id: str | None = None) -> list[AllocationRow]:
+    """Allocation rows still held (all jobs, or one)."""
+    stmt = sa.select(AllocationRow).where(AllocationRow.released_at.is_(None))
+    if job_id is not None:
+        stmt = stmt.where(AllocationRow.job_id == job_id)
+    return list(session.scalars(stmt.order_by(AllocationRow.id)))
+
+
+# -- events -------------------------------------------------------------------------------
+def append_event(
+    *,
+    session: Session,
+    job_id: str,
+    kind: str,
+    message: str = "",
+    state: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Event:
+    row = Event(
+        job_id=job_id, kind=kind, message=message, state=state,
+        data=dict(data) if data is not None else None, at=now or utcnow(),
+    )
+    session.add(row)
+    return row
+
+
+def list_events(
+    *, session: Session, job_id: str, after_id: int = 0, limit: int = 100
+) -> list[Event]:
+    """A job's events in order, those with id > ``after_id`` (cursor pagination)."""
+    return list(
+        session.scalars(
+            sa.select(Event).where(Event.job_id == job_id, Event.id > after_id)
+            .order_by(Event.id).limit(limit)
+        )
+    )
+
+
+# -- nodes --------------------------------------------------------------------------------
+def upsert_node(
+    *,
+    session: Session,
+    node_id: str,
+    gpu_type: str,
+    gpu_memory: int,
+    total_gpus: int,
+    now: datetime,
+    interconnect: str = "pcie",
+    intra_bw_gbs: float | None = None,
+    labels: Mapping[str, Any] | None = None,
+    alive: bool = True,
+) -> NodeRow:
+    """Insert or refresh a node as the cluster reports it."""
+    row = session.get(NodeRow, node_id)
+    if row is None:
+        row = NodeRow(id=node_id, created_at=now)
+        session.add(row)
+    row.gpu_type = gpu_type
+    row.gpu_memory = gpu_memory
+    row.total_gpus = total_gpus
+    row.interconnect = interconnect
+    row.intra_bw_gbs = intra_bw_gbs
+    row.labels = dict(labels) if labels is not None else None
+    row.alive = alive
+    row.updated_at = now
+    session.flush()
+    return row
+
+
+def list_nodes(*, session: Session, alive_only: bool = True) -> list[NodeRow]:
+    stmt = sa.select(NodeRow).order_by(NodeRow.id)
+    if alive_only:
+        stmt = stmt.where(NodeRow.alive.is_(True))
+    return list(session.scalars(stmt))
+
+
+# -- statistics ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class UtilisationSeries:
+    """Fraction of one GPU type's GPUs allocated, per time bucket."""
+
+    gpu_type: str
+    capacity_gpus: int
+    bucket_starts: tuple[datetime, ...]
+    used_fraction: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.used_fraction) / len(self.used_fraction) if self.used_fraction else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """What the admin statistics endpoint reports, over ``[now - window, now]``."""
+
+    now: datetime
+    window_s: float
+    bucket_s: float
+    utilisation: tuple[UtilisationSeries, ...]
+    jobs_by_state: dict[str, int]
+    queue_length: int
+    avg_jct_s: float | None
+    avg_queueing_s: float | None
+    deadline_jobs: int
+    deadline_met: int
+    finished_in_window: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def deadline_hit_rate(self) -> float | None:
+        return self.deadline_met / self.deadline_jobs if self.deadline_jobs else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def job_stats(*, session: Session, now: datetime, window_s: float, buckets: int) -> JobStats:
+    """Utilisation by GPU type (from allocation history against current node capacity),
+    queue length, average JCT and queueing time of jobs finished/placed in the window,
+    the deadline hit rate, and jobs by state."""
+    start = now - timedelta(seconds=window_s)
+    bucket_s = window_s / buckets
+    capacity: dict[str, int] = {}
+    for node in list_nodes(session=session):
+        capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.total_gpus
+    allocs = session.scalars(
+        sa.select(AllocationRow).where(
+            AllocationRow.created_at < now,
+            sa.or_(AllocationRow.released_at.is_(None), AllocationRow.released_at > start),
+        )
+    ).all()
+    used: dict[str, list[float]] = {t: [0.0] * buckets for t in capacity}
+    for a in allocs:
+        series = used.setdefault(a.gpu_type, [0.0] * buckets)
+        lo = max(a.created_at, start)
+        hi = min(a.released_at or now, now)
+        for b in range(buckets):
+            b_lo = start + timedelta(seconds=b * bucket_s)
+            b_hi = b_lo + timedelta(seconds=bucket_s)
+            overlap = (min(hi, b_hi) - max(lo, b_lo)).total_seconds()
+            if overlap > 0:
+                series[b] += a.gpus * overlap
+    starts = tuple(start + timedelta(seconds=b * bucket_s) for b in range(buckets))
+    utilisation = tuple(
+        UtilisationSeries(
+            gpu_type=t,
+            capacity_gpus=capacity.get(t, 0),
+            bucket_starts=starts,
+            used_fraction=tuple(
+                (gs / (capacity[t] * bucket_s)) if capacity.get(t) else 0.0 for gs in used[t]
+            ),
+        )
+        for t in sorted(used)
+    )
+
+    finished = session.scalars(
+        sa.select(Job).where(Job.finished_at.is_not(None), Job.finished_at >= start)
+    ).all()
+    jcts = [
+        (j.finished_at - j.created_at).total_seconds()
+        for j in finished
+        if j.state is JobState.SUCCEEDED and j.finished_at is not None
+    ]
+    placed = session.scalars(
+        sa.select(Job).where(Job.placed_at.is_not(None), Job.placed_at >= start)
+    ).all()
+    waits = [(j.placed_at - j.created_at).total_seconds() for j in placed if j.placed_at]
+    # A deadline counts once it is decided: the job ended (not by cancellation), or the
+    # deadline passed while it was still live. It is met when the job succeeded in time.
+    deadline_rows = session.scalars(
+        sa.select(Job).where(
+            Job.deadline_at.is_not(None),
+            Job.state != JobState.CANCELLED,
+            sa.or_(
+                sa.and_(Job.finished_at.is_not(None), Job.finished_at >= start),
+                sa.and_(Job.finished_at.is_(None), Job.deadline_at >= start,
+                        Job.deadline_at <= now),
+            ),
+        )
+    ).all()
+    met = sum(
+        1 for j in deadline_rows
+        if j.state is JobState.SUCCEEDED and j.finished_at is not None
+        and j.deadline_at is not None and j.finished_at <= j.deadline_at
+    )
+    by_state = count_jobs_by_state(session=session)
+    return JobStats(
+        now=now, window_s=window_s, bucket_s=bucket_s, utilisation=utilisation,
+        jobs_by_state=by_state, queue_length=by_state[JobState.PENDING.value],
+        avg_jct_s=_mean(jcts), avg_queueing_s=_mean(waits),
+        deadline_jobs=len(deadline_rows), deadline_met=met, finished_in_window=len(finished),
+    )

@@ -1,0 +1,224 @@
+"""The narrow port between the API and what runs jobs (the orchestrator's Controller).
+
+The API persists a submission first (job PENDING, its ranked plans, a ``submitted`` event)
+and only then hands it to a ``JobRunner``; a cancellation is persisted (CANCELLED, with its
+reason, GPUs released) and then passed on. What the Controller decides and learns later
+reaches the database through ``EventRecorder``, a Controller listener that writes each
+``orchestrator.states.JobEvent`` (state, allocation per node, progress) in one transaction,
+so state survives a restart and the API reads it from one place.
+
+``PendingRunner`` is the default until the Controller is wired in: jobs stay PENDING.
+``ControllerRunner`` adapts a ``Controller`` to the port.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.states import IllegalTransition, JobEvent, JobState
+from service.db import repositories as repo
+from service.db.engine import write_session
+from service.db.models import Job
+
+if TYPE_CHECKING:
+    from orchestrator.controller import Controller
+    from predictor.plan import Plan
+    from predictor.spec import ModelSpec, TrainingSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """A stored job as handed to the runner: specs and ranked plans, best first (plan
+    ``k`` of ``plans`` is the database's rank ``k + 1``)."""
+
+    id: str
+    owner: str
+    model: ModelSpec
+    train: TrainingSpec
+    plans: tuple[Plan, ...]
+    submitted_at: datetime
+    name: str | None = None
+    priority: int = 0
+    deadline_at: datetime | None = None
+    entrypoint: str | None = None
+
+
+@runtime_checkable
+class JobRunner(Protocol):
+    """What the API needs from whatever runs jobs. Both calls must return quickly (enqueue,
+    do not run); an error raised by ``submit`` fails the job with the error as its reason."""
+
+    def submit(self, job: SubmittedJob) -> None: ...
+
+    def cancel(self, job_id: str, reason: str) -> None: ...
+
+
+@dataclass
+class PendingRunner:
+    """Runs nothing: submitted jobs stay PENDING (tests, API-only deployments)."""
+
+    submitted: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def submit(self, job: SubmittedJob) -> None:
+        with self._lock:
+            self.submitted.append(job.id)
+        log.debug("job %s stays PENDING (no controller attached)", job.id)
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        with self._lock:
+            self.cancelled.append(job_id)
+        log.debug("job %s cancelled: %s", job_id, reason)
+
+
+class ControllerRunner:
+    """``JobRunner`` over an ``orchestrator.controller.Controller`` (wall-clock seconds).
+
+    The Controller is not thread-safe and the API serves requests from a thread pool, so
+    every call into it holds ``lock`` (share the lock with whatever else drives it: ticks,
+    backend events).
+    """
+
+    def __init__(self, controller: Controller, lock: threading.RLock | None = None) -> None:
+        self._controller = controller
+        self.lock = lock or threading.RLock()
+
+    def submit(self, job: SubmittedJob) -> None:
+        from scheduler.job import JobView
+
+        view = JobView(
+            id=job.id, submit_time=job.submitted_at.timestamp(), plans=job.plans,
+            total_steps=job.train.num_steps, model=job.model, train=job.train,
+            deadline=job.deadline_at.timestamp() if job.deadline_at else None,
+            priority=job.priority,
+        )
+        with self.lock:
+            self._controller.submit(view)
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        from orchestrator.controller import ControllerError
+
+        with self.lock:
+            try:
+                self._controller.cancel(job_id, reason)
+            except (ControllerError, KeyError) as exc:
+                log.info("controller did not cancel %s: %s", job_id, exc)
+
+
+def epoch_to_datetime(seconds: float) -> datetime:
+    """The Controller's wall-clock seconds as an aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class EventRecorder:
+    """Persists the Controller's ``JobEvent`` values: ``controller.subscribe(recorder)``.
+
+    * the submission event (``from_state`` None) is skipped: the API stored the job;
+    * progress (RUNNING → RUNNING, reason ``progress``) updates ``steps_done`` only;
+    * an event carrying an allocation that differs from the stored one replaces the
+      job's allocation rows (one per node) and records the plan rank being run;
+    * a state change is applied through the state machine; one it forbids (e.g. a late
+      report after the user cancelled) is logged as an event and the state is kept.
+    """
+
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        to_datetime: Callable[[float], datetime] = epoch_to_datetime,
+    ) -> None:
+        self._factory = session_factory
+        self._to_datetime = to_datetime
+
+    def __call__(self, event: JobEvent) -> None:
+        with write_session(self._factory) as session:
+            self.apply(session=session, event=event)
+
+    def apply(self, *, session: Session, event: JobEvent) -> None:
+        """Write one event inside the caller's transaction."""
+        if event.from_state is None:
+            return
+        job = repo.get_job(session=session, job_id=event.job_id, for_update=True)
+        if job is None:
+            log.warning("event %s for unknown job %s dropped", event.reason, event.job_id)
+            return
+        now = self._to_datetime(event.time)
+        data = {k: v for k, v in event.data.items() if _jsonable(v)}
+        steps = event.data.get("steps_done")
+        if isinstance(steps, int | float):
+            repo.record_progress(session=session, job=job, steps_done=float(steps), now=now)
+        same_state = event.to_state is job.state
+        if same_state and event.reason == "progress":
+            return
+        if same_state and job.state.terminal:
+            return  # the API recorded this already (e.g. its own cancellation)
+        alloc = event.allocation
+        if alloc is not None and event.to_state.holds_gpus and not job.state.terminal:
+            placement = [(node, gpus) for node, gpus in alloc.placement]
+            data["placement"] = [[node, gpus] for node, gpus in placement]
+            if _held(session, job.id) != sorted(placement):
+                repo.set_allocation(
+                    session=session, job=job, placement=placement,
+                    gpu_type=alloc.plan.gpu_type, plan_rank=alloc.plan.rank or None, now=now,
+                )
+        if not same_state:
+            try:
+                repo.transition_job(
+                    session=session, job=job, to=event.to_state, reason=event.reason,
+                    now=now, data=data or None,
+                )
+                return
+            except IllegalTransition as exc:
+                log.warning("job %s: %s; state kept", job.id, exc)
+                data["ignored_transition"] = str(exc)
+        repo.append_event(
+            session=session, job_id=job.id, kind=event.to_state.value, message=event.reason,
+            state=job.state.value, data=data or None, now=now,
+        )
+
+
+def _held(session: Session, job_id: str) -> list[tuple[str, int]]:
+    return sorted((a.node_id, a.gpus) for a in repo.active_allocations(session=session,
+                                                                         job_id=job_id))
+
+
+def _jsonable(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool | list | dict)
+
+
+def specs_of(job: Job) -> tuple[ModelSpec, TrainingSpec]:
+    """Rebuild a stored job's specs (to re-plan it after a restart)."""
+    from predictor.spec import ModelSpec, TrainingSpec
+
+    return ModelSpec(**job.model_spec), TrainingSpec(**job.training)
+
+
+def resume_view(session: Session) -> list[tuple[Job, Sequence[tuple[str, int]]]]:
+    """Live jobs, oldest first, with the GPUs each holds per node: what a restarted
+    Controller re-attaches (held) or re-queues (none)."""
+    held: dict[str, list[tuple[str, int]]] = {}
+    for row in repo.active_allocations(session=session):
+        held.setdefault(row.job_id, []).append((row.node_id, row.gpus))
+    return [(job, held.get(job.id, [])) for job in repo.live_jobs(session=session)]
+
+
+__all__ = [
+    "ControllerRunner",
+    "EventRecorder",
+    "JobRunner",
+    "JobState",
+    "PendingRunner",
+    "SubmittedJob",
+    "epoch_to_datetime",
+    "resume_view",
+    "specs_of",
+]

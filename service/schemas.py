@@ -1,0 +1,328 @@
+"""Request and response bodies of the REST API (pydantic), separate Create / Public models.
+
+Create models check types and ranges (the messages name the field through its location);
+the cross-field rules live in ``predictor.spec`` and reach the client as 422s through
+``spec_error_field``, which maps a ``SpecError`` field onto the request's field path.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.states import JobState
+from predictor.spec import Family, Optimizer, Precision
+
+# -- requests -----------------------------------------------------------------------------
+
+
+class _Create(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelDimensions(_Create):
+    """A model given by its numbers rather than by name."""
+
+    name: str = Field("custom", min_length=1, max_length=128)
+    family: Family = Field(Family.LLAMA, description="layer structure")
+    num_layers: int = Field(gt=0, le=10_000)
+    hidden_size: int = Field(gt=0, le=1 << 20)
+    num_heads: int = Field(gt=0, le=1 << 14)
+    vocab_size: int = Field(gt=0, le=1 << 24)
+    max_seq_len: int = Field(gt=0, le=1 << 24)
+    num_kv_heads: int = Field(0, ge=0, le=1 << 14, description="0: same as num_heads")
+    ffn_hidden_size: int = Field(0, ge=0, le=1 << 22, description="0: 4·hidden (GeLU)")
+    tie_embeddings: bool = True
+    type_vocab_size: int = Field(0, ge=0, le=1 << 16)
+
+
+class TrainingCreate(_Create):
+    """How to train: global batch of ``seq_len``-token sequences, for steps or tokens."""
+
+    global_batch: int = Field(gt=0, le=1 << 20, description="sequences per optimizer step")
+    seq_len: int = Field(gt=0, le=1 << 22, description="tokens per sequence")
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    steps: int | None = Field(None, gt=0, le=1 << 40)
+    tokens: int | None = Field(None, gt=0, le=1 << 62)
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+
+
+class JobCreate(_Create):
+    """A model-only submission: exactly one of ``model`` (catalog name), ``hf_config``
+    (a Hugging Face config.json object) or ``dimensions``, plus the training config."""
+
+    model: str | None = Field(None, min_length=1, max_length=128, examples=["llama-2-7b"])
+    hf_config: dict[str, Any] | None = Field(None, description="Hugging Face config.json")
+    dimensions: ModelDimensions | None = None
+    training: TrainingCreate
+    deadline_s: float | None = Field(None, gt=0, le=10 * 365 * 86400,
+                                     description="seconds from submission")
+    priority: int = Field(0, ge=-1000, le=1000)
+    name: str | None = Field(None, min_length=1, max_length=128)
+    entrypoint: str | None = Field(None, min_length=1, max_length=1024,
+                                   description="user training entrypoint (default: built-in)")
+    max_gpus: int | None = Field(None, ge=1, le=4096, description="cap on one plan's GPUs")
+    ranking: str | None = Field(None, max_length=32,
+                                description="gpu_seconds (default), job_time, fewest_gpus")
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class PlanPublic(_Public):
+    """One ranked plan: layout, per-GPU memory (with its breakdown) and predicted time."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rank: int
+    gpu_type: str
+    num_gpus: int
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    recompute: str
+    zero_stage: int
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+    precision: str
+    peak_memory_bytes: int
+    required_bytes: int
+    memory: dict[str, Any]
+    step_time_s: float
+    step: dict[str, Any]
+    num_steps: int
+    job_time_s: float
+    gpu_seconds: float
+    reason: str = ""
+    notes: list[str] = Field(default_factory=list)
+
+
+class ModelPublic(BaseModel):
+    name: str
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    max_seq_len: int
+    tie_embeddings: bool
+    type_vocab_size: int = 0
+    num_params: int | None = None
+
+
+class TrainingPublic(BaseModel):
+    global_batch: int
+    seq_len: int
+    precision: str
+    optimizer: str
+    steps: int | None = None
+    tokens: int | None = None
+    deadline_s: float | None = None
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    num_steps: int | None = None
+
+
+class PlansPublic(BaseModel):
+    """The answer of ``POST /v1/plans``: nothing is submitted."""
+
+    model: ModelPublic
+    training: TrainingPublic
+    gpu_types: list[str]
+    max_gpus: int
+    count: int
+    plans: list[PlanPublic]
+
+
+class AllocationPublic(_Public):
+    node_id: str
+    gpu_type: str
+    gpus: int
+    plan_rank: int | None
+    created_at: datetime
+
+
+class ProgressPublic(BaseModel):
+    steps_done: float
+    total_steps: int
+    fraction: float
+
+
+class JobSummary(BaseModel):
+    """A job in a listing (no plans)."""
+
+    id: str
+    name: str | None
+    owner: str
+    state: JobState
+    state_reason: str
+    model_name: str
+    priority: int
+    progress: ProgressPublic
+    deadline_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class JobPublic(JobSummary):
+    """A job in full: plans, the plan chosen, GPUs held by node, progress, timestamps."""
+
+    model: ModelPublic
+    training: TrainingPublic
+    deadline_s: float | None
+    entrypoint: str | None
+    plans: list[PlanPublic]
+    chosen_plan: PlanPublic | None
+    allocation: list[AllocationPublic]
+    placed_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobsPublic(BaseModel):
+    data: list[JobSummary]
+    count: int = Field(description="jobs matching the filters, over all pages")
+    limit: int
+    offset: int
+
+
+class EventPublic(_Public):
+    id: int
+    job_id: str
+    at: datetime
+    kind: str
+    state: str | None
+    message: str
+    data: dict[str, Any] | None
+
+
+class EventsPublic(BaseModel):
+    data: list[EventPublic]
+    next_after: int | None = Field(description="pass as ?after= for the next page")
+
+
+class CancelRequest(_Create):
+    reason: str | None = Field(None, max_length=500)
+
+
+class HolderPublic(BaseModel):
+    job_id: str
+    gpus: int
+
+
+class NodePublic(BaseModel):
+    id: str
+    gpu_type: str
+    gpu_memory_bytes: int
+    total_gpus: int
+    free_gpus: int
+    used_gpus: int
+    interconnect: str
+    holders: list[HolderPublic]
+
+
+class GpuTypePublic(BaseModel):
+    name: str
+    memory_bytes: int
+    total_gpus: int
+    free_gpus: int
+    used_gpus: int
+    nodes: int
+
+
+class PlacementPublic(BaseModel):
+    job_id: str
+    placement: list[HolderNodePublic]
+
+
+class HolderNodePublic(BaseModel):
+    node_id: str
+    gpus: int
+
+
+class ClusterPublic(BaseModel):
+    nodes: list[NodePublic]
+    gpu_types: list[GpuTypePublic]
+    total_gpus: int
+    free_gpus: int
+    used_gpus: int
+    jobs: list[PlacementPublic]
+
+
+class UtilisationPublic(BaseModel):
+    gpu_type: str
+    capacity_gpus: int
+    mean: float
+    series: list[UtilisationPoint]
+
+
+class UtilisationPoint(BaseModel):
+    start: datetime
+    used_fraction: float
+
+
+class DeadlinePublic(BaseModel):
+    jobs: int
+    met: int
+    hit_rate: float | None
+
+
+class StatsPublic(BaseModel):
+    now: datetime
+    window_s: float
+    bucket_s: float
+    utilisation: list[UtilisationPublic]
+    queue_length: int
+    avg_jct_s: float | None
+    avg_queueing_s: float | None
+    deadline: DeadlinePublic
+    jobs_by_state: dict[str, int]
+    finished_in_window: int
+
+
+class ErrorItem(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorPublic(BaseModel):
+    """Every 4xx: ``detail`` is one readable line (``field: what is wrong``)."""
+
+    detail: str
+    errors: list[ErrorItem]
+
+
+PlacementPublic.model_rebuild()
+UtilisationPublic.model_rebuild()
+
+# -- mapping predictor errors onto request fields ------------------------------------------
+
+_TRAINING_FIELDS = frozenset(TrainingCreate.model_fields) | {"deadline_s"}
+_DIMENSION_FIELDS = frozenset(ModelDimensions.model_fields)
+
+
+def spec_error_field(field: str, source: str) -> str:
+    """The request path of a ``SpecError.field``; ``source`` is how the model was given
+    (``model``, ``hf_config`` or ``dimensions``)."""
+    if field in ("deadline_s",):
+        return field
+    if field in _TRAINING_FIELDS:
+        return f"training.{field}"
+    if field.startswith("config.") or field == "config":
+        return "hf_config" + field[len("config"):]
+    if source == "dimensions" and field in _DIMENSION_FIELDS:
+        return f"dimensions.{field}"
+    if source == "hf_config" and field in _DIMENSION_FIELDS:
+        return "hf_config"
+    return field
