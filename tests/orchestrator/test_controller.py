@@ -48,7 +48,7 @@ def test_lifecycle_and_gpu_accounting() -> None:
 
 
 def test_queue_waits_for_capacity_then_starts_on_finish() -> None:
-    ctl, be, clock, _ = make()
+    ctl, be, _clock, _ = make()
     ctl.submit(job("a", gpus=3))
     ctl.submit(job("b", gpus=2, t=1))
     assert ctl.job("b").state is JobState.PENDING

@@ -21,7 +21,7 @@ def backend() -> tuple[SimBackend, VirtualClock, list]:  # type: ignore[type-arg
 
 
 def test_finish_time_is_delay_plus_steps_times_step_time() -> None:
-    be, clock, _ = backend()
+    be, _clock, _ = backend()
     j = job("a", steps=100, step_s=2.0)
     be.start(j, Allocation("a", j.plans[0], (("n0", 1),)))
     assert be.next_event_time() == 10.0
