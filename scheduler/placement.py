@@ -37,19 +37,22 @@ class _TypeNodes:
     free: list[int]
     free_sum: int
     uniform_memory: int | None  # every node's GPU memory when they agree, else None
+    gpu_type: str = ""
 
 
 class FreeGpus:
     """Free GPUs by GPU type and node, updated in place as a policy places jobs."""
 
-    __slots__ = ("_types", "_where", "total_free")
+    __slots__ = ("_types", "_where", "free_by_type", "total_free")
 
     def __init__(self, types: dict[str, _TypeNodes]) -> None:
         self._types = types
         self._where: dict[str, tuple[_TypeNodes, int]] = {
             node_id: (t, i) for t in types.values() for i, node_id in enumerate(t.ids)
         }
-        self.total_free = sum(t.free_sum for t in types.values())
+        self.free_by_type: dict[str, int] = {k: t.free_sum for k, t in types.items()}
+        """Free GPUs per type, kept current by ``take``/``give`` (read-only for callers)."""
+        self.total_free = sum(self.free_by_type.values())
 
     @classmethod
     def from_state(cls, state: ClusterState) -> FreeGpus:
@@ -58,7 +61,8 @@ class FreeGpus:
         for node in state.nodes:
             t = types.get(node.gpu_type)
             if t is None:
-                t = types[node.gpu_type] = _TypeNodes([], [], [], [], 0, node.gpu_memory)
+                t = types[node.gpu_type] = _TypeNodes([], [], [], [], 0, node.gpu_memory,
+                                                      node.gpu_type)
             t.ids.append(node.id)
             t.memory.append(node.gpu_memory)
             t.total.append(node.total_gpus)
@@ -134,6 +138,7 @@ class FreeGpus:
                 raise ValueError(f"node {node_id}: cannot take {n} GPUs, {t.free[i]} free")
             t.free[i] -= n
             t.free_sum -= n
+            self.free_by_type[t.gpu_type] -= n
             self.total_free -= n
 
     def give(self, placement: Iterable[tuple[str, int]]) -> None:
@@ -144,6 +149,7 @@ class FreeGpus:
                 raise ValueError(f"node {node_id}: cannot return {n} GPUs")
             t.free[i] += n
             t.free_sum += n
+            self.free_by_type[t.gpu_type] += n
             self.total_free += n
 
     # -- placement rules -------------------------------------------------------------------

@@ -25,6 +25,7 @@ class PlanIndex:
     plans: tuple[Plan, ...]
     by_type: dict[str, dict[int, Plan]]
     min_gpus: dict[str, int]
+    min_items: tuple[tuple[str, int], ...]  # ``min_gpus`` as pairs, for tight loops
 
     @classmethod
     def build(cls, plans: tuple[Plan, ...]) -> PlanIndex:
@@ -32,7 +33,7 @@ class PlanIndex:
         for plan in plans:
             by_type.setdefault(plan.gpu_type, {}).setdefault(plan.num_gpus, plan)
         min_gpus = {t: min(counts) for t, counts in by_type.items()}
-        return cls(plans, by_type, min_gpus)
+        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()))
 
     def at_least(self, gpu_type: str, num_gpus: int) -> Plan | None:
         """The plan of ``gpu_type`` on exactly ``num_gpus`` GPUs, else on the fewest GPUs above
@@ -51,22 +52,23 @@ class PlanIndexCache:
     """``PlanIndex`` per job id, rebuilt when the job's plan tuple changes (identity check, so
     a lookup costs one dict access). Pruned to the jobs of the current call when it grows."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        self._entries: dict[str, PlanIndex] = {}
+        self.entries: dict[str, PlanIndex] = {}
+        """job id -> index; read directly in hot loops (check ``plans is job.plans``)."""
 
     def get(self, job: JobView) -> PlanIndex:
-        entry = self._entries.get(job.id)
+        entry = self.entries.get(job.id)
         if entry is None or entry.plans is not job.plans:
-            entry = self._entries[job.id] = PlanIndex.build(job.plans)
+            entry = self.entries[job.id] = PlanIndex.build(job.plans)
         return entry
 
     def prune(self, keep: Sequence[JobView], slack: int = 4096) -> None:
         """Forget finished jobs once the cache holds ``slack`` more entries than ``keep``."""
-        if len(self._entries) > len(keep) + slack:
+        if len(self.entries) > len(keep) + slack:
             ids = {j.id for j in keep}
-            self._entries = {k: v for k, v in self._entries.items() if k in ids}
+            self.entries = {k: v for k, v in self.entries.items() if k in ids}
 
 
 def order_for_sequential_apply(

@@ -87,10 +87,17 @@ class HasPolicy:
         free = FreeGpus.from_state(state)
         out: list[Decision] = []
         cache = self._plans
+        entries = cache.entries
+        free_by_type = free.free_by_type
         for job in pending:
-            index = cache.get(job)
+            index = entries.get(job.id)
+            if index is None or index.plans is not job.plans:
+                index = cache.get(job)
             # quick reject: no GPU type has as many free GPUs as the job's smallest plan on it
-            if not any(free.free(t) >= n for t, n in index.min_gpus.items()):
+            for t, n in index.min_items:
+                if free_by_type.get(t, 0) >= n:
+                    break
+            else:
                 if not self.backfill:
                     break
                 continue

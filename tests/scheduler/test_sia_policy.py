@@ -1,0 +1,195 @@
+"""Sia baseline: configuration sets, restart factor, and MILPs small enough to solve by hand."""
+
+from __future__ import annotations
+
+import pytest
+from builders import (
+    IdentityPerf,
+    apply_decisions,
+    assert_allocation_valid,
+    cluster,
+    make_job,
+    make_node,
+    make_plan,
+    ranked,
+)
+
+from scheduler.cluster import Allocation
+from scheduler.decision import DecisionKind
+from scheduler.job import RunningJob
+from scheduler.policies.sia import SiaPolicy, realloc_factor, sia_config_counts
+
+
+def _linear_job(job_id: str, gpu_type: str = "A100-40G", submit: float = 0.0):
+    """Plans on 1, 2 and 4 GPUs with perfect scaling: step 4/n seconds."""
+    return make_job(job_id, ranked(*(make_plan(gpu_type, n, step_s=4.0 / n) for n in (1, 2, 4))),
+                    submit=submit)
+
+
+def _sia(**kw) -> SiaPolicy:
+    return SiaPolicy(IdentityPerf(), **kw)
+
+
+def test_config_sets_follow_the_artifact() -> None:
+    assert sia_config_counts(8, 3) == [1, 2, 4, 8, 16, 24]  # CONFIGS_8GPU up to 3 nodes
+    assert sia_config_counts(4, 3) == [1, 2, 4, 8, 12]  # CONFIGS_4GPU up to 3 nodes
+    assert sia_config_counts(4, 1) == [1, 2, 4]
+
+
+def test_realloc_factor_is_pollux_s() -> None:
+    assert realloc_factor(10.0, 0, 30.0) == 1.0  # younger than one restart
+    assert realloc_factor(100.0, 0, 30.0) == pytest.approx(100 / 130)
+    assert realloc_factor(100.0, 2, 30.0) == pytest.approx(40 / 130)
+    assert realloc_factor(100.0, 5, 30.0) == 0.0
+
+
+def test_two_jobs_share_four_gpus_two_each() -> None:
+    # normalised goodput = GPU count (perfect scaling), cost = round(n^-0.5, 2):
+    #   1 GPU -> 1.00, 2 -> 0.71, 4 -> 0.50; a job left out costs lambda_n = 1.1.
+    #   {4, none} = 1.60, {2, 2} = 1.42, {2, 1} = 1.71, {1, 1} = 2.00  ->  2 + 2.
+    state = cluster(make_node("n", "A100-40G", 4))
+    policy = _sia()
+    out = policy.decide(state, [_linear_job("a"), _linear_job("b", submit=1)], [], 0.0)
+    assert sorted((d.job_id, d.allocation.num_gpus) for d in out if d.allocation) == [
+        ("a", 2), ("b", 2)]
+    assert all(d.kind is DecisionKind.START for d in out)
+    assert policy.last_round is not None
+    assert policy.last_round.objective == pytest.approx(1.42)
+    assert policy.last_round.variables == 6
+
+
+def test_goodput_aware_type_assignment() -> None:
+    # one A100 and one 2080Ti. X runs 4x faster on the A100, Y only 1.2x.
+    #   X: G = {rtx 1, a100 4}  -> costs {1.00, 0.50};  Y: G = {rtx 1, a100 1.2} -> {1.00, 0.91}
+    #   X->A100, Y->RTX = 1.50  <  X->RTX, Y->A100 = 1.91
+    state = cluster(make_node("dgx", "A100-40G", 1), make_node("rtx", "RTX2080Ti", 1))
+    x = make_job("x", ranked(make_plan("A100-40G", 1, step_s=1.0),
+                             make_plan("RTX2080Ti", 1, step_s=4.0, req_gib=8)))
+    y = make_job("y", ranked(make_plan("A100-40G", 1, step_s=1.0),
+                             make_plan("RTX2080Ti", 1, step_s=1.2, req_gib=8)), submit=1)
+    policy = _sia()
+    out = policy.decide(state, [x, y], [], 0.0)
+    got = {d.job_id: d.allocation.plan.gpu_type for d in out if d.allocation}
+    assert got == {"x": "A100-40G", "y": "RTX2080Ti"}
+    assert policy.last_round is not None and policy.last_round.objective == pytest.approx(1.50)
+
+
+def _running(job, plan, placement, started_at: float) -> RunningJob:
+    return RunningJob(job, Allocation(job.id, plan, placement), started_at)
+
+
+def _mover(a100_step: float):
+    rtx = make_plan("RTX2080Ti", 1, step_s=1.1, req_gib=8)
+    job = make_job("r", ranked(make_plan("A100-40G", 1, step_s=a100_step), rtx))
+    state = cluster(make_node("dgx", "A100-40G", 1), make_node("rtx", "RTX2080Ti", 1, 0))
+    return state, job, rtx
+
+
+def test_restart_penalty_keeps_a_job_where_a_small_gain_would_move_it() -> None:
+    # running on the 2080Ti (G=1, cost 1.00); the A100 is 1.1x faster: G=1.1, cost 0.95 + 0.01
+    # would win, but after 100 s with R = 30 s, r = 100/130: G = 0.846 -> cost 1.09 + 0.01 > 1.00
+    state, job, rtx = _mover(1.0)
+    run = _running(job, rtx, (("rtx", 1),), started_at=0.0)
+    assert _sia().decide(state, [], [run], 100.0) == []
+
+
+def test_a_large_gain_is_worth_a_restart() -> None:
+    # A100 4.4x faster: G = 4.4 * 100/130 = 3.38 -> cost 0.54 + 0.01 < 1.00: resize
+    state, job, rtx = _mover(0.25)
+    run = _running(job, rtx, (("rtx", 1),), started_at=0.0)
+    (d,) = _sia().decide(state, [], [run], 100.0)
+    assert d.kind is DecisionKind.RESIZE
+    assert d.allocation is not None and d.allocation.placement == (("dgx", 1),)
+    apply_decisions(state, [run], [d])
+
+
+def test_a_job_mid_checkpoint_restore_is_not_moved() -> None:
+    state, job, rtx = _mover(0.25)
+    run = _running(job, rtx, (("rtx", 1),), started_at=90.0)  # restarted 10 s ago (< R)
+    assert _sia().decide(state, [], [run], 100.0) == []
+
+
+def test_preempts_when_another_job_gains_more_from_the_gpus() -> None:
+    # R only runs on the A100 (its one config: cost 1.00) and holds it. P runs 4x faster there
+    # than on the free 2080Ti.  keep R, P->RTX: 1.00 + 1.00 = 2.00;
+    # stop R, P->A100: 1.10 + 0.50 = 1.60  ->  Sia preempts R (its p<0 fairness trades R's
+    # allocation for P's larger relative gain; the 2080Ti stays idle: R cannot use it).
+    state = cluster(make_node("dgx", "A100-40G", 1, 0), make_node("rtx", "RTX2080Ti", 1))
+    r_plan = make_plan("A100-40G", 1, step_s=1.0)
+    r = make_job("r", ranked(r_plan))
+    p = make_job("p", ranked(make_plan("A100-40G", 1, step_s=1.0),
+                             make_plan("RTX2080Ti", 1, step_s=4.0, req_gib=8)), submit=5)
+    run = _running(r, r_plan, (("dgx", 1),), started_at=0.0)
+    out = _sia().decide(state, [p], [run], 600.0)
+    assert [(d.kind, d.job_id) for d in out] == [(DecisionKind.STOP, "r"),
+                                                 (DecisionKind.START, "p")]
+    assert "preempted" in out[0].reason
+    apply_decisions(state, [run], out)
+
+
+def test_rounds_and_filling_idle_gpus_between_them() -> None:
+    state = cluster(make_node("n", "A100-40G", 4))
+    policy = _sia()
+    (d0,) = policy.decide(state, [_linear_job("a")], [], 0.0)  # alone: takes all 4
+    assert d0.allocation is not None and d0.allocation.num_gpus == 4
+    run = RunningJob(_linear_job("a"), d0.allocation, 0.0)
+    after = apply_decisions(state, [], [d0]).state
+    # mid-round, nothing idle: nothing to do, and running jobs are never touched mid-round
+    assert policy.decide(after, [_linear_job("b", submit=10)], [run], 10.0) == []
+    # at the boundary (60 s) the round re-solves: a goes 4 -> 2, b gets 2
+    out = policy.decide(after, [_linear_job("b", submit=10)], [run], 60.0)
+    assert sorted((d.kind.value, d.job_id, d.allocation.num_gpus) for d in out
+                  if d.allocation) == [("resize", "a", 2), ("start", "b", 2)]
+
+
+def test_fill_idle_starts_waiting_jobs_without_touching_running_ones() -> None:
+    state = cluster(make_node("n", "A100-40G", 4, 2))
+    a_plan = make_plan("A100-40G", 2, step_s=2.0)
+    run = RunningJob(_linear_job("a"), Allocation("a", a_plan, (("n", 2),)), 0.0)
+    policy = _sia()
+    policy.decide(state, [], [run], 0.0)  # round at t=0 (a keeps its 2; 2 left idle)
+    out = policy.decide(state, [_linear_job("b", submit=5)], [run], 5.0)
+    assert [(d.kind, d.job_id, d.allocation.num_gpus) for d in out if d.allocation] == [
+        (DecisionKind.START, "b", 2)]
+    assert "fill-idle" in out[0].reason
+    strict = _sia(fill_idle_between_rounds=False)
+    strict.decide(state, [], [run], 0.0)
+    assert strict.decide(state, [_linear_job("b", submit=5)], [run], 5.0) == []
+
+
+def test_rigid_mode_uses_the_requested_count() -> None:
+    state = cluster(make_node("n", "A100-40G", 4))
+    job = make_job("j", _linear_job("j").plans, requested=2)
+    (adaptive,) = _sia().decide(state, [job], [], 0.0)
+    (rigid,) = _sia(mode="rigid").decide(state, [job], [], 0.0)
+    assert adaptive.allocation is not None and adaptive.allocation.num_gpus == 4
+    assert rigid.allocation is not None and rigid.allocation.num_gpus == 2
+
+
+def test_phoebe_scale_solution_is_valid() -> None:
+    nodes = [make_node(f"rtx-{i}", "RTX2080Ti", 8) for i in range(3)]
+    nodes += [make_node(f"dgx-{i}", "A100-40G", 8, interconnect="nvlink") for i in range(2)]
+    nodes.append(make_node("quad", "RTX6000", 4))
+    state = cluster(*nodes)
+    jobs = []
+    for i in range(20):
+        plans = [make_plan("A100-40G", n, step_s=(2.0 + i % 3) / n ** 0.9) for n in (1, 2, 4, 8)]
+        plans += [make_plan("RTX6000", n, step_s=(5.0 + i % 4) / n ** 0.8, req_gib=16)
+                  for n in (2, 4)]
+        plans += [make_plan("RTX2080Ti", n, step_s=(8.0 + i % 5) / n ** 0.8, req_gib=10)
+                  for n in (4, 8, 16)]
+        jobs.append(make_job(f"j{i}", ranked(*plans), submit=i))
+    out = _sia().decide(state, jobs, [], 0.0)
+    applied = apply_decisions(state, [], out)
+    for alloc in applied.holding.values():
+        assert_allocation_valid(state, alloc)
+    assert len(out) >= 10
+
+
+def test_rejects_parameters_outside_the_implemented_regime() -> None:
+    with pytest.raises(ValueError):
+        SiaPolicy(p=0.5)
+    with pytest.raises(ValueError):
+        SiaPolicy(lambda_n=0.9)
+    with pytest.raises(ValueError):
+        SiaPolicy(mode="elastic")
