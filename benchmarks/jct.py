@@ -1,0 +1,173 @@
+"""JCT of every policy side by side on Sia's phoebe cluster (Frenzy paper Fig. 4 / 5b).
+
+Workload sets: Sia's Philly workloads (8 files) and Helios-Saturn workloads (10 files) and the
+paper's NewWorkload queues (30 and 60 jobs). Every (workload, policy) pair is replayed by the
+production controller over ``SimBackend`` (``simulator.replay``). Prints a table; ``--json``
+adds one JSON object on the last line with, per workload set and policy, avg_jct_s,
+p99_jct_s, avg_queue_s, makespan_s, and for ``has`` jct_reduction_vs_opportunistic and
+jct_reduction_vs_sia (1 − has / baseline). Writes ``docs/jct_cdf.png`` and ``docs/jct.md``.
+
+    python -m benchmarks.jct [--quick] [--json] [--workers 2] [--docs docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from simulator.metrics import RunMetrics, combine
+from simulator.replay import ProgressBar, Task, load_workloads, run_tasks
+
+POLICIES = ("has", "opportunistic", "sia")
+FULL_SETS = ("sia-philly", "sia-saturn", "newworkload-30", "newworkload-60")
+QUICK_SETS = ("sia-philly:1", "sia-saturn:1", "newworkload-30")
+QUICK_MAX_JOBS = 30
+CLUSTER = "phoebe"
+TARGETS = {"jct_reduction_vs_opportunistic": 0.15, "jct_reduction_vs_sia": 0.12}
+
+
+def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
+        max_jobs: int | None, progress: bool) -> dict[str, Any]:
+    tasks = [Task(spec, k, CLUSTER, None, pol, max_jobs=max_jobs)
+             for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
+    bar = ProgressBar(len(tasks), "jct", enabled=progress and None)
+    t0 = time.perf_counter()
+    results = run_tasks(tasks, workers=workers, on_done=lambda d, n: bar.update(d))
+    bar.close()
+    runs: dict[str, dict[str, list[RunMetrics]]] = defaultdict(lambda: defaultdict(list))
+    for task, _, m in results:
+        runs[task.workload][task.policy].append(m)
+    out: dict[str, Any] = {"cluster": CLUSTER, "results": {}, "jcts": {},
+                           "wall_s": round(time.perf_counter() - t0, 1)}
+    for spec in sets:
+        res: dict[str, Any] = {}
+        for pol in policies:
+            c = combine(runs[spec][pol])
+            res[pol] = {k: c[k] for k in ("avg_jct_s", "p99_jct_s", "avg_queue_s",
+                                          "makespan_s", "avg_samples_per_s", "unfinished")}
+            out["jcts"].setdefault(spec, {})[pol] = [j for r in runs[spec][pol] for j in r.jcts_s]
+        if "has" in res:
+            for base in ("opportunistic", "sia"):
+                if base in res and res[base]["avg_jct_s"]:
+                    res["has"][f"jct_reduction_vs_{base}"] = (
+                        1.0 - res["has"]["avg_jct_s"] / res[base]["avg_jct_s"])
+        out["results"][spec] = res
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    head = (f"{'workload set':<18}{'policy':<15}{'avg JCT h':>10}{'p99 JCT h':>10}"
+            f"{'avg queue h':>12}{'makespan h':>11}{'vs opp':>8}{'vs sia':>8}")
+    lines = [f"cluster {out['cluster']}; {out['wall_s']} s wall", head, "-" * len(head)]
+    for spec, res in out["results"].items():
+        for pol, r in res.items():
+            vo = r.get("jct_reduction_vs_opportunistic")
+            vs = r.get("jct_reduction_vs_sia")
+            lines.append(
+                f"{spec:<18}{pol:<15}{r['avg_jct_s'] / 3600:>10.2f}{r['p99_jct_s'] / 3600:>10.2f}"
+                f"{r['avg_queue_s'] / 3600:>12.2f}{r['makespan_s'] / 3600:>11.2f}"
+                f"{'' if vo is None else f'{vo:+.0%}':>8}{'' if vs is None else f'{vs:+.0%}':>8}"
+            )
+    return "\n".join(lines)
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = list(out["jcts"])
+    fig, axes = plt.subplots(1, len(sets), figsize=(4.2 * len(sets), 3.6), squeeze=False)
+    for ax, spec in zip(axes[0], sets, strict=True):
+        for pol, jcts in out["jcts"][spec].items():
+            xs = sorted(j / 3600 for j in jcts)
+            if not xs:
+                continue
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", label=pol)
+        ax.set_xscale("log")
+        ax.set_title(spec)
+        ax.set_xlabel("JCT (hours, log)")
+        ax.set_ylabel("fraction of jobs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"JCT CDF on {out['cluster']} (simulated; Controller + SimBackend)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
+    lines = [
+        "# JCT benchmark",
+        "",
+        "All policies side by side, one run, Sia's phoebe cluster (3×8 RTX 2080Ti, 2×8 A100-40G, "
+        "1×4 RTX 6000). Trace jobs are mapped to LLM jobs as described in "
+        "[simulator.md](simulator.md). Averages are the mean over a set's workload files of "
+        "each file's average; p99 is over all jobs of the set.",
+        "",
+        f"Command: `{command}` ({out['wall_s']} s wall on the 2-core dev machine).",
+        "",
+        "```",
+        table(out),
+        "```",
+        "",
+        f"Targets for `has`: ≥ {TARGETS['jct_reduction_vs_opportunistic']:.0%} lower average "
+        f"JCT than opportunistic, ≥ {TARGETS['jct_reduction_vs_sia']:.0%} lower than sia.",
+        "",
+        "![JCT CDF](jct_cdf.png)",
+        "",
+    ]
+    (docs / "jct.md").write_text("\n".join(lines))
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return None if math.isnan(x) else round(x, 4)
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help=f"one file per trace family, first {QUICK_MAX_JOBS} jobs, NewWorkload-30")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--docs", default=None,
+                    help="folder for jct_cdf.png and jct.md (default: docs/ for the full run, "
+                         "none for --quick)")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    sets = QUICK_SETS if args.quick else FULL_SETS
+    policies = tuple(p for p in args.policies.split(",") if p)
+    out = run(sets, policies, workers=args.workers,
+              max_jobs=QUICK_MAX_JOBS if args.quick else None, progress=True)
+    print(table(out))
+    docs = args.docs or (None if args.quick else "docs")
+    if docs:
+        d = Path(docs)
+        plot(out, d / "jct_cdf.png")
+        cmd = "python -m benchmarks.jct" + (" --quick" if args.quick else "")
+        write_doc(out, d, cmd)
+    if args.json:
+        payload = {k: v for k, v in out.items() if k != "jcts"}
+        print(json.dumps(_clean(payload), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
