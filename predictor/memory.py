@@ -122,14 +122,13 @@ def _layer_param_numels(m: ModelSpec, tp: int) -> list[int]:
     return out + norm + norm
 
 
-def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
-    """Element counts of every parameter tensor on one rank of ``stage``."""
+def _edge_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
+    """Embedding (first stage) and head (last stage) parameter tensors of one rank."""
     h = m.hidden_size
     vr = _cdiv(m.vocab_size, tp)
     first, last = stage == 0, stage == pp - 1
     bert = m.family is Family.BERT
-    lo, hi = stage_layers(m.num_layers, pp, stage)
-    out = _layer_param_numels(m, tp) * (hi - lo)
+    out: list[int] = []
     if first:
         out.append(vr * h)
         if m.learned_positions:
@@ -144,8 +143,14 @@ def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
         else:
             out += [h] if m.rmsnorm else [h, h]
         if not ((m.tie_embeddings or bert) and first):
-            out.append(vr * h)
+            out.append(vr * h)  # untied output, or the tied copy on the last stage (pp > 1)
     return out
+
+
+def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
+    """Element counts of every parameter tensor on one rank of ``stage``."""
+    lo, hi = stage_layers(m.num_layers, pp, stage)
+    return _layer_param_numels(m, tp) * (hi - lo) + _edge_param_numels(m, tp, pp, stage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,17 +220,29 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     D = 2 if mixed else 4
     first, last = stage == 0, stage == par.pp - 1
 
-    # static state
-    numels = stage_param_numels(m, t, par.pp, stage)
-    n_param = n_grad = n_shard = 0
-    max_shard = 0
-    for n in numels:
-        sh = _cdiv(n, dp)
-        n_param += sh if zero >= 3 else n
-        n_grad += sh if zero >= 2 else n
-        opt_sh = sh if zero >= 1 else n
-        n_shard += opt_sh
-        max_shard = max(max_shard, opt_sh)
+    # static state: one layer's tensors counted once, times the stage's layers
+    lo, hi = stage_layers(m.num_layers, par.pp, stage)
+    n_layers = hi - lo
+    lay_n = lay_sh = lay_max = 0
+    for n in _layer_param_numels(m, t):
+        sh = -(-n // dp)
+        lay_n += n
+        lay_sh += sh
+        if sh > lay_max:
+            lay_max = sh
+    n_full = n_layers * lay_n
+    n_sh = n_layers * lay_sh
+    max_full, max_sh = (max(_layer_param_numels(m, t)), lay_max) if n_layers else (0, 0)
+    for n in _edge_param_numels(m, t, par.pp, stage):
+        sh = -(-n // dp)
+        n_full += n
+        n_sh += sh
+        max_full = max(max_full, n)
+        max_sh = max(max_sh, sh)
+    n_param = n_sh if zero >= 3 else n_full
+    n_grad = n_sh if zero >= 2 else n_full
+    n_shard = n_sh if zero >= 1 else n_full
+    max_shard = max_sh if zero >= 1 else max_full
     states = 1 if train.optimizer is Optimizer.SGD else 2
     parameters = D * n_param
     gradients = 4 * n_grad
@@ -237,8 +254,6 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     x = _Dims(D=D, T=b * s_local, Tf=b * s, h=m.hidden_size, q=m.num_heads // t * m.head_dim,
               k=kv_heads_per_rank(m, t) * m.head_dim, f=m.ffn_hidden_size // t,
               a=m.num_heads // t, s=s, b=b, vr=_cdiv(m.vocab_size, t))
-    lo, hi = stage_layers(m.num_layers, par.pp, stage)
-    n_layers = hi - lo
     recompute = par.recompute.value
     one_layer = _layer_activations(m, x, flash, recompute == "selective")
     per_layer = x.h * x.T * D if recompute == "full" else one_layer
@@ -311,7 +326,7 @@ def frenzy_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig) ->
     """
     W = model.frenzy_params()
     t = par.tp
-    h, l, a, s = model.hidden_size, model.num_layers, model.num_heads, train.seq_len
+    h, layers, a, s = model.hidden_size, model.num_layers, model.num_heads, train.seq_len
     b = train.global_batch / par.dp
-    act = s * b * h * l * (10 + 24 / t + 5 * a * s / (h * t))
+    act = s * b * h * layers * (10 + 24 / t + 5 * a * s / (h * t))
     return int(20 * W / t + act)

@@ -1,0 +1,206 @@
+"""Predicted vs measured peak memory per GPU: ``predictor.memory`` and the Frenzy formula
+against real training steps of the rank-local PyTorch shard (``predictor.measure``).
+
+    python -m benchmarks.memory_accuracy [--json] [--quick] [--device cpu|cuda]
+
+On the CPU every configuration runs under fake tensors with exact storage tracking (device
+"cpu-fake"): the tensor part of the model (``MemoryBreakdown.tensors``) is compared with the
+measured tensor peak. With ``--device cuda`` the configurations whose predicted peak fits the
+GPU run for real and the peak is ``torch.cuda.max_memory_allocated``; the reserved peak is
+reported too (its excess over the allocated peak is part of the runtime overhead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from predictor.measure import measure_peak
+from predictor.memory import estimate_memory, frenzy_memory
+from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
+
+log = logging.getLogger("benchmarks.memory_accuracy")
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    model: str
+    train: dict[str, Any]
+    par: dict[str, Any]
+
+    def specs(self) -> tuple[ModelSpec, TrainingSpec, ParallelConfig]:
+        m = ModelSpec.from_name(self.model)
+        tr = TrainingSpec(**self.train)
+        par = ParallelConfig(**self.par)
+        tr.check_against(m)
+        par.check(m, tr)
+        return m, tr, par
+
+    def label(self) -> str:
+        t, p = self.train, self.par
+        bits = [self.model, f"s{t['seq_len']}", f"B{t['global_batch']}",
+                t.get("precision", "bf16"), t.get("optimizer", "adamw"),
+                f"tp{p.get('tp', 1)}pp{p.get('pp', 1)}dp{p.get('dp', 1)}",
+                f"mb{p.get('micro_batch', 1)}", f"rc={p.get('recompute', 'none')}",
+                f"z{p.get('zero_stage', 0)}",
+                "flash" if p.get("flash_attention", True) else "noflash"]
+        if p.get("sequence_parallel") and p.get("tp", 1) > 1:
+            bits.append("sp")
+        return " ".join(bits)
+
+
+def _c(model: str, s: int, B: int, prec: str = "bf16", opt: str = "adamw", **par: Any) -> Case:
+    flash = par.get("flash_attention", True)
+    return Case(model, dict(global_batch=B, seq_len=s, precision=prec, optimizer=opt,
+                            flash_attention=flash), par)
+
+
+CASES: list[Case] = [
+    # gpt2 family (124M-6.7B)
+    _c("gpt2", 1024, 8, micro_batch=8),
+    _c("gpt2", 1024, 8, "fp32", "adam", micro_batch=4, flash_attention=False),
+    _c("gpt2", 512, 16, "fp16", "sgd", micro_batch=16, recompute="selective"),
+    _c("gpt2-medium", 1024, 32, micro_batch=4, dp=4, zero_stage=1),
+    _c("gpt2-medium", 1024, 16, "fp32", "sgd", micro_batch=2, tp=2, flash_attention=False),
+    _c("gpt2-large", 1024, 16, micro_batch=2, tp=2, pp=2, sequence_parallel=True),
+    _c("gpt2-xl", 1024, 32, micro_batch=4, pp=2, dp=2, recompute="full"),
+    _c("gpt2-350m", 1024, 64, micro_batch=8, dp=8, zero_stage=2),
+    _c("gpt2-7b", 2048, 32, micro_batch=1, tp=8, pp=4, sequence_parallel=True),
+    _c("gpt2-7b", 2048, 64, micro_batch=2, tp=4, pp=4, dp=2, zero_stage=1,
+       recompute="selective", flash_attention=False, sequence_parallel=True),
+    # bert (110M-340M)
+    _c("bert-base", 512, 32, "bf16", "sgd", micro_batch=16, recompute="selective",
+       flash_attention=False),
+    _c("bert-base", 512, 64, micro_batch=8, dp=8, zero_stage=3),
+    _c("bert-large", 512, 32, micro_batch=8, tp=2, sequence_parallel=True),
+    _c("bert-large", 512, 32, "fp32", "adam", micro_batch=4, pp=2, recompute="full"),
+    _c("bert-large", 512, 16, micro_batch=16, flash_attention=False),
+    # llama family (7B-70B)
+    _c("llama-2-7b", 4096, 16, micro_batch=1, tp=4, pp=4, sequence_parallel=True),
+    _c("llama-2-7b", 2048, 16, micro_batch=2, tp=2, pp=2, recompute="full"),
+    _c("llama-2-7b", 4096, 64, micro_batch=1, tp=8, dp=8, zero_stage=1),
+    _c("llama-2-7b", 2048, 32, micro_batch=4, tp=8, pp=1, dp=4, zero_stage=3,
+       recompute="selective"),
+    _c("llama-2-7b", 1024, 32, "fp32", "adam", micro_batch=2, tp=8, pp=2,
+       flash_attention=False),
+    _c("llama-2-13b", 4096, 32, micro_batch=1, tp=8, pp=4, sequence_parallel=True),
+    _c("llama-2-13b", 2048, 64, micro_batch=4, tp=4, pp=8, dp=2, zero_stage=2,
+       recompute="selective"),
+    _c("llama-2-70b", 4096, 64, micro_batch=1, tp=8, pp=8, sequence_parallel=True),
+    _c("llama-2-70b", 4096, 128, micro_batch=2, tp=8, pp=8, dp=2, zero_stage=1,
+       recompute="full", sequence_parallel=True),
+    _c("llama-2-70b", 2048, 128, "bf16", "sgd", micro_batch=1, tp=8, pp=4, dp=4,
+       zero_stage=3, recompute="full"),
+    _c("llama-3-8b", 8192, 16, micro_batch=1, tp=4, pp=2, sequence_parallel=True),
+    _c("llama-3-8b", 8192, 32, micro_batch=1, tp=8, pp=2, dp=2, recompute="selective",
+       zero_stage=1, sequence_parallel=True),
+    _c("llama-3-8b", 2048, 64, micro_batch=4, tp=2, pp=4, dp=2, zero_stage=2),
+    _c("llama-3-70b", 8192, 64, micro_batch=1, tp=8, pp=8, recompute="full",
+       sequence_parallel=True),
+    _c("mistral-7b", 8192, 16, micro_batch=1, tp=4, pp=4, sequence_parallel=True),
+    _c("mistral-7b", 4096, 32, micro_batch=2, tp=8, dp=2, zero_stage=3,
+       flash_attention=False),
+    # qwen2 (7B)
+    _c("qwen2-7b", 4096, 32, micro_batch=1, tp=4, pp=2, dp=2, zero_stage=1,
+       sequence_parallel=True),
+    _c("qwen2-7b", 2048, 32, micro_batch=2, tp=4, pp=4, recompute="selective"),
+    _c("qwen2-7b", 8192, 16, micro_batch=1, tp=4, pp=7, recompute="full",
+       sequence_parallel=True),
+    _c("qwen2-7b", 1024, 16, "fp32", "sgd", micro_batch=1, tp=2, pp=2, dp=4, zero_stage=2),
+    # gpt_neox (1.4B-20B)
+    _c("pythia-1.4b", 2048, 16, micro_batch=2, tp=2, dp=4, zero_stage=3),
+    _c("pythia-1.4b", 2048, 16, "fp16", "adam", micro_batch=4, flash_attention=False,
+       recompute="selective"),
+    _c("pythia-1.4b", 512, 64, micro_batch=16, pp=2, dp=2),
+    _c("gpt-neox-20b", 2048, 32, micro_batch=1, tp=4, pp=4, dp=2, sequence_parallel=True),
+    _c("gpt-neox-20b", 2048, 64, micro_batch=2, tp=8, pp=4, dp=2, zero_stage=1,
+       recompute="full", sequence_parallel=True),
+    _c("gpt-neox-20b", 2048, 32, micro_batch=4, tp=8, pp=11, recompute="selective"),
+]
+
+QUICK = [0, 1, 10, 16, 22, 36]
+
+
+def run(cases: list[Case], device: str) -> list[dict[str, Any]]:
+    rows = []
+    for i, case in enumerate(cases):
+        m, tr, par = case.specs()
+        pred = estimate_memory(m, tr, par)
+        if device != "cpu" and pred.tensors > _cuda_free_bytes():
+            log.info("[%d/%d] skip (does not fit this GPU): %s", i + 1, len(cases), case.label())
+            continue
+        t0 = time.perf_counter()
+        meas = measure_peak(m, tr, par, device=device)
+        dt = time.perf_counter() - t0
+        ours = pred.tensors
+        frenzy = frenzy_memory(m, tr, par)
+        row = dict(config=case.label(), stage=meas.stage, measured=meas.peak_bytes,
+                   measured_first_step=meas.first_step_peak,
+                   measured_reserved=meas.peak_reserved_bytes, ours=ours, frenzy=frenzy,
+                   err_ours=100.0 * (ours - meas.peak_bytes) / meas.peak_bytes,
+                   err_frenzy=100.0 * (frenzy - meas.peak_bytes) / meas.peak_bytes,
+                   seconds=round(dt, 2))
+        log.info("[%d/%d] %.1fs %s: measured %.2f GiB, ours %+.2f%%, frenzy %+.1f%%",
+                 i + 1, len(cases), dt, case.label(), meas.peak_bytes / GIB, row["err_ours"],
+                 row["err_frenzy"])
+        rows.append(row)
+    return rows
+
+
+def _cuda_free_bytes() -> int:
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    return int(free * 0.9)
+
+
+def summary(rows: list[dict[str, Any]], device: str) -> dict[str, Any]:
+    n = len(rows)
+    return dict(
+        n=n,
+        mape_ours=sum(abs(r["err_ours"]) for r in rows) / n if n else float("nan"),
+        max_err_ours=max((abs(r["err_ours"]) for r in rows), default=float("nan")),
+        mape_frenzy=sum(abs(r["err_frenzy"]) for r in rows) / n if n else float("nan"),
+        max_err_frenzy=max((abs(r["err_frenzy"]) for r in rows), default=float("nan")),
+        device="cpu-fake" if device == "cpu" else device,
+    )
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"| {'config':<88} | st | measured GiB | ours GiB | err % | frenzy GiB | err % |\n"
+            f"|{'-' * 90}|----|-------------:|---------:|------:|-----------:|------:|")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['config']:<88} | {r['stage']:>2} | {r['measured'] / GIB:12.3f} | "
+            f"{r['ours'] / GIB:8.3f} | {r['err_ours']:+5.2f} | {r['frenzy'] / GIB:10.2f} | "
+            f"{r['err_frenzy']:+5.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object last")
+    ap.add_argument("--quick", action="store_true", help="a small subset (CI)")
+    ap.add_argument("--device", default="cpu", help="cpu (fake tensors) or cuda")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    cases = [CASES[i] for i in QUICK] if args.quick else CASES
+    rows = run(cases, args.device)
+    summ = summary(rows, args.device)
+    print(table(rows))
+    print(f"\nn={summ['n']}  MAPE ours {summ['mape_ours']:.2f}% (max {summ['max_err_ours']:.2f}%)"
+          f"  MAPE frenzy {summ['mape_frenzy']:.1f}% (max {summ['max_err_frenzy']:.0f}%)")
+    if args.json:
+        print(json.dumps({**summ, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
