@@ -195,6 +195,8 @@ def transition_job(
         job.started_at = now
     if to in TERMINAL:
         job.finished_at = now
+    if to is JobState.SUCCEEDED:
+        job.steps_done = float(job.total_steps)
     if to not in HOLDING:
         release_allocations(session=session, job_id=job.id, now=now)
     append_event(

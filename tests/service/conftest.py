@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # noqa: ANN001
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database: a SQLite file, or a fresh PostgreSQL database per test."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'frenzy.db'}"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from conftest import Env, job_body
+
+from service.runner import SubmittedJob
 
 TABLES = ("jobs", "plans", "events", "allocations")
 
@@ -140,7 +144,7 @@ def test_bad_input_names_the_field_and_writes_nothing(
     assert env.runner.submitted == []
 
 
-def test_infeasible_model_reports_per_gpu_need(make_env) -> None:  # noqa: ANN001
+def test_infeasible_model_reports_per_gpu_need(make_env: Callable[..., Env]) -> None:
     env = make_env(nodes={"old-0": ("RTX2080Ti", 8), "old-1": ("RTX2080Ti", 8)})
     body = {"model": "llama-3-70b", "training": {"global_batch": 64, "seq_len": 8192}}
     r = env.client.post("/v1/jobs", json=body, headers=env.headers("alice"))
@@ -221,9 +225,9 @@ def test_events_cursor_pagination(env: Env) -> None:
     assert rest["next_after"] is None
 
 
-def test_runner_failure_fails_the_job_with_a_reason(make_env) -> None:  # noqa: ANN001
+def test_runner_failure_fails_the_job_with_a_reason(make_env: Callable[..., Env]) -> None:
     class Refusing:
-        def submit(self, job) -> None:  # noqa: ANN001
+        def submit(self, job: SubmittedJob) -> None:
             raise RuntimeError("controller is shutting down")
 
         def cancel(self, job_id: str, reason: str) -> None:
