@@ -28,7 +28,7 @@ from simulator.replay import ProgressBar, Task, load_workloads, run_tasks
 POLICIES = ("has", "opportunistic", "sia")
 FULL_SETS = ("sia-philly", "sia-saturn", "newworkload-30", "newworkload-60")
 QUICK_SETS = ("sia-philly:1", "sia-saturn:1", "newworkload-30")
-QUICK_MAX_JOBS = 30
+QUICK_MAX_JOBS = 20
 CLUSTER = "phoebe"
 TARGETS = {"jct_reduction_vs_opportunistic": 0.15, "jct_reduction_vs_sia": 0.12}
 

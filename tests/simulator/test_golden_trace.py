@@ -1,0 +1,63 @@
+"""Golden-trace regression: a fixed 30-job trace on phoebe through ``has`` and
+``opportunistic`` with pinned metrics, plus invariants that hold for any policy.
+
+The pinned figures were recorded from this simulator (controller + SimBackend + analytical
+step-time model + the policies) when the test was written; a change to any of them moves the
+numbers, and the diff must then be explained and the pins updated on purpose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.states import JobState
+from simulator.clusters import load_cluster
+from simulator.mapping import map_jobs
+from simulator.replay import PlanCache, job_view, replay
+from simulator.traces import load_trace
+
+DATA = Path(__file__).parent / "data"
+
+GOLDEN = {
+    # policy: (avg JCT s, p99 JCT s, avg queue s, makespan s)
+    "has": (6848.359292701037, 47831.88444258117, 0.0, 51614.27553338472),
+    "opportunistic": (4792.452862282167, 43734.22789853717, 247.43944183547822, 51614.27553338472),
+}
+
+
+@pytest.fixture(scope="module")
+def setup():  # type: ignore[no-untyped-def]
+    state = load_cluster("phoebe").state
+    cache = PlanCache(state)
+    views = [job_view(m, cache) for m in map_jobs(load_trace(DATA / "golden_trace.csv").jobs)]
+    return state, views
+
+
+@pytest.mark.parametrize("policy", sorted(GOLDEN))
+def test_pinned_metrics(setup, policy: str) -> None:  # type: ignore[no-untyped-def]
+    state, views = setup
+    res = replay(views, state, policy)
+    m = res.metrics
+    assert (m.jobs, m.finished, m.unfinished) == (30, 30, 0)
+    got = (m.avg_jct_s, m.p99_jct_s, m.avg_queue_s, m.makespan_s)
+    assert got == pytest.approx(GOLDEN[policy], rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("policy", sorted(GOLDEN))
+def test_invariants(setup, policy: str) -> None:  # type: ignore[no-untyped-def]
+    state, views = setup
+    res = replay(views, state, policy)
+    ctl = res.controller
+    assert ctl.cluster == state  # every GPU returned
+    for v in views:
+        rec = ctl.job(v.id)
+        assert rec.state is JobState.SUCCEEDED
+        assert rec.first_start is not None and rec.end_time is not None
+        assert v.submit_time <= rec.first_start <= rec.end_time
+        # never faster than its fastest placed speed allows
+        fastest = min(res.backend.step_time_by_job[v.id])
+        assert rec.end_time - rec.first_start >= v.total_steps * fastest * (1 - 1e-9)
+    util = res.metrics.gpu_util
+    assert set(util) == set(state.total_by_type()) and all(0 <= u <= 1 for u in util.values())

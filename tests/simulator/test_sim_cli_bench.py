@@ -1,0 +1,74 @@
+"""``frenzy simulate`` (called directly) and the quick benchmark runs: output and JSON keys."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import add_simulate_parser, run_simulate
+from simulator.traces import traces_dir
+
+DATA = Path(__file__).parent / "data"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="frenzy")
+    add_simulate_parser(ap.add_subparsers(dest="cmd"))
+    return ap.parse_args(["simulate", *argv])
+
+
+def test_simulate_prints_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["--cluster", "config/phoebe.yaml", "--trace", str(DATA / "golden_trace.csv"),
+                  "--policy", "has,opportunistic", "--max-jobs", "12", "--json",
+                  "--no-progress"])
+    assert run_simulate(args) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "avg JCT" in out[1]
+    data = json.loads(out[-1])
+    res = data["results"][str(DATA / "golden_trace.csv")]
+    assert set(res) == {"has", "opportunistic"}
+    for r in res.values():
+        assert r["jobs"] == 12 and r["unfinished"] == 0
+        assert {"avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_util",
+                "avg_samples_per_s", "sched_p50_ms", "sched_p95_ms", "sched_max_ms"} <= set(r)
+
+
+def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_simulate(parse(["--trace", "nope", "--no-progress"])) == 2
+    assert "known sets" in capsys.readouterr().err
+    assert run_simulate(parse(["--trace", str(DATA / "golden_trace.csv"), "--policy", "zzz",
+                               "--no-progress"])) == 2
+    assert "unknown policy zzz" in capsys.readouterr().err
+
+
+needs_traces = pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
+
+
+@needs_traces
+def test_jct_quick_json_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from benchmarks import jct
+
+    assert jct.main(["--quick", "--json", "--workers", "1", "--docs", str(tmp_path)]) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for spec in jct.QUICK_SETS:
+        res = data["results"][spec]
+        for pol in jct.POLICIES:
+            assert {"avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s"} <= set(res[pol])
+        assert {"jct_reduction_vs_opportunistic", "jct_reduction_vs_sia"} <= set(res["has"])
+    assert (tmp_path / "jct_cdf.png").stat().st_size > 0 and (tmp_path / "jct.md").exists()
+
+
+@needs_traces
+def test_sched_overhead_quick_json_keys(capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    from benchmarks import sched_overhead
+
+    assert sched_overhead.main(["--quick", "--json", "--calls", "3", "--window", "1",
+                                "--docs", str(tmp_path)]) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"has_p50_ms", "has_p95_ms", "sia_p50_ms", "sia_p95_ms", "speedup"} <= set(data)
+    assert data["largest_gpus"] == 128
+    assert (tmp_path / "sched_overhead.png").stat().st_size > 0
