@@ -42,5 +42,5 @@ def test_errors_name_file_and_field(tmp_path: Path, body: str, message: str) -> 
 
 
 def test_unknown_cluster_name_lists_known() -> None:
-    with pytest.raises(ClusterConfigError, match="known clusters: .*phoebe"):
+    with pytest.raises(ClusterConfigError, match=r"known clusters: .*phoebe"):
         load_cluster("nope")

@@ -58,7 +58,7 @@ def test_unknown_header_and_duplicates(tmp_path: Path) -> None:
 
 
 def test_unknown_set_lists_the_known_ones() -> None:
-    with pytest.raises(TraceFormatError, match="known sets: .*sia-philly"):
+    with pytest.raises(TraceFormatError, match=r"known sets: .*sia-philly"):
         trace_files("no-such-trace")
 
 
