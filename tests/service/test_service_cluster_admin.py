@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
-from conftest import T0, Env, job_body
+from service_builders import T0, Env, job_body
 
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import SimBackend

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import Env, job_body
+from service_builders import Env, job_body
 
 from service.runner import SubmittedJob
 

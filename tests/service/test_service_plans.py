@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conftest import Env, job_body
+from service_builders import Env, job_body
 
 from predictor.planner import PlanResult
 from predictor.spec import ModelSpec, TrainingSpec
