@@ -203,12 +203,14 @@ def _backward_working_set(m: ModelSpec, x: _Dims, sp: bool, flash: bool, selecti
     g_in = x.h * T * D
     a = g_in + (x.h * Tf * D if sp else 0) + x.f * Tf * D + x.h * x.f * D
     b = g_in + (3 if m.swiglu else 1) * x.f * Tf * D
+    # (d) RMSNorm backward: three fp32 (T, h) temporaries
+    d = 12 * x.h * T if m.rmsnorm else 0  # the incoming gradient replaces the freed output
     c = 0
     if not flash:
         mlp = (3 if m.swiglu else 2) * x.f * Tf * D
         c = (g_in + x.q * Tf * D + (3 if selective else 2) * x.a * x.s * Tf * D
              - mlp - 2 * x.h * T * D)
-    return max(a, b, c)
+    return max(a, b, c, d)
 
 
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,

@@ -208,12 +208,15 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         x, w, rstd = ctx.saved_tensors
-        xf = x.float()
-        xhat = xf * rstd
-        gw = (g.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(w.dtype)
-        gy = g.float() * w.float()
-        gx = rstd * (gy - xhat * (gy * xhat).mean(-1, keepdim=True))
-        return gx.to(x.dtype), gw, None
+        # three fp32 (T, h) temporaries at most: xhat, the fp32 gradient, one product
+        xhat = x.float().mul_(rstd)
+        gy = g.float()
+        gw = (gy * xhat).reshape(-1, x.shape[-1]).sum(0).to(w.dtype)
+        gy.mul_(w)
+        dot = (gy * xhat).mean(-1, keepdim=True)
+        gy.sub_(xhat.mul_(dot)).mul_(rstd)
+        del xhat
+        return gy.to(x.dtype), gw, None
 
 
 class _SwiGLU(torch.autograd.Function):
