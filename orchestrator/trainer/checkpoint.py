@@ -1,0 +1,137 @@
+"""Checkpoints in canonical, unsharded form: resumable on any tp/dp layout.
+
+A checkpoint holds every parameter and optimizer-state tensor under its canonical name with
+its full shape (tp shards gathered), plus the step. Saving gathers the shards inside data
+parallel replica 0 and global rank 0 writes one file; loading reads that file on every rank
+and keeps each rank's slice for the *new* layout. This is what an elastic resize needs
+(checkpoint at tp=2·dp=1, resume at tp=1·dp=2) and what ``torch.distributed.checkpoint``'s
+sharded format would need DTensor metadata for. Files are written to a temporary name and
+renamed, so a crash mid-write never leaves a corrupt "latest". The directory must be shared
+by all nodes (a local disk in the emulated cluster; NFS or a mounted bucket on a real one).
+
+Layout: ``<root>/<job_id>/step-00000012.pt``; the newest ``keep`` files are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from orchestrator.trainer.model import shard
+from orchestrator.trainer.parallel import Layout, shard_dims
+
+log = logging.getLogger(__name__)
+
+FORMAT = "frenzy-ckpt-v1"
+_NAME = re.compile(r"^step-(\d{8})\.pt$")
+
+
+def job_dir(root: str | Path, job_id: str) -> Path:
+    return Path(root) / job_id
+
+
+def latest_step(root: str | Path, job_id: str) -> int:
+    """Step of the newest complete checkpoint of ``job_id`` (0 when there is none)."""
+    d = job_dir(root, job_id)
+    if not d.is_dir():
+        return 0
+    steps = [int(m.group(1)) for f in d.iterdir() if (m := _NAME.match(f.name))]
+    return max(steps, default=0)
+
+
+def _gather(t: torch.Tensor, dim: int | None, layout: Layout) -> torch.Tensor:
+    if dim is None or layout.tp == 1:
+        return t.detach().cpu().clone()
+    parts = [torch.empty_like(t) for _ in range(layout.tp)]
+    dist.all_gather(parts, t.detach().contiguous(), group=layout.tp_group)
+    return torch.cat(parts, dim=dim).cpu()
+
+
+def save(root: str | Path, job_id: str, step: int, model: nn.Module,
+         optimizer: torch.optim.Optimizer, layout: Layout, *, keep: int = 2,
+         extra: dict[str, Any] | None = None) -> Path | None:
+    """Collective over the world: gather shards in dp replica 0 and write on rank 0.
+    Returns the file written (on rank 0), else None."""
+    path: Path | None = None
+    if layout.dp_rank == 0:
+        dims = shard_dims(model)
+        params = dict(model.named_parameters())
+        full_model = {n: _gather(p, dims.get(n), layout) for n, p in params.items()}
+        full_optim: dict[str, dict[str, Any]] = {}
+        for n, p in params.items():
+            state = optimizer.state.get(p, {})
+            entry: dict[str, Any] = {}
+            for k, v in sorted(state.items()):
+                if isinstance(v, torch.Tensor) and v.shape == p.shape:
+                    entry[k] = _gather(v, dims.get(n), layout)
+                elif isinstance(v, torch.Tensor):
+                    entry[k] = v.detach().cpu().clone()
+                else:
+                    entry[k] = v
+            full_optim[n] = entry
+        if layout.rank == 0:
+            d = job_dir(root, job_id)
+            d.mkdir(parents=True, exist_ok=True)
+            path = d / f"step-{step:08d}.pt"
+            tmp = d / f".tmp-{step:08d}-{os.getpid()}.pt"
+            torch.save({"format": FORMAT, "step": step, "model": full_model,
+                        "optim": full_optim, "tp": layout.tp, "dp": layout.dp,
+                        **(extra or {})}, tmp)
+            os.replace(tmp, path)
+            _prune(d, keep)
+            log.info("job %s: checkpoint at step %d -> %s", job_id, step, path)
+    if dist.is_initialized():
+        dist.barrier()  # nobody reports the step before the file exists
+    return path
+
+
+def _prune(d: Path, keep: int) -> None:
+    files = sorted(f for f in d.iterdir() if _NAME.match(f.name))
+    for f in files[:-keep]:
+        f.unlink(missing_ok=True)
+
+
+def load(root: str | Path, job_id: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+         layout: Layout) -> int:
+    """Load the newest checkpoint into this rank's shard of ``model`` and ``optimizer``,
+    resharded to ``layout``; returns its step (0 and nothing loaded when there is none)."""
+    step = latest_step(root, job_id)
+    if step == 0:
+        return 0
+    path = job_dir(root, job_id) / f"step-{step:08d}.pt"
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if ckpt.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} checkpoint")
+    dims = shard_dims(model)
+    params = dict(model.named_parameters())
+    missing = sorted(set(params) - set(ckpt["model"]))
+    if missing:
+        raise ValueError(f"{path}: checkpoint lacks parameters {', '.join(missing[:5])}")
+
+    def local(name: str, full: torch.Tensor) -> torch.Tensor:
+        dim = dims.get(name)
+        return shard(full, dim, layout) if dim is not None else full
+
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(local(n, ckpt["model"][n]).to(p.device, p.dtype))
+    for n, p in params.items():
+        entry = ckpt["optim"].get(n) or {}
+        if not entry:
+            continue
+        full_p = ckpt["model"][n]
+        optimizer.state[p] = {
+            k: (local(n, v).to(p.device)
+                if isinstance(v, torch.Tensor) and v.shape == full_p.shape else v)
+            for k, v in entry.items()
+        }
+    log.info("job %s: resumed from step %d (saved at tp=%s dp=%s; now tp=%d dp=%d)", job_id,
+             step, ckpt.get("tp"), ckpt.get("dp"), layout.tp, layout.dp)
+    return step
