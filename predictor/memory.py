@@ -42,6 +42,7 @@ activations again), and the optimizer step (Adam's sqrt(v) temporary of the larg
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 from predictor.gpus import GpuType
@@ -153,6 +154,17 @@ def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
     return _layer_param_numels(m, tp) * (hi - lo) + _edge_param_numels(m, tp, pp, stage)
 
 
+@functools.lru_cache(maxsize=8192)
+def _static_sums(m: ModelSpec, tp: int, dp: int, pp: int, stage: int, edge: int
+                 ) -> tuple[int, int, int, int]:
+    """(elements, ZeRO-shard elements, largest tensor, largest shard) of one layer
+    (``edge`` 0) or of the stage's embedding/head tensors (``edge`` 1). Cached: the planner
+    asks for the same model many times."""
+    numels = _edge_param_numels(m, tp, pp, stage) if edge else _layer_param_numels(m, tp)
+    shards = [-(-n // dp) for n in numels]
+    return sum(numels), sum(shards), max(numels, default=0), max(shards, default=0)
+
+
 @dataclass(frozen=True, slots=True)
 class _Dims:
     D: int
@@ -225,22 +237,12 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     # static state: one layer's tensors counted once, times the stage's layers
     lo, hi = stage_layers(m.num_layers, par.pp, stage)
     n_layers = hi - lo
-    lay_n = lay_sh = lay_max = 0
-    for n in _layer_param_numels(m, t):
-        sh = -(-n // dp)
-        lay_n += n
-        lay_sh += sh
-        if sh > lay_max:
-            lay_max = sh
-    n_full = n_layers * lay_n
-    n_sh = n_layers * lay_sh
-    max_full, max_sh = (max(_layer_param_numels(m, t)), lay_max) if n_layers else (0, 0)
-    for n in _edge_param_numels(m, t, par.pp, stage):
-        sh = -(-n // dp)
-        n_full += n
-        n_sh += sh
-        max_full = max(max_full, n)
-        max_sh = max(max_sh, sh)
+    lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, t, dp, 0, 0, 0)
+    e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, t, dp, par.pp, stage, 1)
+    n_full = n_layers * lay_n + e_n
+    n_sh = n_layers * lay_sh + e_sh
+    max_full = max(lay_max_full if n_layers else 0, e_max_full)
+    max_sh = max(lay_max_sh if n_layers else 0, e_max_sh)
     n_param = n_sh if zero >= 3 else n_full
     n_grad = n_sh if zero >= 2 else n_full
     n_shard = n_sh if zero >= 1 else n_full
