@@ -31,7 +31,7 @@ from orchestrator.backend import (
     Started,
 )
 from orchestrator.states import JobEvent, JobState, submitted, transition
-from scheduler.cluster import Allocation, ClusterState
+from scheduler.cluster import Allocation, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
 from scheduler.job import JobView, RunningJob
 from scheduler.policy import Policy
@@ -209,6 +209,34 @@ class Controller:
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unknown backend event {event!r}")
         self._request_schedule()
+
+    def sync_nodes(self, nodes: Sequence[Node]) -> None:
+        """Reconcile the cluster with a fresh inventory (nodes joining, leaving, resized),
+        keeping every granted GPU accounted: a node that left while a job still holds GPUs
+        on it stays until that job is released (its backend reports the loss), and a node
+        that shrank below its used GPUs keeps its old size until then."""
+        current = self._state.by_id
+        fresh = {n.id: n for n in nodes}
+        state = self._state
+        for node_id, old in current.items():
+            if node_id not in fresh:
+                if old.used_gpus == 0:
+                    state = state.without_node(node_id)
+                    log.info("node %s left the cluster", node_id)
+                else:
+                    log.info("node %s left; kept until its %d busy GPUs are released",
+                             node_id, old.used_gpus)
+        for node_id, new in fresh.items():
+            old = current.get(node_id)
+            if old is None:
+                state = state.with_node(replace(new, free_gpus=new.total_gpus))
+                log.info("node %s joined: %d x %s", node_id, new.total_gpus, new.gpu_type)
+            elif ((old.total_gpus, old.gpu_type) != (new.total_gpus, new.gpu_type)
+                  and new.total_gpus >= old.used_gpus):
+                state = state.with_node(replace(new, free_gpus=new.total_gpus - old.used_gpus))
+        if state != self._state:
+            self._state = state
+            self._request_schedule()
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

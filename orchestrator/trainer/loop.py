@@ -217,7 +217,9 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
             last_ckpt = step
         dt = time.perf_counter() - t0
         control.report(steps_done=step, checkpoint_step=last_ckpt, loss=mean_loss,
-                       samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf)
+                       samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf,
+                       recent_losses=tuple(zip(range(step - len(losses) + 1, step + 1),
+                                               losses, strict=True))[-64:])
         if stop_now:
             stopped = True
             break

@@ -1,0 +1,145 @@
+"""The Ray cluster the service runs on: an emulated heterogeneous one by default, or a real
+one when ``RAY_ADDRESS`` is set.
+
+``start_emulated`` reads a cluster YAML (``config/frenzy-testbed.yaml`` by default) and
+starts a real multi-node Ray cluster on this machine with ``ray.cluster_utils.Cluster``: one
+raylet per YAML node, advertising the node's GPU count as Ray's ``GPU`` resource (emulated:
+the training workers run on the CPU with gloo) and its type and name as the node labels the
+``RayBackend`` reads (``frenzy.io/gpu-type``, ``frenzy.io/node-id``,
+``frenzy.io/interconnect``). The first YAML node is the head. Each raylet gets one CPU and a
+small object store so the paper's 5-node testbed fits a 2-core, 24 GiB machine; workers use
+``num_cpus=0``. Ray's files go under a private temporary folder removed on ``shutdown``.
+
+``connect`` is what the service calls: ``RAY_ADDRESS`` set → ``ray.init(address=...)`` to
+that cluster (its nodes started with ``ray start ... --labels=...``, see
+``ray_start_command``); otherwise the emulated cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from orchestrator.ray_backend import GPU_TYPE_LABEL, INTERCONNECT_LABEL, NODE_ID_LABEL
+from scheduler.cluster import Node
+from simulator.clusters import ClusterSpec, load_cluster
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER = "frenzy-testbed"
+OBJECT_STORE_BYTES = 80 * 1024 * 1024
+
+
+def node_labels(node: Node) -> dict[str, str]:
+    """The Ray labels that declare ``node`` to Frenzy."""
+    return {GPU_TYPE_LABEL: node.gpu_type, NODE_ID_LABEL: node.id,
+            INTERCONNECT_LABEL: node.interconnect}
+
+
+def ray_start_command(node: Node, head_address: str = "<head-ip>:6379") -> str:
+    """The ``ray start`` line that joins a real machine as ``node``."""
+    labels = ",".join(f"{k}={v}" for k, v in node_labels(node).items())
+    return (f"ray start --address={head_address} --num-gpus={node.total_gpus} "
+            f'--labels="{labels}"')
+
+
+@dataclass
+class RayCluster:
+    """A connected Ray cluster; ``emulated`` ones are started (and stopped) by us."""
+
+    address: str
+    emulated: bool
+    spec: ClusterSpec | None = None
+    temp_dir: Path | None = None
+    startup_s: float = 0.0
+    _cluster: Any = field(default=None, repr=False)
+
+    def add_node(self, node: Node) -> Any:
+        """Start one more emulated node (a machine joining)."""
+        if self._cluster is None:
+            raise RuntimeError("only an emulated cluster can add nodes")
+        return self._cluster.add_node(num_cpus=1, num_gpus=node.total_gpus,
+                                      labels=node_labels(node),
+                                      object_store_memory=OBJECT_STORE_BYTES)
+
+    def remove_node(self, handle: Any) -> None:
+        """Stop an emulated node (a machine leaving or crashing)."""
+        self._cluster.remove_node(handle, allow_graceful=False)
+
+    def node_handle(self, node_id: str) -> Any:
+        """The ``cluster_utils`` handle of the emulated node named ``node_id``."""
+        for handle in self._cluster.list_all_nodes():
+            if handle.node_id and _label_of(handle.node_id) == node_id:
+                return handle
+        raise KeyError(node_id)
+
+    def shutdown(self) -> None:
+        """Disconnect; stop and clean up the cluster if we started it."""
+        if ray.is_initialized():
+            ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> RayCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _label_of(ray_node_id: str) -> str | None:
+    for n in ray.nodes():
+        if n.get("NodeID") == ray_node_id:
+            return (n.get("Labels") or {}).get(NODE_ID_LABEL)
+    return None
+
+
+def start_emulated(cluster: str | Path = DEFAULT_CLUSTER, *,
+                   namespace: str = "frenzy") -> RayCluster:
+    """Start a local multi-node Ray cluster emulating ``cluster`` (YAML name or path) and
+    connect to it."""
+    from ray.cluster_utils import Cluster
+
+    spec = load_cluster(cluster)
+    nodes = list(spec.state.nodes)
+    t0 = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="frz-"))  # short: Ray's socket paths have a limit
+    (base / "ray").mkdir()
+    os.environ["RAY_TMPDIR"] = str(base)  # where cluster_utils writes its address file
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    head, *rest = nodes
+    c = Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=1, num_gpus=head.total_gpus, labels=node_labels(head),
+        include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
+        temp_dir=str(base / "ray")))
+    for node in rest:
+        c.add_node(num_cpus=1, num_gpus=node.total_gpus, labels=node_labels(node),
+                   object_store_memory=OBJECT_STORE_BYTES)
+    ray.init(address=c.address, namespace=namespace, log_to_driver=False)
+    c.wait_for_nodes()
+    out = RayCluster(address=c.address, emulated=True, spec=spec, temp_dir=base,
+                     startup_s=time.monotonic() - t0, _cluster=c)
+    log.info("emulated cluster %s up in %.1f s: %s", spec.name, out.startup_s,
+             ", ".join(f"{n.id}={n.total_gpus}x{n.gpu_type}" for n in nodes))
+    return out
+
+
+def connect(cluster: str | Path = DEFAULT_CLUSTER, *, namespace: str = "frenzy") -> RayCluster:
+    """``RAY_ADDRESS`` set: join that cluster (production). Else: start the emulated one."""
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, namespace=namespace)
+        log.info("connected to Ray cluster at %s", address)
+        return RayCluster(address=address, emulated=False)
+    return start_emulated(cluster, namespace=namespace)

@@ -1,0 +1,505 @@
+"""``RayBackend``: runs the controller's allocations on a Ray cluster.
+
+Inventory. Every GPU node of the cluster declares its GPU type and a stable name as Ray node
+labels, and its GPU count as Ray's ``GPU`` resource::
+
+    ray start --address=<head>:6379 --num-gpus=4 \\
+        --labels="frenzy.io/gpu-type=A800-80G,frenzy.io/node-id=a800"
+
+(optional: ``frenzy.io/interconnect=nvlink|pcie``; the GPU catalog's default otherwise).
+``inventory`` turns the live nodes into a ``ClusterState``; a GPU node without the
+``frenzy.io/gpu-type`` label is ignored (with a warning), one without ``frenzy.io/node-id``
+is named by its Ray node id. Nodes joining or leaving show up in the next ``inventory``.
+
+Allocation → placement group. An allocation ``[(node, n), ...]`` becomes one placement group
+of one ``{"GPU": 1}`` bundle per GPU, each bundle pinned to its node by a
+``bundle_label_selector`` on ``frenzy.io/node-id`` (strategy PACK), and one
+``TrainingWorker`` actor per bundle (rank i ↔ bundle i, in placement order, so tp groups fill
+a node first). Removing the group releases the GPUs; every end of a run — finished, failed,
+stopped, cancelled, preempted — kills the actors and removes the group *before* the event is
+reported, so the controller never re-grants GPUs that Ray still holds.
+
+Events. Commands return at once (``stop``/``resize`` wait for the checkpoint); what follows
+is discovered by ``poll``, which the ``Pump`` calls on the controller's thread: placement
+group ready → rendezvous → ``run`` on every rank; rank 0's status → ``Started`` (first step
+made) and ``Progress``; the ranks' results → ``Finished`` or ``Failed``; a dead actor or node →
+``Preempted`` from the last checkpoint, or ``Failed`` once the job has been restarted
+``max_restarts`` times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from orchestrator.backend import (
+    BackendEvent,
+    Clock,
+    EventSink,
+    Failed,
+    Finished,
+    Preempted,
+    Progress,
+    Started,
+    WallClock,
+)
+from orchestrator.trainer.checkpoint import latest_step
+from orchestrator.trainer.loop import RunConfig, RunResult
+from orchestrator.trainer.model import check_supported
+from orchestrator.trainer.worker import TrainingWorker
+from predictor.gpus import load_gpu_catalog
+from scheduler.cluster import Allocation, ClusterState, Node
+from scheduler.job import JobView
+
+log = logging.getLogger(__name__)
+
+GPU_TYPE_LABEL = "frenzy.io/gpu-type"
+NODE_ID_LABEL = "frenzy.io/node-id"
+INTERCONNECT_LABEL = "frenzy.io/interconnect"
+RAY_NODE_ID_LABEL = "ray.io/node-id"
+PG_PREFIX = "frenzy-"
+
+ERROR_GRACE_S = 5.0
+"""After one rank fails, how long to wait for the others before judging the cause (a killed
+peer makes the survivors' collectives fail too; the dead actor's own error decides)."""
+
+
+@dataclass(frozen=True)
+class RayBackendConfig:
+    """Knobs of the Ray backend. ``checkpoint_dir`` must be visible to every node."""
+
+    checkpoint_dir: str
+    checkpoint_every: int = 50
+    max_restarts: int = 3
+    launch_timeout_s: float = 120.0
+    stop_timeout_s: float = 60.0
+    lr: float = 3e-3
+    seed: int = 0
+    torch_threads: int = 1
+    inter_node_bw_gbs: float = 12.5
+
+
+@dataclass
+class _Run:
+    """One launch of one job on one placement group."""
+
+    job: JobView
+    allocation: Allocation
+    cfg: RunConfig
+    pg: PlacementGroup
+    workers: list[Any]
+    launched_at: float
+    phase: str = "launching"  # launching → running
+    addr_ref: Any = None
+    where_refs: list[Any] = field(default_factory=list)
+    run_refs: list[Any] = field(default_factory=list)
+    status_ref: Any = None
+    where: list[dict[str, Any]] | None = None
+    started: bool = False
+    steps_done: float = 0.0
+    reported_steps: float = 0.0
+    checkpoint_step: int = 0
+    loss: float | None = None
+    samples_per_s: float | None = None
+    error_since: float | None = None
+    losses: list[float] = field(default_factory=list)
+
+
+def read_inventory(inter_node_bw_gbs: float = 12.5) -> tuple[ClusterState, dict[str, dict]]:
+    """The live GPU nodes of the connected Ray cluster as a ``ClusterState`` (all GPUs free),
+    and for each node the label selector that pins a bundle to it."""
+    catalog = load_gpu_catalog()
+    nodes: list[Node] = []
+    selectors: dict[str, dict[str, str]] = {}
+    for raw in ray.nodes():
+        if not raw.get("Alive"):
+            continue
+        gpus = int(raw.get("Resources", {}).get("GPU", 0))
+        labels = raw.get("Labels") or {}
+        if gpus <= 0:
+            continue
+        gpu_type = labels.get(GPU_TYPE_LABEL)
+        if gpu_type is None or gpu_type not in catalog:
+            log.warning("Ray node %s has %d GPUs but %s; ignored", raw.get("NodeID"), gpus,
+                        f"no {GPU_TYPE_LABEL} label" if gpu_type is None
+                        else f"unknown GPU type {gpu_type!r}")
+            continue
+        name = labels.get(NODE_ID_LABEL) or str(raw["NodeID"])[:12]
+        selectors[name] = ({NODE_ID_LABEL: name} if NODE_ID_LABEL in labels
+                           else {RAY_NODE_ID_LABEL: str(raw["NodeID"])})
+        gpu = catalog[gpu_type]
+        link = labels.get(INTERCONNECT_LABEL, gpu.link)
+        nodes.append(Node(id=name, gpu_type=gpu_type, gpu_memory=gpu.memory_bytes,
+                          total_gpus=gpus, free_gpus=gpus,
+                          interconnect=link if link in ("nvlink", "pcie") else gpu.link))
+    nodes.sort(key=lambda n: n.id)
+    return ClusterState(nodes=tuple(nodes), inter_node_bw_gbs=inter_node_bw_gbs), selectors
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:500]
+
+
+class RayBackend:
+    """The ``Backend`` over a connected Ray cluster; see the module docstring."""
+
+    def __init__(self, config: RayBackendConfig, clock: Clock | None = None) -> None:
+        if not ray.is_initialized():
+            raise RuntimeError("RayBackend needs a connected Ray cluster (ray.init / "
+                               "orchestrator.emulated.connect)")
+        self.config = config
+        self.clock = clock or WallClock()
+        self._sink: EventSink | None = None
+        self._runs: dict[str, _Run] = {}
+        self._events: list[BackendEvent] = []
+        self._gen = itertools.count()
+        self._selectors: dict[str, dict[str, str]] = {}
+        self._worker_cls = ray.remote(TrainingWorker)
+        self.pg_create_s: list[float] = []
+        """Seconds from creating each placement group to it being ready (first seen)."""
+        self.pg_remove_s: list[float] = []
+        self.placements: dict[str, list[dict[str, Any]]] = {}
+        """Per job, what its workers reported from inside the actors at the latest launch."""
+        self.losses: dict[str, list[float]] = {}
+        """Per job, the loss of every step made (all launches; a resumed launch repeats
+        none: only steps beyond the last one recorded are appended)."""
+        self._loss_step: dict[str, int] = {}
+        self.inventory()
+
+    # -- inventory -------------------------------------------------------------------------
+    def inventory(self) -> ClusterState:
+        """The live GPU nodes (all GPUs free; the controller keeps the accounting)."""
+        state, self._selectors = read_inventory(self.config.inter_node_bw_gbs)
+        return state
+
+    # -- Backend protocol ------------------------------------------------------------------
+    def connect(self, sink: EventSink) -> None:
+        self._sink = sink
+
+    def start(self, job: JobView, allocation: Allocation) -> None:
+        if job.id in self._runs:
+            raise RuntimeError(f"job {job.id} is already running on Ray")
+        try:
+            cfg = self._run_config(job, allocation)
+        except (ValueError, TypeError) as e:
+            self._events.append(Failed(job.id, self.clock.now(), f"cannot run: {e}"))
+            return
+        missing = [n for n, _ in allocation.placement if n not in self._selectors]
+        if missing:
+            self.inventory()
+            missing = [n for n, _ in allocation.placement if n not in self._selectors]
+        if missing:
+            self._events.append(Preempted(job.id, self.clock.now(), job.steps_done,
+                                          f"node(s) {', '.join(missing)} not in the Ray cluster"))
+            return
+        bundles: list[dict[str, float]] = []
+        selectors: list[dict[str, str]] = []
+        for node, n in allocation.placement:
+            bundles += [{"GPU": 1.0}] * n
+            selectors += [self._selectors[node]] * n
+        gen = next(self._gen)
+        pg = placement_group(bundles, strategy="PACK", bundle_label_selector=selectors,
+                             name=f"{PG_PREFIX}{job.id}-{gen}")
+        workers = [
+            self._worker_cls.options(
+                num_cpus=0, num_gpus=1, max_concurrency=2, max_restarts=0,
+                name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
+            ).remote(i, self.config.torch_threads)
+            for i in range(len(bundles))
+        ]
+        run = _Run(job=job, allocation=allocation, cfg=cfg, pg=pg, workers=workers,
+                   launched_at=time.monotonic(), steps_done=job.steps_done,
+                   reported_steps=job.steps_done)
+        run.addr_ref = workers[0].address.remote()
+        run.where_refs = [w.where.remote() for w in workers]
+        self._runs[job.id] = run
+        log.info("job %s: launching %s (pg %s)", job.id, allocation.describe(), pg.id.hex())
+
+    def stop(self, job_id: str, reason: str) -> float:
+        run = self._runs.get(job_id)
+        if run is None:
+            return float(latest_step(self.config.checkpoint_dir, job_id))
+        steps = run.job.steps_done
+        if run.phase == "running":
+            for w in run.workers:
+                w.request_stop.remote()
+            ready, _ = ray.wait(run.run_refs, num_returns=len(run.run_refs),
+                                timeout=self.config.stop_timeout_s)
+            results = []
+            for ref in ready:
+                try:
+                    results.append(ray.get(ref))
+                except RayError as e:
+                    log.warning("job %s: a rank failed while stopping: %s", job_id,
+                                _last_line(e))
+            steps = max([steps, *(r.checkpoint_step for r in results)])
+        if not run.cfg.entrypoint:
+            steps = max(steps, latest_step(self.config.checkpoint_dir, job_id))
+        self._teardown(run)
+        log.info("job %s: stopped at checkpoint step %s (%s)", job_id, steps, reason)
+        return float(steps)
+
+    def resize(self, job: JobView, allocation: Allocation) -> float:
+        steps = self.stop(job.id, "resize")
+        self.start(replace(job, steps_done=steps), allocation)
+        return steps
+
+    def cancel(self, job_id: str) -> None:
+        run = self._runs.get(job_id)
+        if run is not None:
+            self._teardown(run)
+        self._events = [e for e in self._events if e.job_id != job_id]
+
+    def steps_done(self, job_id: str) -> float:
+        run = self._runs.get(job_id)
+        return run.steps_done if run else 0.0
+
+    # -- driving ---------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Advance every launch and deliver what happened (call on the controller's thread)."""
+        for run in list(self._runs.values()):
+            try:
+                if run.phase == "launching":
+                    self._poll_launch(run)
+                if run.phase == "running":
+                    self._poll_status(run)
+                    self._poll_results(run)
+            except RayError as e:  # pragma: no cover - defensive: never kill the pump
+                log.exception("job %s: unexpected Ray error", run.job.id)
+                self._end(run, Failed(run.job.id, self.clock.now(), _last_line(e)))
+        events, self._events = self._events, []
+        for ev in events:
+            self._deliver(ev)
+
+    def running_jobs(self) -> list[str]:
+        return sorted(self._runs)
+
+    def kill_worker(self, job_id: str, rank: int) -> None:
+        """Kill one worker actor of a running job (fault injection for tests)."""
+        ray.kill(self._runs[job_id].workers[rank], no_restart=True)
+
+    def shutdown(self) -> None:
+        """Cancel every run (actors killed, placement groups removed)."""
+        for job_id in list(self._runs):
+            self.cancel(job_id)
+
+    # -- internals -------------------------------------------------------------------------
+    def _run_config(self, job: JobView, allocation: Allocation) -> RunConfig:
+        plan = allocation.plan
+        par = plan.parallel
+        if allocation.num_gpus != par.num_gpus:
+            raise ValueError(f"allocation has {allocation.num_gpus} GPUs, plan needs "
+                             f"{par.num_gpus}")
+        entry = job.extra.get("entrypoint")
+        entrypoint: tuple[str, ...] | None = None
+        if entry:
+            entrypoint = tuple(shlex.split(entry) if isinstance(entry, str) else map(str, entry))
+        elif par.pp != 1:
+            raise ValueError(f"pipeline parallelism (pp={par.pp}) is not supported by the "
+                             "built-in trainer; choose a pp=1 plan or give an entrypoint")
+        if entrypoint is None and (job.model is None or job.train is None):
+            raise ValueError("the built-in trainer needs the job's model and training spec")
+        if job.model is not None and job.train is not None:
+            job.train.check_against(job.model)
+            if entrypoint is None:
+                check_supported(job.model, par.tp)
+        train = job.train
+        return RunConfig(
+            job_id=job.id, model=job.model,
+            global_batch=train.global_batch if train else par.dp * par.micro_batch,
+            seq_len=train.seq_len if train else 0, total_steps=job.total_steps,
+            tp=par.tp, dp=par.dp, pp=par.pp, micro_batch=par.micro_batch,
+            recompute=par.recompute, precision=plan.precision,
+            optimizer=train.optimizer if train else RunConfig.optimizer,
+            lr=self.config.lr, seed=self.config.seed,
+            checkpoint_dir=self.config.checkpoint_dir,
+            checkpoint_every=self.config.checkpoint_every, entrypoint=entrypoint,
+            env={"FRENZY_RESUME_STEP": str(int(job.steps_done))},
+        )
+
+    def _poll_launch(self, run: _Run) -> None:
+        refs = [run.addr_ref, *run.where_refs]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if len(ready) < len(refs):
+            if time.monotonic() - run.launched_at > self.config.launch_timeout_s:
+                self._requeue(run, f"workers not placed within "
+                                   f"{self.config.launch_timeout_s:.0f} s")
+            return
+        try:
+            addr, port = ray.get(run.addr_ref)
+            run.where = ray.get(run.where_refs)
+        except RayActorError as e:
+            self._requeue(run, f"worker died while starting: {_last_line(e)}")
+            return
+        self.pg_create_s.append(time.monotonic() - run.launched_at)
+        self.placements[run.job.id] = run.where
+        cfg = replace(run.cfg, master_addr=addr, master_port=port)
+        run.run_refs = [w.run.remote(cfg) for w in run.workers]
+        run.status_ref = run.workers[0].status.remote()
+        run.phase = "running"
+
+    def _poll_status(self, run: _Run) -> None:
+        if run.status_ref is None:
+            return
+        ready, _ = ray.wait([run.status_ref], timeout=0)
+        if not ready:
+            return
+        try:
+            status = ray.get(run.status_ref)
+        except RayError:
+            run.status_ref = None  # the results poll will see why
+            return
+        run.status_ref = run.workers[0].status.remote()
+        self._absorb(run, status)
+
+    def _absorb(self, run: _Run, status: dict[str, Any]) -> None:
+        steps = float(status.get("steps_done", run.steps_done))
+        first = float(status.get("first_step", run.job.steps_done))
+        run.checkpoint_step = int(status.get("checkpoint_step", run.checkpoint_step))
+        if status.get("loss") is not None:
+            run.loss = float(status["loss"])
+        run.samples_per_s = status.get("samples_per_s")
+        if steps > run.steps_done or (steps > first and not run.started):
+            new_losses = int(steps - max(run.steps_done, first))
+            run.steps_done = steps
+            now = self.clock.now()
+            if not run.started and steps > first:
+                run.started = True
+                self._events.append(Started(run.job.id, now))
+            history = self.losses.setdefault(run.job.id, [])
+            recent = status.get("recent_losses") or ()
+            seen = self._loss_step.get(run.job.id, 0)
+            for s, loss in recent:
+                if s > seen:
+                    history.append(float(loss))
+                    seen = s
+            if not recent and run.loss is not None and new_losses > 0:
+                history.append(run.loss)
+                seen = int(steps)
+            self._loss_step[run.job.id] = seen
+            if run.started and steps > run.reported_steps:
+                run.reported_steps = steps
+                self._events.append(Progress(run.job.id, now, steps, run.loss,
+                                             run.samples_per_s))
+
+    def _poll_results(self, run: _Run) -> None:
+        ready, pending = ray.wait(run.run_refs, num_returns=len(run.run_refs), timeout=0)
+        if not ready:
+            return
+        results: list[RunResult] = []
+        died: str | None = None
+        failed: str | None = None
+        for ref in ready:
+            try:
+                results.append(ray.get(ref, timeout=1.0))
+            except RayActorError as e:
+                died = died or _last_line(e)
+            except RayTaskError as e:
+                failed = failed or _last_line(e)
+            except GetTimeoutError:  # pragma: no cover
+                return
+        if died is not None:
+            self._requeue(run, f"worker died: {died}")
+            return
+        if failed is not None:
+            now = time.monotonic()
+            if pending and (run.error_since is None or now - run.error_since < ERROR_GRACE_S):
+                run.error_since = run.error_since or now
+                return  # give a dead peer's own error the chance to arrive
+            self._end(run, Failed(run.job.id, self.clock.now(), f"training failed: {failed}"))
+            return
+        if pending:
+            return
+        final = max(results, key=lambda r: r.steps_done)
+        self._absorb(run, {"steps_done": final.steps_done, "first_step": final.first_step,
+                           "checkpoint_step": final.checkpoint_step,
+                           "loss": final.losses[-1] if final.losses else run.loss})
+        if final.finished:
+            if not run.started:
+                run.started = True
+                self._events.append(Started(run.job.id, self.clock.now()))
+            self._end(run, Finished(run.job.id, self.clock.now()))
+        else:  # stopped without a stop() call: treat as preemption from its checkpoint
+            self._requeue(run, "workers stopped early")
+
+    def _requeue(self, run: _Run, reason: str) -> None:
+        """Lost the workers: back to the queue from the last checkpoint, or give up."""
+        if run.cfg.entrypoint:
+            steps = max(run.job.steps_done, run.checkpoint_step)
+        else:
+            steps = max(run.job.steps_done,
+                        latest_step(self.config.checkpoint_dir, run.job.id))
+        if run.job.restarts >= self.config.max_restarts:
+            ev: BackendEvent = Failed(run.job.id, self.clock.now(),
+                                      f"{reason}; gave up after {run.job.restarts} restarts")
+        else:
+            ev = Preempted(run.job.id, self.clock.now(), float(steps), reason)
+        log.warning("job %s: %s -> %s", run.job.id, reason, type(ev).__name__)
+        self._end(run, ev)
+
+    def _end(self, run: _Run, event: BackendEvent) -> None:
+        self._teardown(run)
+        self._events.append(event)
+
+    def _teardown(self, run: _Run) -> None:
+        for w in run.workers:
+            with contextlib.suppress(RayError, ValueError):  # already gone
+                ray.kill(w, no_restart=True)
+        t0 = time.monotonic()
+        try:
+            remove_placement_group(run.pg)
+        except Exception as e:  # never let a removal error leak the rest
+            log.warning("job %s: removing placement group: %s", run.job.id, e)
+        self.pg_remove_s.append(time.monotonic() - t0)
+        self._runs.pop(run.job.id, None)
+
+    def _deliver(self, event: BackendEvent) -> None:
+        if self._sink is None:
+            raise RuntimeError("RayBackend is not connected to a controller")
+        self._sink(event)
+
+
+def live_placement_groups() -> list[dict[str, Any]]:
+    """Frenzy's placement groups that are not removed (leak check)."""
+    return [pg for pg in placement_group_table().values()
+            if str(pg.get("name", "")).startswith(PG_PREFIX) and pg.get("state") != "REMOVED"]
+
+
+def gpus_in_use() -> float:
+    """GPUs of the Ray cluster currently held by anything (leak check when idle)."""
+    total = ray.cluster_resources().get("GPU", 0.0)
+    free = ray.available_resources().get("GPU", 0.0)
+    return total - free
+
+
+def wait_released(timeout_s: float = 10.0) -> bool:
+    """Wait until no GPU is held and no Frenzy placement group is live."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if gpus_in_use() == 0 and not live_placement_groups():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+__all__: Sequence[str] = ["GPU_TYPE_LABEL", "INTERCONNECT_LABEL", "NODE_ID_LABEL",
+                          "RayBackend", "RayBackendConfig", "gpus_in_use",
+                          "live_placement_groups", "read_inventory", "wait_released"]

@@ -1,0 +1,98 @@
+"""Entrypoint mode: run the user's own training command on every worker.
+
+The plan is exported as environment variables, the names torchrun and Megatron scripts
+read: ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``,
+``TP_SIZE``, ``PP_SIZE``, ``DP_SIZE``, ``MICRO_BATCH_SIZE``, ``GLOBAL_BATCH_SIZE``,
+``CUDA_VISIBLE_DEVICES`` (the GPU Ray gave this worker), plus ``FRENZY_JOB_ID``,
+``FRENZY_CHECKPOINT_DIR`` (``<checkpoint_dir>/<job_id>``: save and resume there),
+``FRENZY_TOTAL_STEPS``, ``FRENZY_RESUME_STEP`` and ``FRENZY_STOP_FILE``.
+
+Progress: a line ``frenzy step=<n> [loss=<x>] [samples_per_s=<y>]`` printed by rank 0 is
+reported to the controller; other output goes to the worker's log. Stop: Frenzy creates
+``FRENZY_STOP_FILE``; a script that checkpoints and exits 0 when it appears is stopped and
+resumed cleanly, otherwise it gets SIGTERM after a grace period. Exit code 0 means finished
+(or stopped on request); anything else fails the job with the tail of its output.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import subprocess
+import threading
+from pathlib import Path
+
+from orchestrator.trainer.checkpoint import job_dir
+from orchestrator.trainer.loop import Control, RunConfig, RunResult
+
+log = logging.getLogger(__name__)
+
+_PROGRESS = re.compile(r"^frenzy\s+step=(\d+)(?:\s+loss=([-+\w.]+))?(?:\s+samples_per_s=([\w.]+))?")
+STOP_GRACE_S = 30.0
+
+
+def plan_env(cfg: RunConfig, rank: int, gpu_ids: list[str] | None = None) -> dict[str, str]:
+    """The environment variables that describe rank ``rank``'s part of the plan."""
+    ckdir = job_dir(cfg.checkpoint_dir, cfg.job_id)
+    env = {
+        "WORLD_SIZE": str(cfg.world_size), "RANK": str(rank), "LOCAL_RANK": "0",
+        "MASTER_ADDR": cfg.master_addr, "MASTER_PORT": str(cfg.master_port),
+        "TP_SIZE": str(cfg.tp), "PP_SIZE": str(cfg.pp), "DP_SIZE": str(cfg.dp),
+        "MICRO_BATCH_SIZE": str(cfg.micro_batch), "GLOBAL_BATCH_SIZE": str(cfg.global_batch),
+        "FRENZY_JOB_ID": cfg.job_id, "FRENZY_CHECKPOINT_DIR": str(ckdir),
+        "FRENZY_TOTAL_STEPS": str(cfg.total_steps),
+        "FRENZY_STOP_FILE": str(ckdir / f".stop-{rank}"),
+    }
+    if gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+    elif "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return {**env, **cfg.env}
+
+
+def run_entrypoint(cfg: RunConfig, rank: int, control: Control) -> RunResult:
+    """Run ``cfg.entrypoint`` as rank ``rank`` and follow its progress lines."""
+    assert cfg.entrypoint
+    env = plan_env(cfg, rank)
+    resume = int(cfg.env.get("FRENZY_RESUME_STEP", "0"))
+    env["FRENZY_RESUME_STEP"] = str(resume)
+    stop_file = Path(env["FRENZY_STOP_FILE"])
+    stop_file.parent.mkdir(parents=True, exist_ok=True)
+    stop_file.unlink(missing_ok=True)
+    control.report(steps_done=resume, checkpoint_step=resume, first_step=resume, loss=None,
+                   samples_per_s=None, rank=rank)
+    proc = subprocess.Popen(list(cfg.entrypoint), env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: collections.deque[str] = collections.deque(maxlen=20)
+
+    def watch_stop() -> None:
+        control.stop.wait()
+        if proc.poll() is None:
+            stop_file.touch()
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+
+    threading.Thread(target=watch_stop, daemon=True).start()
+    assert proc.stdout is not None
+    steps = resume
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        tail.append(line)
+        m = _PROGRESS.match(line)
+        if m:
+            steps = int(m.group(1))
+            control.report(steps_done=steps, checkpoint_step=steps,
+                           loss=float(m.group(2)) if m.group(2) else None,
+                           samples_per_s=float(m.group(3)) if m.group(3) else None)
+        else:
+            log.info("[%s rank %d] %s", cfg.job_id, rank, line)
+    code = proc.wait()
+    stopped = control.stop.is_set()
+    if code != 0 and not stopped:
+        raise RuntimeError(f"entrypoint exited with code {code}: " + " | ".join(tail))
+    return RunResult(steps_done=steps, checkpoint_step=steps,
+                     finished=not stopped, stopped=stopped, first_step=resume)
