@@ -1,0 +1,64 @@
+"""The runtime's driver for the Ray backend: the emulated (or a real) Ray cluster.
+
+``ray_driver_factory`` connects to ``RAY_ADDRESS`` when it is set (production: a Ray head
+whose GPU nodes carry the ``frenzy.io/*`` labels) and otherwise starts the emulated
+heterogeneous cluster described by the cluster file (``orchestrator.emulated``). The nodes
+the service schedules on are then read from Ray, not from the file. Training runs for real in
+Ray actors (``orchestrator.trainer``); checkpoints go under ``$FRENZY_CHECKPOINT_DIR``
+(default ``./var/checkpoints``), which every node must see.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from orchestrator.backend import WallClock
+from orchestrator.controller import Controller
+from orchestrator.emulated import RayCluster, connect
+from orchestrator.ray_backend import RayBackend, RayBackendConfig
+from scheduler.cluster import ClusterState
+
+if TYPE_CHECKING:
+    from simulator.clusters import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+
+class RayDriver:
+    """``RayBackend`` on a connected cluster; ``pump`` delivers its events (``poll``)."""
+
+    def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int) -> None:
+        self.clock = WallClock()
+        self._cluster: RayCluster = connect(spec.path)
+        try:
+            self.backend = RayBackend(
+                RayBackendConfig(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                                 inter_node_bw_gbs=spec.state.inter_node_bw_gbs),
+                self.clock,
+            )
+        except Exception:
+            self._cluster.shutdown()
+            raise
+
+    def inventory(self) -> ClusterState:
+        return self.backend.inventory()
+
+    def pump(self, controller: Controller) -> None:
+        self.backend.poll()
+
+    def close(self) -> None:
+        try:
+            self.backend.shutdown()
+        finally:
+            self._cluster.shutdown()
+
+
+def ray_driver_factory(spec: ClusterSpec) -> RayDriver:
+    """The Ray driver with checkpoints under ``$FRENZY_CHECKPOINT_DIR``."""
+    ckpt = os.path.abspath(os.environ.get("FRENZY_CHECKPOINT_DIR", "var/checkpoints"))
+    os.makedirs(ckpt, exist_ok=True)
+    every = int(os.environ.get("FRENZY_CHECKPOINT_EVERY", "20"))
+    log.info("starting the Ray backend (checkpoints in %s every %d steps)", ckpt, every)
+    return RayDriver(spec, ckpt, every)

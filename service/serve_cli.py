@@ -1,0 +1,329 @@
+"""``frenzy serve`` (the whole service in one command) and its HTTP clients ``frenzy submit``,
+``frenzy jobs``, ``frenzy cancel`` and ``frenzy status``.
+
+``serve`` brings the database to the latest migration, records the cluster's nodes, recovers
+every live job (``service.app_runtime``), makes sure the local admin has a token (written to
+``~/.config/frenzy/token``, mode 600, so the client commands work without set-up), and serves
+the API, the dashboard and ``/metrics`` with uvicorn. With ``--workers N`` the API runs in N
+uvicorn worker processes while the one Controller runs in the supervising process; they meet
+in the database.
+
+The client commands talk to ``$FRENZY_URL`` (default http://127.0.0.1:8000) with the token
+from ``$FRENZY_TOKEN``, else the token file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_CLUSTER = "config/frenzy-testbed.yaml"
+LOCAL_ADMIN = "admin"
+
+
+def token_file() -> Path:
+    """Where ``serve`` keeps the local admin's token (``$FRENZY_TOKEN_FILE`` overrides)."""
+    env = os.environ.get("FRENZY_TOKEN_FILE")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "frenzy" / "token"
+
+
+def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serve``, ``submit``, ``jobs``, ``cancel`` and ``status`` to ``frenzy``."""
+    p = subparsers.add_parser("serve", help="run the service: API, dashboard, scheduler",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                   help="cluster description (config/*.yaml) emulated or checked against Ray")
+    p.add_argument("--policy", default="has", help="scheduling policy (has, opportunistic, sia)")
+    p.add_argument("--database-url", default=None, help="default: $DATABASE_URL or SQLite")
+    p.add_argument("--backend", default="auto", choices=("auto", "ray", "sim"),
+                   help="ray: train for real on the (emulated) Ray cluster; sim: jobs progress "
+                        "at their predicted speed, nothing trains; auto: ray when available")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn API worker processes")
+    p.add_argument("--token-file", default=None, help="where to write the local admin token")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(handler=run_serve)
+
+    s = subparsers.add_parser("submit", help="submit a job file (YAML or JSON) to the service")
+    s.add_argument("file", help="job description, e.g. examples/gpt2-tiny.yaml")
+    s.add_argument("--json", action="store_true", help="print the service's answer as JSON")
+    s.add_argument("--plan-only", action="store_true",
+                   help="only rank the plans on the service's cluster (nothing is submitted)")
+    s.set_defaults(handler=run_submit)
+
+    j = subparsers.add_parser("jobs", help="list jobs (or show one with --id)")
+    j.add_argument("--id", default=None, help="show one job in full")
+    j.add_argument("--state", action="append", default=None, help="filter (repeatable)")
+    j.add_argument("--limit", type=int, default=50)
+    j.add_argument("--json", action="store_true")
+    j.set_defaults(handler=run_jobs)
+
+    c = subparsers.add_parser("cancel", help="cancel a job")
+    c.add_argument("job_id")
+    c.add_argument("--reason", default=None)
+    c.set_defaults(handler=run_cancel)
+
+    st = subparsers.add_parser("status", help="cluster occupancy and queue of the service")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=run_status)
+
+
+# -- serve -----------------------------------------------------------------------------------
+def _driver_factory(kind: str) -> Callable[..., Any]:
+    """The backend driver for ``--backend`` (``auto``: Ray when its driver is installed)."""
+    from service import app_runtime
+
+    if kind == "sim":
+        return app_runtime.sim_driver_factory
+    try:
+        from service.ray_driver import ray_driver_factory
+    except ImportError as exc:
+        if kind == "ray":
+            raise SystemExit(
+                f"error: --backend ray: the Ray backend is not available ({exc})") from None
+        log.warning("Ray backend not available (%s): jobs are simulated, nothing trains", exc)
+        return app_runtime.sim_driver_factory
+    return ray_driver_factory
+
+
+def ensure_admin_token(url: str, path: Path) -> str:
+    """The local admin's token: the one in ``path`` if this database knows it, else a new
+    one written there (mode 600)."""
+    from service.auth import create_token, verify_token
+    from service.db.engine import make_engine, make_session_factory, write_session
+
+    engine = make_engine(url)
+    try:
+        factory = make_session_factory(engine)
+        if path.exists():
+            token = path.read_text().strip()
+            with factory() as session:
+                p = verify_token(session=session, token=token)
+            if p is not None and p.is_admin:
+                return token
+        with write_session(factory) as session:
+            token = create_token(session=session, owner=LOCAL_ADMIN, is_admin=True,
+                                 label="frenzy serve local admin")
+    finally:
+        engine.dispose()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(token + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    log.info("local admin token written to %s", path)
+    return token
+
+
+def worker_app() -> Any:
+    """App factory for uvicorn worker processes (``--workers N``): settings from the
+    environment ``serve`` exported; jobs reach the Controller through the database."""
+    from service.api import create_app
+    from service.app_runtime import WakeRunner
+    from service.settings import Settings
+
+    return create_app(settings=Settings.from_env(), runner=WakeRunner())
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Migrate, start the runtime (recovering live jobs), then serve until interrupted."""
+    import uvicorn
+
+    from service.api import create_app
+    from service.app_runtime import Runtime
+    from service.db.engine import make_engine, make_session_factory, migrate
+    from service.settings import Settings
+    from simulator.clusters import load_cluster
+
+    overrides: dict[str, Any] = {}
+    if args.database_url:
+        overrides["database_url"] = args.database_url
+    settings = Settings.from_env(**overrides)
+    os.environ["DATABASE_URL"] = settings.database_url  # for worker processes
+    migrate(settings.database_url)
+    cluster = load_cluster(args.cluster)
+    token_path = Path(args.token_file) if args.token_file else token_file()
+    ensure_admin_token(settings.database_url, token_path)
+
+    engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+    runtime = Runtime(settings, make_session_factory(engine), cluster,
+                      policy=args.policy, driver_factory=_driver_factory(args.backend))
+    runtime.start()
+    log.info("serving on http://%s:%d/ (dashboard), API under /v1, docs at /docs",
+             args.host, args.port)
+    common: dict[str, Any] = dict(host=args.host, port=args.port, log_level=args.log_level,
+                                  access_log=False, timeout_keep_alive=30)
+    try:
+        if args.workers > 1:
+            uvicorn.run("service.serve_cli:worker_app", factory=True, workers=args.workers,
+                        **common)
+        else:
+            app = create_app(settings=settings, runner=runtime.runner)
+            uvicorn.Server(uvicorn.Config(app, **common)).run()
+    finally:
+        runtime.stop()
+        engine.dispose()
+    return 0
+
+
+# -- HTTP clients ----------------------------------------------------------------------------
+class ClientError(RuntimeError):
+    """The service answered with an error, or could not be reached."""
+
+
+def _client() -> Any:
+    import httpx
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+    url = os.environ.get("FRENZY_URL", DEFAULT_URL).rstrip("/")
+    token = os.environ.get("FRENZY_TOKEN")
+    if not token:
+        path = token_file()
+        if path.exists():
+            token = path.read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=url, headers=headers, timeout=30.0)
+
+
+def _call(method: str, path: str, **kwargs: Any) -> Any:
+    import httpx
+
+    try:
+        with _client() as client:
+            r = client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        url = os.environ.get("FRENZY_URL", DEFAULT_URL)
+        raise ClientError(f"cannot reach the service at {url} ({exc}); is `frenzy serve` "
+                          "running? (set FRENZY_URL for another address)") from None
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        raise ClientError(f"{r.status_code}: {detail}")
+    return r.json()
+
+
+def load_job_file(path: str | Path) -> dict[str, Any]:
+    """A job description (YAML or JSON) as the request body of ``POST /v1/jobs``."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ClientError(f"no such file: {p}") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ClientError(f"{p}: cannot parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise ClientError(f"{p}: expected a mapping (model, training, ...)")
+    return data
+
+
+def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except ClientError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 1
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+@_guard
+def run_submit(args: argparse.Namespace) -> int:
+    """``frenzy submit FILE``: post the job, print its id and best plan."""
+    body = load_job_file(args.file)
+    if args.plan_only:
+        plans = _call("POST", "/v1/plans", json=body)
+        if args.json:
+            print(json.dumps(plans))
+            return 0
+        types = ", ".join(plans["gpu_types"])
+        print(f"{plans['model']['name']}: {plans['count']} plans on {types}")
+        for p in plans["plans"][:10]:
+            print(f"  {p['rank']:>3}. {p['num_gpus']}x{p['gpu_type']} tp{p['tp']} pp{p['pp']} "
+                  f"dp{p['dp']} mb{p['micro_batch']} peak {_gib(p['peak_memory_bytes'])}/GPU "
+                  f"{p['step_time_s']:.3f} s/step")
+        return 0
+    job = _call("POST", "/v1/jobs", json=body)
+    if args.json:
+        print(json.dumps(job))
+        return 0
+    print(f"{job['id']}  {job['model_name']}  {job['state']}: {job['state_reason']}")
+    if job.get("plans"):
+        p = job["plans"][0]
+        print(f"  best plan: {p['num_gpus']}x{p['gpu_type']} tp{p['tp']} pp{p['pp']} "
+              f"dp{p['dp']} mb{p['micro_batch']}, peak {_gib(p['peak_memory_bytes'])}/GPU, "
+              f"{p['step_time_s']:.3f} s/step ({job.get('plans_total', len(job['plans']))} "
+              "plans)")
+    return 0
+
+
+@_guard
+def run_jobs(args: argparse.Namespace) -> int:
+    """``frenzy jobs``: a table of jobs (``--id``: one job as JSON)."""
+    if args.id:
+        print(json.dumps(_call("GET", f"/v1/jobs/{args.id}"), indent=2))
+        return 0
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.state:
+        params["state"] = args.state
+    page = _call("GET", "/v1/jobs", params=params)
+    if args.json:
+        print(json.dumps(page))
+        return 0
+    print(f"{'id':32s}  {'model':14s} {'state':10s} {'progress':>9s}  reason")
+    for j in page["data"]:
+        prog = j["progress"]
+        print(f"{j['id']:32s}  {j['model_name'][:14]:14s} {j['state']:10s} "
+              f"{100 * prog['fraction']:8.1f}%  {j['state_reason'][:60]}")
+    print(f"({len(page['data'])} of {page['count']})")
+    return 0
+
+
+@_guard
+def run_cancel(args: argparse.Namespace) -> int:
+    """``frenzy cancel ID``."""
+    body = {"reason": args.reason} if args.reason else None
+    job = _call("POST", f"/v1/jobs/{args.job_id}/cancel", json=body)
+    print(f"{job['id']}  {job['state']}: {job['state_reason']}")
+    return 0
+
+
+@_guard
+def run_status(args: argparse.Namespace) -> int:
+    """``frenzy status``: nodes, GPUs in use and the queue."""
+    cluster = _call("GET", "/v1/cluster")
+    jobs = _call("GET", "/v1/jobs", params={"limit": 1})
+    if args.json:
+        print(json.dumps({"cluster": cluster, "jobs": jobs["count"]}))
+        return 0
+    print(f"{cluster['used_gpus']}/{cluster['total_gpus']} GPUs in use, {jobs['count']} jobs")
+    for n in cluster["nodes"]:
+        holders = ", ".join(f"{h['job_id'][:8]}:{h['gpus']}" for h in n["holders"]) or "-"
+        print(f"  {n['id']:12s} {n['gpu_type']:10s} {n['used_gpus']}/{n['total_gpus']}  "
+              f"{holders}")
+    return 0
