@@ -34,7 +34,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "overhead per policy.",
     )
     add_simulate_arguments(p)
-    p.set_defaults(func=run_simulate)
+    p.set_defaults(handler=run_simulate)
     return p
 
 
