@@ -182,7 +182,9 @@ class JobPublic(JobSummary):
     training: TrainingPublic
     deadline_s: float | None
     entrypoint: str | None
-    plans: list[PlanPublic]
+    plans: list[PlanPublic] = Field(
+        description="the best ranked plans (``?plans=N`` or ``?plans=all`` for more)")
+    plans_total: int = Field(0, description="how many ranked plans the job has")
     chosen_plan: PlanPublic | None
     allocation: list[AllocationPublic]
     placed_at: datetime | None

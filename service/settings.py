@@ -40,6 +40,9 @@ class Settings(BaseModel):
     )
     max_gpus: int = Field(64, ge=1, description="upper bound on one plan's GPU count")
     max_plans_per_job: int = Field(64, ge=1, description="ranked plans stored per job")
+    plans_shown: int = Field(
+        5, ge=1, description="ranked plans a job response carries by default (?plans=all)"
+    )
     ranking: str = Field("gpu_seconds", description="default plan ranking (predictor.planner)")
     inventory_ttl_s: float = Field(
         1.0, ge=0, description="how long submissions reuse the cluster's GPU-type inventory"

@@ -8,7 +8,7 @@ from typing import Any
 
 from predictor.errors import SpecError
 from predictor.spec import ModelSpec, TrainingSpec
-from service.db.models import AllocationRow, Job, PlanRow
+from service.db.models import AllocationRow, Job
 from service.schemas import (
     AllocationPublic,
     JobPublic,
@@ -71,26 +71,33 @@ def job_summary(job: Job) -> JobSummary:
 
 def job_public(
     job: Job,
-    plans: Sequence[PlanRow] | Sequence[dict[str, Any]],
+    plans: Sequence[dict[str, Any]],
     allocations: Sequence[AllocationRow],
+    shown: int | None = None,
 ) -> JobPublic:
-    """The full job: ``plans`` as rows or as the ``Plan.to_dict()`` forms just stored."""
+    """The full job with its first ``shown`` ranked plans (None: all) and the plan chosen.
+
+    ``plans`` are the stored ``Plan.to_dict()`` forms (ranks 1..n)."""
+    total = len(plans)
+    keep = plans if shown is None else plans[:shown]
     plan_models = [
-        PlanPublic.model_validate(
-            p.detail | {"rank": p.rank} if isinstance(p, PlanRow) else p
-        )
-        for p in plans
+        PlanPublic.model_validate(p if p.get("rank") else {**p, "rank": i})
+        for i, p in enumerate(keep, start=1)
     ]
-    for i, p in enumerate(plan_models, start=1):
-        if not p.rank:
-            plan_models[i - 1] = p.model_copy(update={"rank": i})
-    chosen = next((p for p in plan_models if p.rank == job.chosen_plan_rank), None)
+    chosen_dict = None
+    if job.chosen_plan_rank and 1 <= job.chosen_plan_rank <= total:
+        chosen_dict = plans[job.chosen_plan_rank - 1]
+    chosen = None
+    if chosen_dict is not None:
+        chosen = next((p for p in plan_models if p.rank == job.chosen_plan_rank), None)
+        if chosen is None:
+            chosen = PlanPublic.model_validate({**chosen_dict, "rank": job.chosen_plan_rank})
     return JobPublic(
         **job_summary(job).model_dump(),
         model=model_public(job.model_spec),
         training=training_public(job.training, int(job.total_steps)),
         deadline_s=job.deadline_s, entrypoint=job.entrypoint, plans=plan_models,
-        chosen_plan=chosen,
+        plans_total=total, chosen_plan=chosen,
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=job.placed_at, started_at=job.started_at, finished_at=job.finished_at,
     )

@@ -1,7 +1,10 @@
-"""SQLAlchemy 2.0 models: jobs, their ranked plans, allocations per node, events, nodes, tokens.
+"""SQLAlchemy 2.0 models: jobs (with their ranked plans), allocations, events, nodes, tokens.
 
 The schema itself is created only by Alembic (``migrations/versions``); these classes must
 match it, which ``tests/service/test_migrations.py`` checks with ``compare_metadata``.
+
+A job's ranked plans are one JSON document on its row (revision 0002), written once at
+submission and read whole.
 
 What restart safety needs is here: the job's state is an enum column with the reason for it,
 ``updated_at`` on every mutable row, one allocation row per (job, node) with ``released_at``
@@ -126,42 +129,16 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
-    plans: Mapped[list[PlanRow]] = relationship(
-        back_populates="job", order_by="PlanRow.rank", cascade="all, delete-orphan",
-        passive_deletes=True,
+    plans: Mapped[list[dict[str, Any]]] = mapped_column(
+        sa.JSON, deferred=True, server_default=sa.text("'[]'")
     )
+    """The ranked plans, best first: ``Plan.to_dict()`` forms with their ``rank`` (one
+    document, loaded only when asked for: ``repositories.get_job(with_plans=True)``)."""
+    plan_count: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", order_by="AllocationRow.id", cascade="all, delete-orphan",
         passive_deletes=True,
     )
-
-
-class PlanRow(Base):
-    """One ranked plan of a job; the scalar columns are what schedulers query, ``detail``
-    is the predictor's full ``Plan.to_dict()`` (memory breakdown, step-time parts, reason)."""
-
-    __tablename__ = "plans"
-    __table_args__ = (sa.UniqueConstraint("job_id", "rank"),)
-
-    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(sa.ForeignKey("jobs.id", ondelete="CASCADE"))
-    rank: Mapped[int] = mapped_column(sa.Integer)
-    gpu_type: Mapped[str] = mapped_column(sa.String(64))
-    num_gpus: Mapped[int] = mapped_column(sa.Integer)
-    tp: Mapped[int] = mapped_column(sa.Integer)
-    pp: Mapped[int] = mapped_column(sa.Integer)
-    dp: Mapped[int] = mapped_column(sa.Integer)
-    micro_batch: Mapped[int] = mapped_column(sa.Integer)
-    recompute: Mapped[str] = mapped_column(sa.String(16))
-    zero_stage: Mapped[int] = mapped_column(sa.Integer)
-    peak_memory_bytes: Mapped[int] = mapped_column(sa.BigInteger)
-    required_bytes: Mapped[int] = mapped_column(sa.BigInteger)
-    step_time_s: Mapped[float] = mapped_column(sa.Float)
-    job_time_s: Mapped[float] = mapped_column(sa.Float)
-    gpu_seconds: Mapped[float] = mapped_column(sa.Float)
-    detail: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
-
-    job: Mapped[Job] = relationship(back_populates="plans")
 
 
 class AllocationRow(Base):

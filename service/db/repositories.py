@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 
 from orchestrator.states import HOLDING, TERMINAL, JobState, check_transition
-from service.db.models import AllocationRow, Event, Job, NodeRow, PlanRow, Token, utcnow
+from service.db.models import AllocationRow, Event, Job, NodeRow, Token, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,6 @@ def revoke_tokens(*, session: Session, owner: str, now: datetime | None = None) 
 
 
 # -- jobs ---------------------------------------------------------------------------------
-_PLAN_COLUMNS = (
-    "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
-    "peak_memory_bytes", "required_bytes", "step_time_s", "job_time_s", "gpu_seconds",
-)
 
 
 def create_job(
@@ -86,8 +82,10 @@ def create_job(
     entrypoint: str | None = None,
     reason: str = "queued: waiting for the scheduler",
 ) -> Job:
-    """Insert a PENDING job with its ranked plans (``Plan.to_dict()`` shapes) and a
-    ``submitted`` event. Raises ``IntegrityError`` at flush if the idempotency key is taken."""
+    """Insert a PENDING job with its ranked plans (``Plan.to_dict()`` shapes, stored as one
+    document with ranks 1..n) and a ``submitted`` event. Raises ``IntegrityError`` at flush
+    if the idempotency key is taken."""
+    ranked = [p if p.get("rank") == i else {**p, "rank": i} for i, p in enumerate(plans, 1)]
     job = Job(
         id=job_id, owner=owner, name=name, state=JobState.PENDING, state_reason=reason,
         model_name=model_name, model_spec=dict(model_spec), training=dict(training),
@@ -95,14 +93,10 @@ def create_job(
         priority=priority, deadline_s=deadline_s,
         deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
         entrypoint=entrypoint, total_steps=total_steps, steps_done=0.0,
-        created_at=now, updated_at=now,
+        created_at=now, updated_at=now, plans=ranked, plan_count=len(ranked),
     )
     session.add(job)
-    session.flush()  # the job row first: plans and events reference it
-    session.add_all(
-        PlanRow(job_id=job_id, rank=i, detail=dict(plan), **{k: plan[k] for k in _PLAN_COLUMNS})
-        for i, plan in enumerate(plans, start=1)
-    )
+    session.flush()  # the job row first: its event references it
     session.add(
         Event(
             job_id=job_id, at=now, kind="submitted", state=JobState.PENDING.value,
@@ -113,9 +107,14 @@ def create_job(
     return job
 
 
-def get_job(*, session: Session, job_id: str, for_update: bool = False) -> Job | None:
-    """One job by id; ``for_update`` locks its row (PostgreSQL) for a read-modify-write."""
+def get_job(
+    *, session: Session, job_id: str, for_update: bool = False, with_plans: bool = False
+) -> Job | None:
+    """One job by id; ``for_update`` locks its row (PostgreSQL) for a read-modify-write;
+    ``with_plans`` loads the plans document too (otherwise loaded on first access)."""
     stmt = sa.select(Job).where(Job.id == job_id)
+    if with_plans:
+        stmt = stmt.options(undefer(Job.plans))
     if for_update:
         stmt = stmt.with_for_update()
     return session.scalar(stmt)
@@ -167,10 +166,10 @@ def count_jobs_by_state(*, session: Session, owner: str | None = None) -> dict[s
     return counts
 
 
-def list_plans(*, session: Session, job_id: str) -> list[PlanRow]:
-    return list(
-        session.scalars(sa.select(PlanRow).where(PlanRow.job_id == job_id).order_by(PlanRow.rank))
-    )
+def list_plans(*, session: Session, job_id: str) -> list[dict[str, Any]]:
+    """A job's ranked plans (``Plan.to_dict()`` forms with ``rank``), best first."""
+    plans = session.scalar(sa.select(Job.plans).where(Job.id == job_id))
+    return list(plans or [])
 
 
 def transition_job(

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import sqlalchemy as sa
 from service_builders import Env, job_body
 
 from service.runner import SubmittedJob
 
-TABLES = ("jobs", "plans", "events", "allocations")
+TABLES = ("jobs", "events", "allocations")
 
 
 def _counts(env: Env) -> dict[str, int]:
@@ -32,10 +33,20 @@ def test_submit_returns_job_with_ranked_plans(env: Env) -> None:
     assert job["progress"] == {"steps_done": 0.0, "total_steps": 100, "fraction": 0.0}
     assert job["model"]["name"] == "gpt2" and job["model"]["num_params"] > 100_000_000
     assert env.runner.submitted == [job["id"]]
-    assert env.count("plans") == len(plans)
+    assert len(plans) == min(5, job["plans_total"])  # top 5 by default
+    with env.factory() as s:
+        stored = s.execute(sa.text("SELECT plan_count FROM jobs")).scalar_one()
+    assert stored == job["plans_total"] > 5
 
     got = env.client.get(f"/v1/jobs/{job['id']}", headers=env.headers("alice")).json()
     assert got["id"] == job["id"] and got["plans"] == plans
+    every = env.client.get(f"/v1/jobs/{job['id']}?plans=all", headers=env.headers("alice"))
+    assert [p["rank"] for p in every.json()["plans"]] == list(range(1, stored + 1))
+    assert every.json()["plans"][:5] == plans
+    two = env.client.get(f"/v1/jobs/{job['id']}?plans=2", headers=env.headers("alice"))
+    assert two.json()["plans"] == plans[:2]
+    bad = env.client.get(f"/v1/jobs/{job['id']}?plans=many", headers=env.headers("alice"))
+    assert bad.status_code == 422 and "plans" in bad.json()["detail"]
     assert got["chosen_plan"] is None and got["allocation"] == []
 
 

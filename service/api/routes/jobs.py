@@ -40,6 +40,35 @@ router = APIRouter(
     },
 )
 
+PlansParam = Annotated[
+    str | None,
+    Query(
+        pattern=r"^(all|[0-9]{1,4})$",
+        description="ranked plans to return: a count or 'all' (default: the service's "
+                    "plans_shown, 5)",
+    ),
+]
+
+
+class JsonResponse(Response):
+    """A body already serialised by pydantic: the route validated its model once, so
+    FastAPI's response-model pass (a second validation and encoding) is skipped."""
+
+    media_type = "application/json"
+
+
+def _respond(model: JobPublic, status_code: int = 200,
+             headers: dict[str, str] | None = None) -> JsonResponse:
+    return JsonResponse(model.model_dump_json().encode(), status_code=status_code,
+                        headers=headers)
+
+
+def _shown(ctx: ContextDep, plans: str | None) -> int | None:
+    if plans is None:
+        return ctx.settings.plans_shown
+    return None if plans == "all" else max(int(plans), 0)
+
+
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -49,8 +78,11 @@ IdempotencyKey = Annotated[
 ]
 
 
-def _owned_job(session: Session, job_id: str, user: Principal, *, lock: bool = False) -> Job:
-    job = repo.get_job(session=session, job_id=job_id, for_update=lock)
+def _owned_job(
+    session: Session, job_id: str, user: Principal, *, lock: bool = False,
+    with_plans: bool = False,
+) -> Job:
+    job = repo.get_job(session=session, job_id=job_id, for_update=lock, with_plans=with_plans)
     if job is None:
         raise ApiError(404, "job_id", f"no job {job_id!r}")
     if not user.can_see(job.owner):
@@ -58,23 +90,27 @@ def _owned_job(session: Session, job_id: str, user: Principal, *, lock: bool = F
     return job
 
 
-def _full(session: Session, job: Job) -> JobPublic:
+def _full(session: Session, job: Job, shown: int | None) -> JobPublic:
+    """The job in full; its plans document is loaded here if it was not yet."""
     return job_public(
-        job, repo.list_plans(session=session, job_id=job.id),
-        repo.active_allocations(session=session, job_id=job.id),
+        job, list(job.plans or []),
+        repo.active_allocations(session=session, job_id=job.id) if job.state.holds_gpus
+        else [],
+        shown,
     )
 
 
-def _replay(ctx: ContextDep, job: Job, request_hash: str, response: Response) -> JobPublic:
+def _replay(ctx: ContextDep, job: Job, request_hash: str, shown: int | None) -> Response:
     if job.request_hash != request_hash:
         raise ApiError(
             422, "Idempotency-Key",
             f"already used for a different submission (job {job.id}); "
             "send a new key for a new job",
         )
-    response.headers["Idempotent-Replayed"] = "true"
     with ctx.session_factory() as session:
-        return _full(session, job)
+        row = repo.get_job(session=session, job_id=job.id, with_plans=True)
+        assert row is not None
+        return _respond(_full(session, row, shown), 201, {"Idempotent-Replayed": "true"})
 
 
 @router.post(
@@ -85,11 +121,13 @@ def submit_job(
     body: JobCreate,
     user: CurrentUser,
     ctx: ContextDep,
-    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> JobPublic:
-    """Plan the job against the cluster's GPU types, store it PENDING with its ranked plans
-    (all in one transaction), then hand it to the runner."""
+    plans: PlansParam = None,
+) -> Response:
+    """Plan the job against the cluster's GPU types (cached for identical bodies), store it
+    PENDING with its ranked plans (one transaction), then hand it to the runner. The answer
+    carries the best ``plans`` plans (default 5; ``?plans=all``)."""
+    shown = _shown(ctx, plans)
     request = body.model_dump(mode="json", exclude_none=True)
     request_hash = canonical_hash(request)
     if idempotency_key:
@@ -98,7 +136,7 @@ def submit_job(
                 session=session, owner=user.owner, key=idempotency_key
             )
         if existing is not None:
-            return _replay(ctx, existing, request_hash, response)
+            return _replay(ctx, existing, request_hash, shown)
 
     planned = ctx.planning.plan(body, ctx.inventory.get())
     now = ctx.clock()
@@ -124,7 +162,7 @@ def submit_job(
             )
         if existing is None:
             raise
-        return _replay(ctx, existing, request_hash, response)
+        return _replay(ctx, existing, request_hash, shown)
 
     try:
         ctx.runner.submit(
@@ -144,7 +182,7 @@ def submit_job(
                     session=session, job=row, to=JobState.FAILED, reason=reason, now=ctx.clock()
                 )
         raise ApiError(503, "runner", f"{reason} (job {job.id} recorded as FAILED)") from exc
-    return job_public(job, planned.plan_dicts, [])
+    return _respond(job_public(job, planned.plan_dicts, [], shown), 201)
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)")
@@ -172,8 +210,13 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
-def get_job(job_id: str, session: SessionDep, user: CurrentUser) -> JobPublic:
-    return _full(session, _owned_job(session, job_id, user))
+def get_job(
+    job_id: str, session: SessionDep, user: CurrentUser, ctx: ContextDep,
+    plans: PlansParam = None,
+) -> Response:
+    """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``)."""
+    job = _owned_job(session, job_id, user, with_plans=True)
+    return _respond(_full(session, job, _shown(ctx, plans)))
 
 
 @router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
@@ -198,12 +241,13 @@ def cancel_job(
     ctx: ContextDep,
     user: CurrentUser,
     body: Annotated[CancelRequest | None, Body()] = None,
-) -> JobPublic:
+    plans: PlansParam = None,
+) -> Response:
     """Record CANCELLED (releasing its GPUs) with the reason, then tell the runner."""
     why = body.reason if body and body.reason else None
     reason = f"cancelled by {user.owner}" + (f": {why}" if why else "")
     with write_session(ctx.session_factory) as session:
-        job = _owned_job(session, job_id, user, lock=True)
+        job = _owned_job(session, job_id, user, lock=True, with_plans=True)
         if job.state.terminal:
             raise ApiError(
                 409, "state",
@@ -214,9 +258,9 @@ def cancel_job(
             session=session, job=job, to=JobState.CANCELLED, reason=reason, now=ctx.clock()
         )
         session.flush()
-        public = _full(session, job)
+        public = _full(session, job, _shown(ctx, plans))
     try:
         ctx.runner.cancel(job_id, reason)
     except Exception:  # the cancellation is recorded; the runner catches up on restart
         log.exception("runner failed to cancel job %s", job_id)
-    return public
+    return _respond(public)
