@@ -64,9 +64,11 @@ def _param(shape: tuple[int, ...], plan: RankPlan, std: float = 0.02) -> nn.Para
     return p
 
 
-def _gather_w(p: torch.Tensor) -> torch.Tensor:
-    """ZeRO-3 all-gather of a sharded weight: allocates the full tensor (identity otherwise)."""
-    shape = getattr(p, "full_shape", None)
+def _gather_w(p: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    """ZeRO-3 all-gather of a sharded weight: allocates the full tensor (identity otherwise).
+    ``shape`` is passed when ``p`` comes back from autograd's saved tensors, which (under
+    checkpointing) need not be the Parameter object carrying ``full_shape``."""
+    shape = shape or getattr(p, "full_shape", None)
     if shape is None:
         return p
     numel = math.prod(shape)
@@ -74,9 +76,12 @@ def _gather_w(p: torch.Tensor) -> torch.Tensor:
     return p.detach().repeat(dp)[:numel].view(shape)
 
 
-def _scatter_grad(g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+def _scatter_grad(g: torch.Tensor, p: torch.Tensor, sharded: bool | None = None
+                  ) -> torch.Tensor:
     """ZeRO-3 reduce-scatter of a full weight gradient to the rank's shard."""
-    if getattr(p, "full_shape", None) is None:
+    if sharded is None:
+        sharded = getattr(p, "full_shape", None) is not None
+    if not sharded:
         return g
     return g.reshape(-1)[: p.numel()].clone()
 
@@ -118,6 +123,7 @@ class _ColumnLinear(torch.autograd.Function):
                 sp_t: int) -> torch.Tensor:
         ctx.sp_t = sp_t
         ctx.has_b = b is not None
+        ctx.w_shape = getattr(w, "full_shape", None)
         xf = _sp_gather(x, sp_t) if sp_t > 1 else x
         wf = _gather_w(w)
         y = torch.matmul(xf, wf.t())
@@ -131,12 +137,13 @@ class _ColumnLinear(torch.autograd.Function):
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         x, w = ctx.saved_tensors
         xf = _sp_gather(x, ctx.sp_t) if ctx.sp_t > 1 else x
-        wf = _gather_w(w)
+        wf = _gather_w(w, ctx.w_shape)
         gx = torch.matmul(g, wf)
         if ctx.sp_t > 1:
             gx = _sp_scatter(gx, ctx.sp_t)
         gw = _scatter_grad(torch.matmul(g.reshape(-1, g.shape[-1]).t(),
-                                        xf.reshape(-1, xf.shape[-1])), w)
+                                        xf.reshape(-1, xf.shape[-1])), w,
+                           ctx.w_shape is not None)
         gb = _scatter_grad(g.reshape(-1, g.shape[-1]).sum(0), ctx.b) if ctx.has_b else None
         return gx, gw, gb, None
 
@@ -150,6 +157,7 @@ class _RowLinear(torch.autograd.Function):
                 sp_t: int) -> torch.Tensor:
         ctx.sp_t = sp_t
         ctx.has_b = b is not None
+        ctx.w_shape = getattr(w, "full_shape", None)
         y = torch.matmul(x, _gather_w(w).t())
         if sp_t > 1:
             y = _sp_scatter(y, sp_t)
@@ -164,9 +172,10 @@ class _RowLinear(torch.autograd.Function):
         x, w = ctx.saved_tensors
         gb = _scatter_grad(g.reshape(-1, g.shape[-1]).sum(0), ctx.b) if ctx.has_b else None
         gf = _sp_gather(g, ctx.sp_t) if ctx.sp_t > 1 else g
-        gx = torch.matmul(gf, _gather_w(w))
+        gx = torch.matmul(gf, _gather_w(w, ctx.w_shape))
         gw = _scatter_grad(torch.matmul(gf.reshape(-1, gf.shape[-1]).t(),
-                                        x.reshape(-1, x.shape[-1])), w)
+                                        x.reshape(-1, x.shape[-1])), w,
+                           ctx.w_shape is not None)
         return gx, gw, gb, None
 
 
@@ -184,6 +193,7 @@ class _VocabEmbedding(torch.autograd.Function):
         ctx.save_for_backward(ids, w)
         ctx.sp_t = sp_t
         ctx.rows = wf.shape[0]
+        ctx.sharded = getattr(w, "full_shape", None) is not None
         return y
 
     @staticmethod
@@ -192,7 +202,7 @@ class _VocabEmbedding(torch.autograd.Function):
         gf = _sp_gather(g, ctx.sp_t) if ctx.sp_t > 1 else g
         gw = torch.zeros((ctx.rows, g.shape[-1]), dtype=g.dtype, device=g.device)
         gw.index_add_(0, ids.remainder(ctx.rows).reshape(-1), gf.reshape(-1, gf.shape[-1]))
-        return None, _scatter_grad(gw, w), None
+        return None, _scatter_grad(gw, w, ctx.sharded), None
 
 
 class _RMSNorm(torch.autograd.Function):
