@@ -69,6 +69,8 @@ CASES = [
     (TINY_LLAMA, dict(global_batch=8, seq_len=512), dict(pp=2, micro_batch=2,
                                                          recompute="full", zero_stage=1,
                                                          dp=2)),
+    (TINY_LLAMA, dict(global_batch=8, seq_len=256, optimizer="sgd"),
+     dict(tp=2, pp=2, dp=2, micro_batch=1, zero_stage=3, recompute="full")),
     (TINY_GPT, dict(global_batch=4, seq_len=256, precision="fp32", optimizer="sgd",
                     flash_attention=False), dict(tp=2, micro_batch=4, flash_attention=False)),
     (TINY_BERT, dict(global_batch=8, seq_len=256, precision="fp16", optimizer="adam"),
