@@ -107,6 +107,7 @@ class _Run:
     launched_at: float
     phase: str = "launching"  # launching → running
     addr_ref: Any = None
+    pg_ready_ref: Any = None
     where_refs: list[Any] = field(default_factory=list)
     run_refs: list[Any] = field(default_factory=list)
     status_ref: Any = None
@@ -172,8 +173,11 @@ class RayBackend:
         self._gen = itertools.count()
         self._selectors: dict[str, dict[str, str]] = {}
         self._worker_cls = ray.remote(TrainingWorker)
-        self.pg_create_s: list[float] = []
-        """Seconds from creating each placement group to it being ready (first seen)."""
+        self.pg_ready_s: list[float] = []
+        """Seconds from creating each placement group to it being ready (as first seen by
+        ``poll``, so within one poll interval)."""
+        self.workers_up_s: list[float] = []
+        """Seconds from creating each placement group to all its worker actors answering."""
         self.pg_remove_s: list[float] = []
         self.placements: dict[str, list[dict[str, Any]]] = {}
         """Per job, what its workers reported from inside the actors at the latest launch."""
@@ -229,6 +233,7 @@ class RayBackend:
                    launched_at=time.monotonic(), steps_done=job.steps_done,
                    reported_steps=job.steps_done)
         run.addr_ref = workers[0].address.remote()
+        run.pg_ready_ref = pg.ready()
         run.where_refs = [w.where.remote() for w in workers]
         self._runs[job.id] = run
         log.info("job %s: launching %s (pg %s)", job.id, allocation.describe(), pg.id.hex())
@@ -336,6 +341,9 @@ class RayBackend:
         )
 
     def _poll_launch(self, run: _Run) -> None:
+        if run.pg_ready_ref is not None and ray.wait([run.pg_ready_ref], timeout=0)[0]:
+            run.pg_ready_ref = None
+            self.pg_ready_s.append(time.monotonic() - run.launched_at)
         refs = [run.addr_ref, *run.where_refs]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         if len(ready) < len(refs):
@@ -349,7 +357,7 @@ class RayBackend:
         except RayActorError as e:
             self._requeue(run, f"worker died while starting: {_last_line(e)}")
             return
-        self.pg_create_s.append(time.monotonic() - run.launched_at)
+        self.workers_up_s.append(time.monotonic() - run.launched_at)
         self.placements[run.job.id] = run.where
         cfg = replace(run.cfg, master_addr=addr, master_port=port)
         run.run_refs = [w.run.remote(cfg) for w in run.workers]
