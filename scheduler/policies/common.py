@@ -26,6 +26,7 @@ class PlanIndex:
     by_type: dict[str, dict[int, Plan]]
     min_gpus: dict[str, int]
     min_items: tuple[tuple[str, int], ...]  # ``min_gpus`` as pairs, for tight loops
+    by_speed: tuple[Plan, ...] = ()  # fastest job time first (ties: fewer GPU-seconds)
 
     @classmethod
     def build(cls, plans: tuple[Plan, ...]) -> PlanIndex:
@@ -33,7 +34,8 @@ class PlanIndex:
         for plan in plans:
             by_type.setdefault(plan.gpu_type, {}).setdefault(plan.num_gpus, plan)
         min_gpus = {t: min(counts) for t, counts in by_type.items()}
-        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()))
+        by_speed = tuple(sorted(plans, key=lambda p: (p.job_time_s, p.gpu_seconds)))
+        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()), by_speed)
 
     def at_least(self, gpu_type: str, num_gpus: int) -> Plan | None:
         """The plan of ``gpu_type`` on exactly ``num_gpus`` GPUs, else on the fewest GPUs above

@@ -65,10 +65,18 @@ class HasPolicy:
     name = "has"
 
     def __init__(
-        self, perf: PerfModel | None = None, *, backfill: bool = True, seed: int = 0
+        self,
+        perf: PerfModel | None = None,
+        *,
+        backfill: bool = True,
+        plan_order: str = "ranked",
+        seed: int = 0,
     ) -> None:
+        if plan_order not in ("ranked", "share"):
+            raise ValueError(f"plan_order must be 'ranked' or 'share', got {plan_order!r}")
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.backfill = backfill
+        self.plan_order = plan_order
         self.seed = seed
         self._plans = PlanIndexCache()
 
@@ -89,7 +97,7 @@ class HasPolicy:
         cache = self._plans
         entries = cache.entries
         free_by_type = free.free_by_type
-        for job in pending:
+        for k, job in enumerate(pending):
             index = entries.get(job.id)
             if index is None or index.plans is not job.plans:
                 index = cache.get(job)
@@ -101,7 +109,14 @@ class HasPolicy:
                 if not self.backfill:
                     break
                 continue
-            decision = self._place(job, index.plans, free, state)
+            decision = None
+            if self.plan_order == "share":
+                # fastest plan within an equal share of the free GPUs among the waiting jobs
+                share = max(1, free.total_free // max(1, len(pending) - k))
+                fitting = tuple(p for p in index.by_speed if p.num_gpus <= share)
+                decision = self._place(job, fitting, free, state)
+            if decision is None:
+                decision = self._place(job, index.plans, free, state)
             if decision is None:
                 if not self.backfill:
                     break

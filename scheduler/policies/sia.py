@@ -215,11 +215,13 @@ class SiaPolicy:
                 capacity[r.allocation.plan.gpu_type] += r.allocation.num_gpus
             else:
                 frozen.append(r)
+        # configurations larger than what this solve may hand out can never be chosen; leaving
+        # them out keeps the MILP small (and empty when no waiting job fits the idle GPUs)
         counts = {t: [c for c in sia_config_counts(free.node_size(t), len(free.node_ids(t)))
-                      if c <= free.capacity(t)] for t in types}
+                      if c <= capacity[t]] for t in types}
 
-        cands = [self._candidate(r.job, r, free, counts, state, now) for r in movable]
-        cands += [self._candidate(j, None, free, counts, state, now) for j in pending]
+        cands = [self._candidate(r.job, r, free, counts, capacity, state, now) for r in movable]
+        cands += [self._candidate(j, None, free, counts, capacity, state, now) for j in pending]
         cands = [c for c in cands if c.configs]
         self._plans.prune([*pending, *(r.job for r in running)])
         if not cands:
@@ -240,6 +242,7 @@ class SiaPolicy:
         run: RunningJob | None,
         free: FreeGpus,
         counts: dict[str, list[int]],
+        limit: dict[str, int],
         state: ClusterState,
         now: float,
     ) -> _Candidate:
@@ -252,7 +255,7 @@ class SiaPolicy:
             if self.mode == "rigid":
                 want = job.requested_gpus or (index.plans[0].num_gpus if index.plans else 1)
                 plan = index.at_least(t, want)
-                options = [plan] if plan is not None and plan.num_gpus <= free.capacity(t) else []
+                options = [plan] if plan is not None and plan.num_gpus <= limit[t] else []
             else:
                 options = [index.by_type[t][c] for c in sizes if c in index.by_type[t]]
             for plan in options:
