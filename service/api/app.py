@@ -13,15 +13,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from service.api.deps import AppContext, TokenCache
 from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
 from service.api.planning import PlanningService, default_planner
 from service.api.routes import admin, cluster, jobs, plans
+from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
+from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from service.metrics import render_metrics
 from service.runner import JobRunner, PendingRunner
 from service.settings import Settings, get_settings
 
@@ -82,5 +85,14 @@ def create_app(
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus exposition (``service.metrics``): aggregates only, no auth."""
+        with factory() as session:
+            body = render_metrics(session)
+        return Response(body, media_type=METRICS_CONTENT_TYPE)
+
+    install_dashboard(app)
 
     return app
