@@ -1,0 +1,59 @@
+"""The dashboard in headless Chromium against a running ``frenzy serve``: the submitted jobs
+and the cluster's nodes appear on the page, the job page draws its plans and memory chart,
+and a screenshot is saved as docs/dashboard.png."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from serve_helpers import ROOT, serve
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--virtual-time-budget=6000"]
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason="needs Debian's chromium (apt-get install -y chromium); CI installs it",
+)
+
+
+def _chromium(*args: str) -> str:
+    with tempfile.TemporaryDirectory() as profile:
+        out = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+                             capture_output=True, text=True, timeout=60)
+    return out.stdout
+
+
+def test_dashboard_shows_jobs_and_nodes(tmp_path: Path) -> None:
+    s = serve(tmp_path, f"sqlite:///{tmp_path / 'frenzy.db'}")
+    try:
+        tiny = s.submit({"dimensions": {"name": "tiny", "family": "gpt2", "num_layers": 2,
+                                        "hidden_size": 64, "num_heads": 4, "vocab_size": 512,
+                                        "max_seq_len": 128}, "max_gpus": 1,
+                         "training": {"global_batch": 8, "seq_len": 64, "steps": 10_000_000}})
+        big = [s.submit({"model": "llama-2-7b", "training": {"global_batch": 64,
+                                                             "seq_len": 4096, "steps": 1000}})
+               for _ in range(3)]
+        s.wait_for(lambda: s.job(tiny["id"])["state"] == "running", what="a running job")
+        page = f"{s.url}/#token={s.token}"
+        dom = _chromium("--dump-dom", page)
+        for node in ("head", "a800", "a100-80g-0", "a100-40g"):
+            assert f'data-node="{node}"' in dom, f"node {node} missing"
+        for job in (tiny, *big):
+            assert job["id"][:8] in dom, f"job {job['id']} missing"
+        assert 'class="gpu held"' in dom and "util-chart" in dom
+
+        job_dom = _chromium("--dump-dom", f"{s.url}/jobs/{big[0]['id']}#token={s.token}")
+        assert "memory-chart" in job_dom and "4×A100-80G" in job_dom
+
+        shot = ROOT / "docs" / "dashboard.png"
+        _chromium("--window-size=1400,1000", f"--screenshot={shot}", page)
+        assert shot.exists() and shot.stat().st_size > 10_000
+    finally:
+        s.stop()
