@@ -69,6 +69,10 @@ def _shown(ctx: ContextDep, plans: str | None) -> int | None:
     return None if plans == "all" else max(int(plans), 0)
 
 
+MAX_DB_INT = 2**62
+"""Bound on integer query parameters: larger values do not fit the database's 64-bit
+integers (a 422, not a driver overflow)."""
+
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -192,8 +196,8 @@ def list_jobs(
     ctx: ContextDep,
     state: Annotated[list[JobState] | None, Query(description="repeat to OR states")] = None,
     owner: Annotated[str | None, Query(max_length=64, description="admins only")] = None,
-    limit: Annotated[int | None, Query(ge=1)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_DB_INT)] = 0,
 ) -> JobsPublic:
     settings = ctx.settings
     limit = limit or settings.default_page_size
@@ -224,7 +228,7 @@ def list_events(
     job_id: str,
     session: SessionDep,
     user: CurrentUser,
-    after: Annotated[int, Query(ge=0, description="events with id > after")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_DB_INT, description="events with id > after")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventsPublic:
     _owned_job(session, job_id, user)
