@@ -281,14 +281,19 @@ class Controller:
             self.apply(decisions)
 
     def apply(self, decisions: Sequence[Decision]) -> None:
-        """Apply a policy's decisions: stops first, then resizes (all old allocations
-        released before the new ones are granted), then starts."""
-        order = {DecisionKind.STOP: 0, DecisionKind.RESIZE: 1, DecisionKind.START: 2}
+        """Apply a policy's decisions: rejects (pending jobs end as CANCELLED with the
+        policy's reason) and stops first, then resizes (all old allocations released before
+        the new ones are granted), then starts."""
+        order = {DecisionKind.REJECT: 0, DecisionKind.STOP: 0, DecisionKind.RESIZE: 1,
+                 DecisionKind.START: 2}
         ordered = sorted(decisions, key=lambda d: order[d.kind])
         resizes = [d for d in ordered if d.kind is DecisionKind.RESIZE]
         for d in ordered:
             if d.kind is DecisionKind.STOP:
                 self._stop(d)
+            elif d.kind is DecisionKind.REJECT:
+                self._holding(d, (JobState.PENDING,))
+                self._move(d.job_id, JobState.CANCELLED, d.reason)
         for d in resizes:
             rec = self._holding(d, (JobState.RUNNING, JobState.STARTING, JobState.RESIZING))
             self._release(rec)

@@ -9,6 +9,7 @@ The elastic deadline-aware policy will live in its own module here and register 
 same way.
 """
 
-from scheduler.policies import has, opportunistic, sia
+# elastic, elasticflow: the deadline-aware elastic policies (ours; ElasticFlow's)
+from scheduler.policies import elastic, elasticflow, has, opportunistic, sia
 
-__all__ = ["has", "opportunistic", "sia"]
+__all__ = ["elastic", "elasticflow", "has", "opportunistic", "sia"]

@@ -1,0 +1,634 @@
+"""The engine behind the deadline-aware elastic policies (``elastic`` and ``elasticflow``).
+
+Both follow ElasticFlow's structure (Gu et al., ASPLOS'23) and differ only in the options a job
+may run on, how GPUs are placed, and whether a resize must pay for itself:
+
+1. **Admission control with minimum satisfactory shares.** Every admitted deadline job, in
+   order of deadline (EDF), reserves its *minimum satisfactory share*: the cheapest option
+   (GPU type, count, plan) that finishes its remaining steps by its deadline, held from the
+   earliest time the cluster has room for it. Reservations live in a per-GPU-type
+   ``Profile`` of promised GPUs over time. A new job is checked against the profile *after*
+   every admitted job has reserved, so admitting it never takes anything promised away; a job
+   no option can satisfy is rejected (``mode='reject'``) or kept as best-effort
+   (``mode='best_effort'``), with the reason. A share may be reserved as early as possible
+   (ElasticFlow) or as late as possible (``reserve_latest``; ``elastic``'s default), which keeps
+   the near future free for short jobs while a long job advances on leftovers.
+2. **Allocation now.** Jobs whose reservation starts now get it; running jobs keep what they
+   hold when it still fits (no restart for nothing); the leftover GPUs go greedily where the
+   predicted marginal gain is largest: ``Δ(1/T) / ΔGPUs``, the increase in the job's
+   completion rate (T = its predicted remaining time) per added GPU, with diminishing returns
+   because the options are the job's step times at each size. Best-effort jobs (no deadline,
+   or rejected-as-best-effort, or admitted jobs that fell behind) share these leftovers.
+3. **Resizes cost a checkpoint-restart.** Any change of a running job's option is charged
+   ``launch_delay_s + restart_delay_s`` in its predicted time, and with ``resize_guard`` a
+   running job is only grown when the time saved exceeds ``resize_gain_factor`` × that cost.
+
+The cost of an option, for choosing the minimum share across GPU types, is its GPU-seconds
+weighted by the type's value (dense FP16 TFLOP/s from the GPU catalog): "A100-equivalent
+GPU-time", so a job that gains little from fast GPUs takes a slow type and leaves the fast
+ones to jobs that need them.
+
+Simplifications (documented in docs/deadlines.md): a reservation is one fixed option over one
+interval (ElasticFlow's slot-by-slot shares may vary over time); the profile counts GPUs per
+type and ignores which node they are on (placement happens afterwards, and a placement that
+splits a tensor-parallel group is re-timed by the performance model).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from predictor.plan import Plan
+from scheduler.cluster import Allocation, ClusterState, Placement
+from scheduler.decision import Decision, reject, resize, start, stop
+from scheduler.job import JobView, RunningJob
+from scheduler.placement import FreeGpus
+from scheduler.policies.common import order_for_sequential_apply
+from scheduler.policy import PerfModel
+
+log = logging.getLogger(__name__)
+
+LAUNCH_DELAY_S = 10.0
+"""Workers scheduled and stepping (mirrors the simulator's launch delay; kept here so the
+scheduler package stays free of orchestrator imports)."""
+
+RESTART_DELAY_S = 60.0
+"""Checkpoint save + load on a restart (mirrors the simulator's restart delay)."""
+
+MODES = ("reject", "best_effort")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One way to run a job now: ``num_gpus`` GPUs of ``gpu_type`` with ``plan``."""
+
+    gpu_type: str
+    num_gpus: int
+    plan: Plan
+
+    @property
+    def step_s(self) -> float:
+        return self.plan.step_time_s
+
+    def same_shape(self, other: Option | None) -> bool:
+        return other is not None and (self.gpu_type, self.num_gpus) == (other.gpu_type,
+                                                                        other.num_gpus)
+
+    def label(self) -> str:
+        return self.plan.label()
+
+
+OptionsFn = Callable[[JobView, ClusterState], Mapping[str, tuple[Option, ...]]]
+"""A job's options per GPU type, fewest GPUs first, each strictly faster than the previous."""
+
+PlaceFn = Callable[[FreeGpus, Option], Placement | None]
+"""Where an option's GPUs go (does not take them)."""
+
+
+def pareto(options: Sequence[Option]) -> tuple[Option, ...]:
+    """Options sorted by GPU count, keeping only those faster than every smaller one (a larger
+    allocation that is not faster is never worth its GPUs)."""
+    out: list[Option] = []
+    for o in sorted(options, key=lambda o: (o.num_gpus, o.step_s)):
+        if out and o.num_gpus == out[-1].num_gpus:
+            continue
+        if not out or o.step_s < out[-1].step_s:
+            out.append(o)
+    return tuple(out)
+
+
+def best_plan_options(job: JobView, state: ClusterState,
+                      perf: PerfModel) -> dict[str, tuple[Option, ...]]:
+    """Every plan the predictor gave, fastest per (type, count): tp/dp/pp all allowed. Each is
+    re-timed by ``perf`` on the packed placement of this cluster (the planner timed it on the
+    GPU type's default servers, whose network may be faster than this cluster's)."""
+    free = FreeGpus.from_state(state)
+    best: dict[tuple[str, int], Plan] = {}
+    for p in job.plans:
+        packed = free.packed(p.gpu_type, p.num_gpus)
+        if packed is None:
+            continue
+        p = perf.placed_plan(job, p, packed, state)
+        k = (p.gpu_type, p.num_gpus)
+        if k not in best or p.step_time_s < best[k].step_time_s:
+            best[k] = p
+    by_type: dict[str, list[Option]] = {}
+    for (t, n), p in best.items():
+        by_type.setdefault(t, []).append(Option(t, n, p))
+    return {t: pareto(opts) for t, opts in by_type.items()}
+
+
+# -- the reservation profile -------------------------------------------------------------------
+
+
+class Profile:
+    """Promised GPUs per type over time: a step function per type (breakpoint times ``ts`` and
+    GPUs in use from each breakpoint on, ``us``), starting at ``now``."""
+
+    __slots__ = ("_ts", "_us", "cap", "now")
+
+    def __init__(self, now: float, cap: Mapping[str, int]) -> None:
+        self.now = now
+        self.cap = dict(cap)
+        self._ts: dict[str, list[float]] = {t: [now] for t in cap}
+        self._us: dict[str, list[int]] = {t: [0] for t in cap}
+
+    def used_at(self, gpu_type: str, t: float) -> int:
+        ts = self._ts[gpu_type]
+        return self._us[gpu_type][max(0, bisect_right(ts, t) - 1)]
+
+    def earliest_fit(self, gpu_type: str, n: int, dur: float, latest_end: float) -> float | None:
+        """The earliest start ``s >= now`` with ``n`` GPUs free over ``[s, s + dur)`` and
+        ``s + dur <= latest_end``; ``None`` if there is none."""
+        cap = self.cap.get(gpu_type, 0)
+        if n > cap or self.now + dur > latest_end:
+            return None
+        ts, us = self._ts[gpu_type], self._us[gpu_type]
+        s: float | None = None
+        for i, u in enumerate(us):
+            if u + n <= cap:
+                if s is None:
+                    s = ts[i]
+                    if s + dur > latest_end:
+                        return None
+                end = ts[i + 1] if i + 1 < len(ts) else math.inf
+                if end >= s + dur:
+                    return s
+            else:
+                s = None
+        return s  # pragma: no cover  (the last segment reaches infinity)
+
+    def latest_fit(self, gpu_type: str, n: int, dur: float, latest_end: float) -> float | None:
+        """The latest start ``s >= now`` with ``n`` GPUs free over ``[s, s + dur)`` and
+        ``s + dur <= latest_end``; ``None`` if there is none."""
+        cap = self.cap.get(gpu_type, 0)
+        if n > cap or self.now + dur > latest_end:
+            return None
+        ts, us = self._ts[gpu_type], self._us[gpu_type]
+        e = latest_end
+        i = bisect_left(ts, e) - 1  # the segment holding the instant just before e
+        while i >= 0:
+            if us[i] + n > cap:
+                e = ts[i]  # the window must end before this busy segment
+                if e - dur < self.now:
+                    return None
+            elif ts[i] <= e - dur:
+                return e - dur
+            i -= 1
+        return None  # pragma: no cover  (ts[0] == now and e - dur >= now end the loop)
+
+    def reserve(self, gpu_type: str, n: int, start_t: float, end_t: float) -> None:
+        """Promise ``n`` GPUs of ``gpu_type`` over ``[start_t, end_t)``."""
+        ts, us = self._ts[gpu_type], self._us[gpu_type]
+        for t in (start_t, end_t):
+            i = bisect_right(ts, t) - 1
+            if ts[i] != t:
+                ts.insert(i + 1, t)
+                us.insert(i + 1, us[i])
+        for i, t in enumerate(ts):
+            if start_t <= t < end_t:
+                us[i] += n
+                if us[i] > self.cap[gpu_type]:
+                    raise ValueError(f"reservation exceeds {gpu_type} capacity at {t}")
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A minimum satisfactory share: ``option`` from ``start_t`` to ``end_t``."""
+
+    option: Option
+    start_t: float
+    end_t: float
+    cost: float
+
+
+# -- the policy engine ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Cand:
+    """Per-call working record of one job."""
+
+    job: JobView
+    options: Mapping[str, tuple[Option, ...]]
+    current: Option | None  # what it holds now (running jobs)
+    held: Allocation | None
+    target: Option | None = None
+    mandatory: bool = False  # the target is its minimum share starting now
+    reserved: Share | None = None
+    fixed_type: str | None = None  # elasticflow: the one GPU type it may use
+    why: list[str] = field(default_factory=list)
+
+
+class DeadlineEngine:
+    """See the module docstring. ``options_fn`` lists a job's options; ``place_fn`` places
+    one; ``pin_type`` keeps each job on the GPU type it was admitted to (ElasticFlow's
+    homogeneous-pool assumption); ``resize_guard`` requires a grow to save more than
+    ``resize_gain_factor`` × the restart cost; ``slack`` is the fraction of the time to the
+    deadline kept as a safety margin in admission (prediction and placement error)."""
+
+    def __init__(
+        self,
+        name: str,
+        perf: PerfModel,
+        options_fn: OptionsFn,
+        place_fn: PlaceFn,
+        *,
+        mode: str = "reject",
+        reserve_latest: bool = False,
+        wake_s: float = 600.0,
+        pin_type: bool = False,
+        resize_guard: bool = True,
+        resize_gain_factor: float = 1.0,
+        slack: float = 0.05,
+        launch_delay_s: float = LAUNCH_DELAY_S,
+        restart_delay_s: float = RESTART_DELAY_S,
+        type_value: Callable[[str], float] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.name = name
+        self.perf = perf
+        self.options_fn = options_fn
+        self.place_fn = place_fn
+        self.mode = mode
+        self.reserve_latest = reserve_latest
+        self.wake_s = wake_s
+        self.pin_type = pin_type
+        self.resize_guard = resize_guard
+        self.resize_gain_factor = resize_gain_factor
+        self.slack = slack
+        self.launch_delay_s = launch_delay_s
+        self.restart_delay_s = restart_delay_s
+        self.type_value = type_value or _catalog_value
+        self._value_cache: dict[str, float] = {}
+        self.admitted: set[str] = set()
+        """Ids of jobs admitted with a deadline guarantee (kept until they leave)."""
+        self.best_effort: set[str] = set()
+        """Ids of deadline jobs that could not be admitted and run best-effort."""
+        self.pinned: dict[str, str] = {}
+        self._options: dict[str, tuple[tuple[Plan, ...], Mapping[str, tuple[Option, ...]]]] = {}
+        self._now = 0.0
+
+    # -- helpers -----------------------------------------------------------------------------
+    def value(self, gpu_type: str) -> float:
+        v = self._value_cache.get(gpu_type)
+        if v is None:
+            v = self._value_cache[gpu_type] = self.type_value(gpu_type)
+        return v
+
+    def options(self, job: JobView, state: ClusterState) -> Mapping[str, tuple[Option, ...]]:
+        hit = self._options.get(job.id)
+        if hit is not None and hit[0] is job.plans:
+            return hit[1]
+        opts = self.options_fn(job, state)
+        self._options[job.id] = (job.plans, opts)
+        return opts
+
+    def overhead(self, job: JobView, option: Option, current: Option | None) -> float:
+        """Seconds before ``option`` makes steps: 0 if the job already runs it, a launch for a
+        fresh job, a launch plus a checkpoint-restart for a resumed or resized one."""
+        if current is not None and option.same_shape(current):
+            return 0.0
+        if current is not None or job.steps_done > 0:
+            return self.launch_delay_s + self.restart_delay_s
+        return self.launch_delay_s
+
+    def remaining_s(self, c: _Cand, option: Option) -> float:
+        return c.job.remaining_steps * option.step_s + self.overhead(c.job, option, c.current)
+
+    def _types(self, c: _Cand) -> list[str]:
+        if c.fixed_type is not None:
+            return [c.fixed_type] if c.fixed_type in c.options else []
+        return list(c.options)
+
+    def min_share(self, c: _Cand, profile: Profile, now: float) -> Share | None:
+        """The cheapest option (value-weighted GPU-seconds) that finishes ``c`` by its
+        deadline within what ``profile`` leaves free; ties: the earlier finish.
+
+        Reserved from the earliest time the profile has room, or with ``reserve_latest`` from
+        the latest time that still meets the deadline (the near future stays free for
+        arrivals; the job runs earlier on leftovers when there are any). A late reservation
+        needs a policy call by its start: one starting within ``wake_s`` (at least the tick
+        interval) is reserved as early as possible instead."""
+        job = c.job
+        assert job.deadline is not None
+        budget = job.deadline - now
+        if budget <= 0:
+            return None
+        latest = now + budget * (1.0 - self.slack)
+        best: Share | None = None
+        for t in self._types(c):
+            if t not in profile.cap:
+                continue
+            w = self.value(t)
+            for o in c.options[t]:
+                dur = self.remaining_s(c, o)
+                if now + dur > latest:
+                    continue  # too slow at this size: try more GPUs
+                s = None
+                if self.reserve_latest:
+                    s = profile.latest_fit(t, o.num_gpus, dur, latest)
+                    if s is not None and s < now + self.wake_s:
+                        s = None  # too close to wait for: the next call may come too late
+                if s is None:
+                    s = profile.earliest_fit(t, o.num_gpus, dur, latest)
+                if s is None:
+                    continue
+                cost = w * o.num_gpus * dur
+                cand = Share(o, s, s + dur, cost)
+                if best is None or (cost, cand.end_t) < (best.cost, best.end_t):
+                    best = cand
+                break  # fewest GPUs of this type that meet the deadline
+        return best
+
+    # -- the decision ------------------------------------------------------------------------
+    def decide(
+        self,
+        state: ClusterState,
+        pending: Sequence[JobView],
+        running: Sequence[RunningJob],
+        now: float,
+    ) -> list[Decision]:
+        if not pending and not running:
+            return []
+        cap = state.total_by_type()
+        self._now = now
+        cands: dict[str, _Cand] = {}
+        for rj in running:
+            a = rj.allocation
+            cur = Option(a.plan.gpu_type, a.num_gpus, a.plan)
+            cands[rj.job.id] = _Cand(rj.job, self.options(rj.job, state), cur, a)
+        for j in pending:
+            cands[j.id] = _Cand(j, self.options(j, state), None, None)
+        live = set(cands)
+        for c in cands.values():
+            if self.pin_type:
+                c.fixed_type = self.pinned.get(c.job.id) or (
+                    c.current.gpu_type if c.current else None)
+
+        decisions: list[Decision] = []
+        profile = Profile(now, cap)
+        # 1. admitted jobs reserve first (EDF), then arrivals are admitted or not (FCFS)
+        admitted = sorted((c for c in cands.values() if c.job.id in self.admitted),
+                          key=lambda c: (c.job.deadline, c.job.submit_time, c.job.id))
+        for c in admitted:
+            share = self.min_share(c, profile, now)
+            if share is None:
+                c.why.append("admitted but its deadline can no longer be met: best-effort")
+                continue
+            self._reserve(c, share, profile, now)
+        arrivals = [c for c in cands.values() if c.current is None
+                    and c.job.deadline is not None and c.job.id not in self.admitted
+                    and c.job.id not in self.best_effort]
+        arrivals.sort(key=lambda c: (c.job.submit_time, c.job.id))
+        for c in arrivals:
+            share = self.min_share(c, profile, now)
+            if share is None:
+                why = self._infeasible_reason(c, now)
+                if self.mode == "reject":
+                    decisions.append(reject(c.job.id, f"{self.name}: rejected: {why}"))
+                    live.discard(c.job.id)
+                    del cands[c.job.id]
+                else:
+                    self.best_effort.add(c.job.id)
+                    c.why.append(f"admitted best-effort: {why}")
+                continue
+            self.admitted.add(c.job.id)
+            if self.pin_type:
+                self.pinned[c.job.id] = c.fixed_type = share.option.gpu_type
+            c.why.append(f"admitted: minimum satisfactory share {share.option.label()} from "
+                         f"t={share.start_t:.0f}s, done by {share.end_t:.0f}s "
+                         f"(deadline {c.job.deadline:.0f}s)")
+            self._reserve(c, share, profile, now)
+
+        # 2. allocation now
+        free = dict(cap)
+        mandatory = sorted((c for c in cands.values() if c.mandatory),
+                           key=lambda c: (c.job.deadline, c.job.id))
+        for c in mandatory:
+            assert c.target is not None
+            free[c.target.gpu_type] -= c.target.num_gpus
+        if any(v < 0 for v in free.values()):  # pragma: no cover  (the profile prevents it)
+            raise AssertionError(f"minimum shares exceed capacity: {free}")
+        # running jobs keep what they hold when it fits (a mandatory share is only swapped
+        # for the current allocation when that also meets the deadline)
+        keepers = [c for c in cands.values() if c.current is not None]
+        keepers.sort(key=lambda c: (not c.mandatory, -self._keep_value(c), c.job.id))
+        for c in keepers:
+            cur = c.current
+            assert cur is not None
+            if c.target is not None and c.target.same_shape(cur):
+                continue
+            room = free.get(cur.gpu_type, 0)
+            if c.target is not None and c.target.gpu_type == cur.gpu_type:
+                room += c.target.num_gpus
+            if room < cur.num_gpus:
+                continue
+            if c.target is not None:
+                if not self._meets(c, cur, now) and cur.step_s > c.target.step_s:
+                    continue
+                free[c.target.gpu_type] += c.target.num_gpus
+                c.why.append(f"keeps {cur.label()} (meets its deadline; no restart)")
+            c.target = cur
+            free[cur.gpu_type] -= cur.num_gpus
+        # running jobs without room shrink to what is left of their type, else stop
+        for c in keepers:
+            if c.target is not None:
+                continue
+            cur = c.current
+            assert cur is not None
+            fit = [o for o in c.options.get(cur.gpu_type, ()) if o.num_gpus <= free[cur.gpu_type]]
+            if fit:
+                c.target = fit[-1]
+                free[cur.gpu_type] -= fit[-1].num_gpus
+                c.why.append(f"shrunk to {fit[-1].label()}: its GPUs are promised to deadline "
+                             "jobs")
+        # 3. leftovers by marginal gain per GPU
+        self._fill(cands, free, now)
+
+        # 4. decisions
+        decisions.extend(self._decisions(state, cands, now))
+        self._forget(live)
+        return decisions
+
+    def _reserve(self, c: _Cand, share: Share, profile: Profile, now: float) -> None:
+        profile.reserve(share.option.gpu_type, share.option.num_gpus, share.start_t,
+                        share.end_t)
+        c.reserved = share
+        if share.start_t <= now:
+            c.target = share.option
+            c.mandatory = True
+
+    def _meets(self, c: _Cand, option: Option, now: float) -> bool:
+        d = c.job.deadline
+        if d is None:
+            return False
+        return now + self.remaining_s(c, option) <= now + (d - now) * (1.0 - self.slack)
+
+    def _keep_value(self, c: _Cand) -> float:
+        cur = c.current
+        assert cur is not None
+        t = self.remaining_s(c, cur)
+        return 1.0 / (max(t, 1e-9) * cur.num_gpus)
+
+    def _infeasible_reason(self, c: _Cand, now: float) -> str:
+        job = c.job
+        assert job.deadline is not None
+        budget = (job.deadline - now) * (1.0 - self.slack)
+        fastest = min((self.remaining_s(c, o) for t in self._types(c) for o in c.options[t]),
+                      default=math.inf)
+        if fastest > budget:
+            return (f"even its fastest option needs {fastest:.0f}s, {budget:.0f}s usable before "
+                    f"the deadline")
+        return (f"its options that would finish in {budget:.0f}s need GPUs already promised to "
+                f"{len(self.admitted)} admitted job(s)")
+
+    def _gain(self, c: _Cand, frm: Option | None, to: Option) -> float:
+        """Completion-rate gain per added GPU of moving ``c`` from ``frm`` to ``to``; 0 when
+        the move does not pay for its restart."""
+        t_to = self.remaining_s(c, to)
+        added = to.num_gpus - (frm.num_gpus if frm is not None else 0)
+        if added <= 0 or t_to <= 0:
+            return 0.0
+        if frm is None:
+            return 1.0 / (t_to * added)
+        t_frm = self.remaining_s(c, frm)
+        if self.resize_guard and c.current is not None and frm.same_shape(c.current):
+            # t_to already includes the restart: the net saving must exceed the cost again
+            saved = t_frm - t_to
+            if saved <= self.resize_gain_factor * (self.launch_delay_s + self.restart_delay_s):
+                return 0.0
+        return max(0.0, 1.0 / t_to - 1.0 / t_frm) / added
+
+    def _best_move(self, c: _Cand, free: Mapping[str, int]) -> tuple[float, Option] | None:
+        best: tuple[float, Option] | None = None
+        frm = c.target
+        if frm is None:
+            types = self._types(c)
+            if c.current is not None:
+                types = [c.current.gpu_type] if c.current.gpu_type in c.options else []
+        else:
+            types = [frm.gpu_type]
+        # an admitted job waiting for a later reservation starts early only on an option that
+        # meets its deadline by itself: otherwise it would have to move (and restart) later
+        need_meet = frm is None and c.reserved is not None
+        now = self._now
+        for t in types:
+            room = free.get(t, 0) + (frm.num_gpus if frm is not None else 0)
+            for o in c.options.get(t, ()):
+                if o.num_gpus > room:
+                    break
+                if frm is not None and o.num_gpus <= frm.num_gpus:
+                    continue
+                if need_meet and not self._meets(c, o, now):
+                    continue
+                g = self._gain(c, frm, o)
+                if g > 0 and (best is None or g > best[0]):
+                    best = (g, o)
+        return best
+
+    def _fill(self, cands: Mapping[str, _Cand], free: dict[str, int], now: float) -> None:
+        heap: list[tuple[float, str, Option]] = []
+        for jid, c in cands.items():
+            mv = self._best_move(c, free)
+            if mv is not None:
+                heapq.heappush(heap, (-mv[0], jid, mv[1]))
+        while heap:
+            _, jid, o = heapq.heappop(heap)
+            c = cands[jid]
+            room = free.get(o.gpu_type, 0) + (c.target.num_gpus if c.target is not None else 0)
+            if o.num_gpus > room or (c.target is not None and o.num_gpus <= c.target.num_gpus):
+                mv = self._best_move(c, free)  # stale: recompute against what is left
+                if mv is not None:
+                    heapq.heappush(heap, (-mv[0], jid, mv[1]))
+                continue
+            if c.target is not None:
+                free[c.target.gpu_type] += c.target.num_gpus
+            free[o.gpu_type] -= o.num_gpus
+            frm = c.target
+            c.target = o
+            c.why.append(f"{'grown' if frm else 'given'} {o.label()}: largest marginal gain "
+                         "per GPU of the leftover GPUs")
+            mv = self._best_move(c, free)
+            if mv is not None:
+                heapq.heappush(heap, (-mv[0], jid, mv[1]))
+
+    def _decisions(self, state: ClusterState, cands: Mapping[str, _Cand],
+                   now: float) -> list[Decision]:
+        free = FreeGpus.from_state(state)
+        out: list[Decision] = []
+        moves: list[_Cand] = []
+        for c in cands.values():
+            if c.held is None:
+                if c.target is not None:
+                    moves.append(c)
+                continue
+            if c.target is None:
+                out.append(stop(c.job.id, f"{self.name}: preempted: "
+                                          f"{'; '.join(c.why) or 'its GPUs are promised'}"))
+                free.give(c.held.placement)
+            elif not c.target.same_shape(c.current):
+                free.give(c.held.placement)
+                moves.append(c)
+        # mandatory shares first, then running jobs' resizes, then starts
+        moves.sort(key=lambda c: (not c.mandatory, c.held is None,
+                                  c.job.deadline if c.job.deadline is not None else math.inf,
+                                  c.job.submit_time, c.job.id))
+        for c in moves:
+            o = c.target
+            assert o is not None
+            placement = self.place_fn(free, o)
+            if placement is None:
+                if c.held is not None:
+                    out.append(stop(c.job.id, f"{self.name}: cannot place {o.label()} "
+                                              "(fragmented); back to the queue"))
+                continue
+            free.take(placement)
+            placed = self.perf.placed_plan(c.job, o.plan, placement, state)
+            alloc = Allocation(c.job.id, placed, placement)
+            est = self.remaining_s(c, Option(o.gpu_type, o.num_gpus, placed))
+            why = "; ".join(c.why) or "allocated"
+            ddl = (f"; predicted done at {now + est:.0f}s, deadline {c.job.deadline:.0f}s"
+                   if c.job.deadline is not None else "; no deadline")
+            if c.held is not None:
+                cost = self.launch_delay_s + self.restart_delay_s
+                out.append(resize(alloc, f"{self.name}: {why}; resize {c.current.label() if c.current else ''} -> {o.label()} charged {cost:.0f}s checkpoint-restart{ddl}"))  # noqa: E501
+            else:
+                out.append(start(alloc, f"{self.name}: {why}{ddl}"))
+        if self.pin_type:
+            for c in cands.values():
+                if c.target is not None and c.job.id not in self.pinned:
+                    self.pinned[c.job.id] = c.target.gpu_type
+        running = [RunningJob(c.job, c.held, now) for c in cands.values() if c.held is not None]
+        return order_for_sequential_apply(state, running, out)
+
+    def _forget(self, live: set[str]) -> None:
+        """Drop bookkeeping of jobs that left (finished, cancelled, rejected)."""
+        if len(self._options) > len(live) + 1024:
+            self._options = {k: v for k, v in self._options.items() if k in live}
+        self.admitted &= live
+        self.best_effort &= live
+        if len(self.pinned) > len(live) + 1024:
+            self.pinned = {k: v for k, v in self.pinned.items() if k in live}
+
+
+def _catalog_value(gpu_type: str) -> float:
+    """A GPU type's value for cost weighting: dense FP16 TFLOP/s from the catalog (1 if
+    unknown)."""
+    try:
+        from predictor.gpus import get_gpu
+
+        return float(get_gpu(gpu_type).fp16_tflops)
+    except (KeyError, ValueError):
+        return 1.0
+
+
+def best_fit_place(free: FreeGpus, o: Option) -> Placement | None:
+    """Frenzy's best-fit placement, tensor-parallel groups kept inside nodes when possible."""
+    return free.best_fit(o.gpu_type, o.num_gpus, o.plan.required_bytes, o.plan.parallel.tp)

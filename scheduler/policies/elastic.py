@@ -1,0 +1,87 @@
+"""Elastic, deadline-aware reallocation (ours): ElasticFlow's admission control and
+diminishing-returns allocation over the predictor's full plan space on a heterogeneous cluster.
+
+What it adds to ElasticFlow (``scheduler.policies.elasticflow``), as vTrain's case study
+suggests (knowing the best plan at every allocation, not only data parallelism):
+
+* **Every plan.** A job's options at each (GPU type, count) are the predictor's fastest plan
+  there — any tp/pp/dp — so the minimum satisfactory share is smaller and each added GPU buys
+  more (``deadline_common.best_plan_options``).
+* **Any GPU type, any count.** The minimum share is chosen across GPU types by value-weighted
+  GPU-seconds, and a job may be moved to another type when that is what meets its deadline.
+* **Resizes must pay for themselves.** A running job is grown only when the predicted time
+  saved, net of the checkpoint-restart, exceeds the restart cost again (``resize_gain_factor``)
+  and every change of plan is charged the restart in the prediction it is judged by.
+* **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
+
+Admission control, reservations, the greedy allocation and the handling of infeasible jobs
+(``mode='reject'`` or ``'best_effort'``) are in ``scheduler.policies.deadline_common``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from scheduler.cluster import ClusterState
+from scheduler.decision import Decision
+from scheduler.job import JobView, RunningJob
+from scheduler.perf import AnalyticalPerfModel
+from scheduler.policies.deadline_common import (
+    LAUNCH_DELAY_S,
+    RESTART_DELAY_S,
+    DeadlineEngine,
+    Option,
+    best_fit_place,
+    best_plan_options,
+)
+from scheduler.policy import PerfModel, register
+
+
+@register("elastic")
+class ElasticPolicy:
+    """Ours. ``mode``: what happens to a job whose deadline cannot be met ('reject' ends it
+    with the reason, 'best_effort' keeps it queued without a guarantee); ``slack``: fraction of
+    the time to the deadline held back as a safety margin; ``resize_gain_factor``: how many
+    times its own cost a resize must save; ``seed``: accepted for a uniform interface."""
+
+    name = "elastic"
+
+    def __init__(
+        self,
+        perf: PerfModel | None = None,
+        *,
+        mode: str = "reject",
+        reserve_latest: bool = True,
+        wake_s: float = 600.0,
+        slack: float = 0.05,
+        resize_gain_factor: float = 1.0,
+        launch_delay_s: float = LAUNCH_DELAY_S,
+        restart_delay_s: float = RESTART_DELAY_S,
+        type_value: Callable[[str], float] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
+        self.seed = seed
+        perf_ = self.perf
+
+        def options(job: JobView, state: ClusterState) -> Mapping[str, tuple[Option, ...]]:
+            return best_plan_options(job, state, perf_)
+
+        self.engine = DeadlineEngine(
+            self.name, self.perf, options, best_fit_place, mode=mode,
+            reserve_latest=reserve_latest, wake_s=wake_s,
+            pin_type=False, resize_guard=True, resize_gain_factor=resize_gain_factor,
+            slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
+            type_value=type_value,
+        )
+
+    def decide(
+        self,
+        state: ClusterState,
+        pending: Sequence[JobView],
+        running: Sequence[RunningJob],
+        now: float,
+    ) -> list[Decision]:
+        """Admit or reject arrivals, keep every admitted job's minimum share, share the rest by
+        marginal gain (see the module docstring)."""
+        return self.engine.decide(state, pending, running, now)
