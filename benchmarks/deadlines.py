@@ -1,0 +1,240 @@
+"""Deadline satisfaction of the elastic deadline-aware policy against ElasticFlow, HAS and
+opportunistic FCFS, in one simulator run (the production Controller over SimBackend).
+
+Workloads: ElasticFlow's Philly trace with its own deadlines (``elasticflow``), and Sia's
+Philly and Helios-Saturn workloads with deadlines generated as ElasticFlow does
+(``submit + λ·duration``, λ ~ U[0.5, 1.5], seeded; ``simulator.deadlines``), each on Sia's
+phoebe cluster (44 GPUs) and on ``config/hetero-128.yaml`` (128 GPUs, four GPU types).
+``has`` and ``opportunistic`` see the deadlines but do not act on them. A rejected job counts
+as a missed deadline; average JCT is over the jobs that finished (rejected jobs have none).
+
+Prints a table; ``--json`` adds one JSON object on the last line with, per
+``<workload>@<cluster>`` and policy: deadline_ratio, avg_jct_s, makespan_s, resizes
+(checkpoint-restarts of running jobs: resizes and preemptions), rejected, and for
+``elastic`` ratio_vs_elasticflow and jct_vs_has. Writes ``docs/deadlines.md``,
+``docs/deadlines.json`` and ``docs/deadlines_ratio.png`` on a full run.
+
+    python -m benchmarks.deadlines [--quick] [--json] [--workers 2] [--docs docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POLICIES = ("elastic", "elasticflow", "has", "opportunistic")
+CLUSTERS = ("phoebe", "hetero-128")
+FULL_SETS = ("elasticflow", "sia-philly", "sia-saturn")
+QUICK_SETS = ("elasticflow", "sia-philly:1")
+QUICK_MAX_JOBS = 40
+TICK_S = 600.0
+SEED = 0
+TARGETS = {"ratio_vs_elasticflow": 1.3, "jct_vs_has": 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class DTask:
+    """One replay: workload spec and file index, cluster, policy."""
+
+    workload: str
+    index: int
+    cluster: str
+    policy: str
+    max_jobs: int | None = None
+
+
+def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
+    """Replay one task with deadlines; return its figures."""
+    from simulator.clusters import load_cluster
+    from simulator.deadlines import deadline_metrics, with_deadlines
+    from simulator.replay import PlanCache, SimConfig, job_view, load_workloads, replay
+
+    state = load_cluster(t.cluster).state
+    cache = _cache(t.cluster, state, PlanCache)
+    _, mapped = load_workloads(t.workload)[t.index]
+    if t.max_jobs is not None:
+        mapped = mapped[: t.max_jobs]
+    views = [job_view(mj, cache) for mj in mapped]
+    if not t.workload.startswith("elasticflow"):
+        views = with_deadlines(views, seed=SEED + t.index)
+    res = replay(views, state, t.policy, config=SimConfig(tick_s=TICK_S))
+    dm = deadline_metrics(res.controller)
+    m = res.metrics
+    return t, {"deadline_jobs": dm.deadline_jobs, "met": dm.met, "rejected": dm.rejected,
+               "resizes": dm.resizes, "avg_jct_s": m.avg_jct_s, "makespan_s": m.makespan_s,
+               "finished": m.finished, "sched_p95_ms": m.sched_p95_ms}
+
+
+_CACHES: dict[str, Any] = {}
+
+
+def _cache(name: str, state: Any, cls: Any) -> Any:
+    if name not in _CACHES:
+        _CACHES[name] = cls(state)
+    return _CACHES[name]
+
+
+def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, ...], *,
+        workers: int, max_jobs: int | None) -> dict[str, Any]:
+    from simulator.replay import load_workloads
+
+    tasks = [DTask(spec, k, cl, pol, max_jobs) for cl in clusters for spec in sets
+             for k in range(len(load_workloads(spec))) for pol in policies]
+    t0 = time.perf_counter()
+    if workers > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(workers) as pool:
+            results = pool.map(run_one, tasks, chunksize=1)
+    else:
+        results = [run_one(t) for t in tasks]
+    by: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
+    for t, r in results:
+        by[f"{t.workload}@{t.cluster}"][t.policy].append(r)
+    out: dict[str, Any] = {"tick_s": TICK_S, "seed": SEED, "results": {},
+                           "wall_s": round(time.perf_counter() - t0, 1)}
+    for key, per in by.items():
+        res: dict[str, Any] = {}
+        for pol, rs in per.items():
+            n = sum(r["deadline_jobs"] for r in rs)
+            jcts = [r["avg_jct_s"] for r in rs if not math.isnan(r["avg_jct_s"])]
+            res[pol] = {
+                "deadline_ratio": sum(r["met"] for r in rs) / n if n else math.nan,
+                "avg_jct_s": sum(jcts) / len(jcts) if jcts else math.nan,
+                "makespan_s": sum(r["makespan_s"] for r in rs) / len(rs),
+                "resizes": int(sum(r["resizes"] for r in rs)),
+                "rejected": int(sum(r["rejected"] for r in rs)),
+                "deadline_jobs": int(n),
+                "files": len(rs),
+            }
+        if "elastic" in res:
+            ef = res.get("elasticflow", {}).get("deadline_ratio")
+            if ef:
+                res["elastic"]["ratio_vs_elasticflow"] = res["elastic"]["deadline_ratio"] / ef
+            has = res.get("has", {}).get("avg_jct_s")
+            if has:
+                res["elastic"]["jct_vs_has"] = res["elastic"]["avg_jct_s"] / has
+        out["results"][key] = res
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    head = (f"{'workload@cluster':<26}{'policy':<14}{'ddl ratio':>10}{'avg JCT h':>10}"
+            f"{'makespan h':>11}{'resizes':>8}{'rejected':>9}{'vs EF':>7}")
+    lines = [f"tick {out['tick_s']:.0f}s, seed {out['seed']}; {out['wall_s']} s wall", head,
+             "-" * len(head)]
+    for key, res in out["results"].items():
+        for pol, r in res.items():
+            vs = r.get("ratio_vs_elasticflow")
+            lines.append(
+                f"{key:<26}{pol:<14}{r['deadline_ratio']:>10.3f}{r['avg_jct_s'] / 3600:>10.2f}"
+                f"{r['makespan_s'] / 3600:>11.1f}{r['resizes']:>8}{r['rejected']:>9}"
+                f"{'' if vs is None else f'{vs:.2f}x':>7}")
+    return "\n".join(lines)
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(out["results"])
+    pols = [p for p in POLICIES if any(p in out["results"][k] for k in keys)]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    width = 0.8 / max(1, len(pols))
+    for i, pol in enumerate(pols):
+        xs = [k + (i - (len(pols) - 1) / 2) * width for k in range(len(keys))]
+        ratio = [out["results"][k].get(pol, {}).get("deadline_ratio", 0.0) for k in keys]
+        jct = [out["results"][k].get(pol, {}).get("avg_jct_s", 0.0) / 3600 for k in keys]
+        axes[0].bar(xs, ratio, width, label=pol)
+        axes[1].bar(xs, jct, width, label=pol)
+    for ax, title in zip(axes, ("deadline satisfactory ratio", "average JCT (h, finished jobs)"),
+                         strict=True):
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels(keys, rotation=20, ha="right", fontsize=8)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Deadline-aware elastic scheduling (simulated; Controller + SimBackend)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
+    """Refresh the results block of docs/deadlines.md (the prose around it is hand-written)."""
+    doc = docs / "deadlines.md"
+    block = "\n".join([
+        "<!-- results:begin (written by python -m benchmarks.deadlines) -->",
+        f"Command: `{command}` ({out['wall_s']} s wall on the 2-core dev machine).",
+        "",
+        "```",
+        table(out),
+        "```",
+        "<!-- results:end -->",
+    ])
+    text = doc.read_text() if doc.exists() else "# Deadline benchmark\n\n"
+    begin, end = "<!-- results:begin", "<!-- results:end -->"
+    if begin in text and end in text:
+        i, j = text.index(begin), text.index(end) + len(end)
+        text = text[:i] + block + text[j:]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    doc.write_text(text)
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return None if math.isnan(x) else round(x, 4)
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help=f"first {QUICK_MAX_JOBS} jobs of ElasticFlow's trace and of one Sia "
+                         "file, phoebe only")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--docs", default=None,
+                    help="folder for deadlines.md/.json/_ratio.png (default: docs/ for the full "
+                         "run, none for --quick)")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    sets = QUICK_SETS if args.quick else FULL_SETS
+    clusters = CLUSTERS[:1] if args.quick else CLUSTERS
+    policies = tuple(p for p in args.policies.split(",") if p)
+    out = run(sets, policies, clusters, workers=args.workers,
+              max_jobs=QUICK_MAX_JOBS if args.quick else None)
+    print(table(out))
+    docs = args.docs or (None if args.quick else "docs")
+    if docs:
+        d = Path(docs)
+        plot(out, d / "deadlines_ratio.png")
+        cmd = "python -m benchmarks.deadlines" + (" --quick" if args.quick else "")
+        write_doc(out, d, cmd)
+        (d / "deadlines.json").write_text(json.dumps(_clean(out), sort_keys=True, indent=1)
+                                          + "\n")
+    if args.json:
+        print(json.dumps(_clean(out), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The elastic deadline-aware policy (ours) and the ElasticFlow baseline: admission control,
+minimum satisfactory shares kept, leftovers by marginal gain, resizes that pay for themselves,
+moves between GPU types, and the invariants (hypothesis): capacity never exceeded and no
+admitted job's minimum share ever taken away."""
+
+from __future__ import annotations
+
+from builders import (
+    IdentityPerf,
+    apply_decisions,
+    assert_allocation_valid,
+    cluster,
+    make_node,
+    make_plan,
+    ranked,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.cluster import Allocation, ClusterState
+from scheduler.decision import DecisionKind
+from scheduler.job import JobView, RunningJob
+from scheduler.policies.deadline_common import Profile
+from scheduler.policy import make_policy
+
+POLICIES = ["elastic", "elasticflow"]
+
+
+def job(job_id: str, plans, *, deadline: float | None, steps: int = 100, submit: float = 0.0,
+        done: float = 0.0) -> JobView:
+    return JobView(id=job_id, submit_time=submit, plans=tuple(plans), total_steps=steps,
+                   steps_done=done, deadline=deadline, requested_gpus=1)
+
+
+def scaling(gpu_type: str, counts=(1, 2, 4, 8), base: float = 8.0, eff: float = 0.9):
+    """Plans of one type whose step time falls as base / n^eff (diminishing returns)."""
+    return [make_plan(gpu_type, n, step_s=base / n ** eff) for n in counts]
+
+
+def a100(n: int = 1, per: int = 8) -> ClusterState:
+    return cluster(*[make_node(f"a{i}", "A100-40G", per) for i in range(n)])
+
+
+def reasons(decisions, kind: DecisionKind) -> dict[str, str]:
+    return {d.job_id: d.reason for d in decisions if d.kind is kind}
+
+
+def test_registered() -> None:
+    from scheduler.policy import policy_names
+
+    assert {"elastic", "elasticflow"} <= set(policy_names())
+
+
+def test_profile_earliest_and_latest_fit() -> None:
+    p = Profile(0.0, {"X": 4})
+    p.reserve("X", 3, 0.0, 100.0)
+    assert p.earliest_fit("X", 1, 50.0, 1000.0) == 0.0
+    assert p.earliest_fit("X", 2, 50.0, 1000.0) == 100.0
+    assert p.earliest_fit("X", 2, 50.0, 120.0) is None
+    assert p.latest_fit("X", 2, 50.0, 1000.0) == 950.0
+    p.reserve("X", 2, 900.0, 1000.0)
+    assert p.latest_fit("X", 3, 50.0, 1000.0) == 850.0
+    assert p.latest_fit("X", 3, 850.0, 1000.0) is None  # [0,100) and [900,...) are busy
+    assert p.used_at("X", 950.0) == 2
+
+
+def test_rejects_an_impossible_deadline_with_the_reason() -> None:
+    # fastest option: 8 GPUs, 8/8^0.9 ≈ 1.23 s/step × 100 steps ≈ 123 s > 60 s
+    pol = make_policy("elastic", perf=IdentityPerf())
+    out = pol.decide(a100(), [job("j", scaling("A100-40G"), deadline=60.0)], [], 0.0)
+    assert [d.kind for d in out] == [DecisionKind.REJECT]
+    assert "fastest option needs" in out[0].reason
+
+
+def test_best_effort_mode_keeps_the_job_and_runs_it() -> None:
+    pol = make_policy("elastic", perf=IdentityPerf(), mode="best_effort")
+    out = pol.decide(a100(), [job("j", scaling("A100-40G"), deadline=60.0)], [], 0.0)
+    assert [d.kind for d in out] == [DecisionKind.START]
+    assert "best-effort" in out[0].reason
+
+
+def test_admission_respects_what_is_promised() -> None:
+    """Two jobs each needing the whole node by the same deadline: the first is admitted, the
+    second rejected because the first's share is promised."""
+    plans = scaling("A100-40G")
+    # 100 steps at 8 GPUs ≈ 123 s + 10 s launch; the deadline allows one such run, not two
+    a = job("a", plans, deadline=200.0)
+    b = job("b", plans, deadline=200.0, submit=1.0)
+    pol = make_policy("elastic", perf=IdentityPerf())
+    out = pol.decide(a100(), [a, b], [], 0.0)
+    assert reasons(out, DecisionKind.START).keys() == {"a"}
+    assert "promised" in reasons(out, DecisionKind.REJECT)["b"]
+
+
+def test_leftovers_go_where_the_marginal_gain_is_largest() -> None:
+    """One job scales well, one barely: the spare GPUs go to the one that scales."""
+    good = [make_plan("A100-40G", n, step_s=8.0 / n) for n in (1, 2, 4)]
+    poor = [make_plan("A100-40G", n, step_s=8.0 / n ** 0.1) for n in (1, 2, 4)]
+    pol = make_policy("elastic", perf=IdentityPerf())
+    pend = [job("good", good, deadline=None), job("poor", poor, deadline=None)]
+    out = pol.decide(a100(per=6), pend, [], 0.0)
+    got = {d.job_id: d.allocation.num_gpus for d in out if d.allocation is not None}
+    assert got["good"] > got["poor"] and sum(got.values()) <= 6
+
+
+def test_no_resize_for_a_gain_smaller_than_its_cost() -> None:
+    """A job with 30 s left on 1 GPU is not grown onto idle GPUs (a restart costs 70 s); a job
+    with hours left is."""
+    plans = scaling("A100-40G", counts=(1, 2, 4, 8), base=1.0, eff=1.0)
+    state = a100()
+    short = job("short", plans, deadline=None, steps=30)
+    long = job("long", plans, deadline=None, steps=30_000)
+    for j, expect in ((short, False), (long, True)):
+        alloc = Allocation(j.id, plans[0], (("a0", 1),))
+        st_ = state.allocate(alloc)
+        pol = make_policy("elastic", perf=IdentityPerf())
+        out = pol.decide(st_, [], [RunningJob(j, alloc, 0.0)], 10.0)
+        assert any(d.kind is DecisionKind.RESIZE for d in out) is expect, out
+        if expect:
+            assert "checkpoint-restart" in out[0].reason
+
+
+def test_moves_a_job_to_another_gpu_type_when_that_meets_its_deadline() -> None:
+    """A job running on slow GPUs whose deadline needs the fast ones is moved there."""
+    slow = [make_plan("RTX2080Ti", n, step_s=8.0 / n) for n in (1, 2)]
+    fast = [make_plan("A100-40G", n, step_s=1.0 / n) for n in (1, 2)]
+    j = job("j", ranked(*slow, *fast), deadline=500.0, steps=200)
+    state = cluster(make_node("r0", "RTX2080Ti", 2), make_node("a0", "A100-40G", 2))
+    pol = make_policy("elastic", perf=IdentityPerf())
+    first = pol.decide(state, [j], [], 0.0)  # admitted: the A100s meet 500 s
+    (d,) = first
+    assert d.kind is DecisionKind.START and d.allocation.plan.gpu_type == "A100-40G"
+    # the same job found running on the RTX GPUs (e.g. placed by an earlier policy) is moved
+    pol2 = make_policy("elastic", perf=IdentityPerf())
+    pol2.engine.admitted.add("j")
+    alloc = Allocation("j", slow[1], (("r0", 2),))
+    out = pol2.decide(state.allocate(alloc), [], [RunningJob(j, alloc, 0.0)], 0.0)
+    (d,) = out
+    assert d.kind is DecisionKind.RESIZE and d.allocation.plan.gpu_type == "A100-40G"
+
+
+def test_elasticflow_uses_power_of_two_data_parallel_options_on_one_type() -> None:
+    plans = ranked(*(make_plan("A100-40G", n, step_s=8.0 / n) for n in (1, 2, 3, 4, 6, 8)),
+                   make_plan("A100-40G", 4, tp=2, step_s=0.5))
+    pol = make_policy("elasticflow", perf=IdentityPerf())
+    out = pol.decide(a100(), [job("j", plans, deadline=None)], [], 0.0)
+    (d,) = out
+    p = d.allocation.plan
+    assert p.parallel.tp == 1 and p.parallel.pp == 1 and p.num_gpus in (1, 2, 4, 8)
+
+
+# -- invariants -------------------------------------------------------------------------------
+
+TYPES = [("A100-40G", 8), ("RTX2080Ti", 8), ("RTX6000", 4)]
+
+
+@st.composite
+def scenario(draw):
+    nodes = [make_node(f"n{i}", *draw(st.sampled_from(TYPES))) for i in
+             range(draw(st.integers(1, 4)))]
+    state = ClusterState(nodes=tuple(nodes))
+    types = sorted({n.gpu_type for n in nodes})
+
+    def plans():
+        out = []
+        for t in draw(st.lists(st.sampled_from(types), min_size=1, max_size=2, unique=True)):
+            base = draw(st.floats(0.5, 5.0))
+            eff = draw(st.floats(0.3, 1.0))
+            out += [make_plan(t, n, step_s=base / n ** eff) for n in (1, 2, 4, 8)]
+        return ranked(*out)
+
+    jobs = []
+    for i in range(draw(st.integers(1, 8))):
+        steps = draw(st.integers(10, 3000))
+        ddl = draw(st.one_of(st.none(), st.floats(30.0, 20_000.0)))
+        jobs.append(job(f"j{i}", plans(), deadline=ddl, steps=steps, submit=float(i)))
+    times = draw(st.lists(st.floats(1.0, 600.0), min_size=1, max_size=4))
+    return state, jobs, times
+
+
+def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: bool) -> float:
+    eng = pol.engine
+    delay = eng.launch_delay_s + eng.restart_delay_s if moved else 0.0
+    return now + delay + j.remaining_steps * alloc.plan.step_time_s
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenario(), name=st.sampled_from(POLICIES))
+def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name) -> None:
+    """Drive the policy over a few calls (jobs progressing between them, as the controller
+    would): every decision list applies within capacity, and an admitted job that was running
+    on time is never stopped, nor resized onto something that misses its deadline."""
+    state, jobs, gaps = sc
+    pol = make_policy(name, perf=IdentityPerf())
+    pending = list(jobs)
+    running: list[RunningJob] = []
+    now = 0.0
+    for gap in gaps:
+        out = pol.decide(state, pending, running, now)
+        applied = apply_decisions(state, running, [d for d in out
+                                                   if d.kind is not DecisionKind.REJECT])
+        for alloc in applied.holding.values():
+            assert_allocation_valid(state, alloc)
+        for n in applied.state.nodes:
+            assert 0 <= n.free_gpus <= n.total_gpus
+        kinds = {d.job_id: d for d in out}
+        for rj in running:
+            j = rj.job
+            if j.id not in pol.engine.admitted or j.deadline is None:
+                continue
+            on_time = _predicted_finish(pol, j, rj.allocation, now, False) <= j.deadline
+            if not on_time:
+                continue
+            d = kinds.get(j.id)
+            assert d is None or d.kind is not DecisionKind.STOP, d
+            if d is not None and d.kind is DecisionKind.RESIZE:
+                assert _predicted_finish(pol, j, d.allocation, now, True) <= j.deadline, d
+        # advance: running jobs progress at their plan's pace
+        state = applied.state
+        rejected = {d.job_id for d in out if d.kind is DecisionKind.REJECT}
+        by_id = {j.id: j for j in pending} | {r.job.id: r.job for r in running}
+        nxt: list[RunningJob] = []
+        for jid, alloc in applied.holding.items():
+            j = by_id[jid]
+            was = next((r for r in running if r.job.id == jid), None)
+            moved = was is None or was.allocation != alloc
+            ran = max(0.0, gap - (80.0 if moved else 0.0))
+            done = min(float(j.total_steps), j.steps_done + ran / alloc.plan.step_time_s)
+            if done >= j.total_steps:
+                state = state.release(alloc)
+                continue
+            from dataclasses import replace
+
+            nxt.append(RunningJob(replace(j, steps_done=done), alloc, now))
+        held = set(applied.holding)
+        pending = [j for j in by_id.values() if j.id not in held and j.id not in rejected
+                   and any(j.id == p.id for p in pending + [r.job for r in running])]
+        pending = [p for p in pending if p.remaining_steps > 0]
+        running = nxt
+        now += gap
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenario(), name=st.sampled_from(POLICIES))
+def test_deterministic(sc, name) -> None:
+    state, jobs, _ = sc
+    a = make_policy(name, perf=IdentityPerf()).decide(state, jobs, [], 0.0)
+    b = make_policy(name, perf=IdentityPerf()).decide(state, jobs, [], 0.0)
+    assert [(d.kind, d.job_id, d.allocation) for d in a] == \
+        [(d.kind, d.job_id, d.allocation) for d in b]

@@ -1,0 +1,114 @@
+"""Deadline generation (λ·duration, seeded), the REJECT decision through the controller, the
+deadline metrics of a replay, and the quick deadline benchmark's JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.states import JobState
+from predictor.gpus import get_gpu
+from predictor.memory import MemoryBreakdown
+from predictor.plan import Plan
+from predictor.spec import ParallelConfig, Precision
+from predictor.step_time import StepTime
+from scheduler.cluster import ClusterState, Node
+from scheduler.decision import Decision, DecisionKind, reject
+from scheduler.job import JobView
+from simulator.deadlines import (
+    LAMBDA_RANGE,
+    LAUNCH_S,
+    deadline_metrics,
+    requested_duration,
+    with_deadlines,
+)
+from simulator.replay import SimConfig, replay
+
+GIB = 1 << 30
+
+
+def make_plan(gpu_type: str, n: int, *, step_s: float) -> Plan:
+    """A data-parallel plan on ``n`` GPUs with a hand-chosen step time (no planner)."""
+    mem = MemoryBreakdown(parameters=GIB, gradients=GIB, optimizer_states=0, activations=GIB,
+                          logits=0, overhead=0)
+    step = StepTime(compute_s=step_s, tp_comm_s=0.0, pp_bubble_s=0.0, pp_p2p_s=0.0,
+                    dp_comm_s=0.0, optimizer_s=0.0, total_s=step_s)
+    return Plan(gpu_type=gpu_type, parallel=ParallelConfig(dp=n), precision=Precision.FP16,
+                memory=mem, step=step, num_steps=100, required_bytes=3 * GIB)
+
+
+def make_node(node_id: str, gpu_type: str, total: int) -> Node:
+    return Node(id=node_id, gpu_type=gpu_type, gpu_memory=get_gpu(gpu_type).memory_bytes,
+                total_gpus=total, free_gpus=total)
+
+
+class _Stub:
+    """A perf model keeping the plan's step time."""
+
+    def placed_plan(self, job, plan, placement, state):  # type: ignore[no-untyped-def]
+        return plan
+
+
+def jobs(n: int = 50) -> list[JobView]:
+    plans = (make_plan("A100-40G", 1, step_s=2.0), make_plan("A100-40G", 2, step_s=1.2),
+             make_plan("RTX2080Ti", 2, step_s=3.0))
+    return [JobView(id=f"j{i}", submit_time=10.0 * i, plans=plans, total_steps=100,
+                    requested_gpus=2) for i in range(n)]
+
+
+def test_duration_is_the_requested_count_on_its_fastest_type_plus_launch() -> None:
+    assert requested_duration(jobs(1)[0]) == pytest.approx(LAUNCH_S + 1.2 * 100)
+
+
+def test_deadlines_are_lambda_times_duration_and_seeded() -> None:
+    a = with_deadlines(jobs(), seed=3)
+    b = with_deadlines(jobs(), seed=3)
+    c = with_deadlines(jobs(), seed=4)
+    assert [j.deadline for j in a] == [j.deadline for j in b]
+    assert [j.deadline for j in a] != [j.deadline for j in c]
+    dur = LAUNCH_S + 120.0
+    lams = [(j.deadline - j.submit_time) / dur for j in a]
+    assert all(LAMBDA_RANGE[0] <= x <= LAMBDA_RANGE[1] for x in lams)
+    assert min(lams) < 0.7 and max(lams) > 1.3  # spread over the range
+
+
+def test_reject_decision_needs_no_allocation() -> None:
+    d = reject("x", "deadline cannot be met")
+    assert d.kind is DecisionKind.REJECT and d.allocation is None
+    with pytest.raises(ValueError):
+        Decision(DecisionKind.REJECT, "x", object(), "no")  # type: ignore[arg-type]
+
+
+def test_rejected_jobs_end_cancelled_and_count_as_missed() -> None:
+    state = ClusterState(nodes=(make_node("a0", "A100-40G", 2),))
+    plans = (make_plan("A100-40G", 1, step_s=1.0), make_plan("A100-40G", 2, step_s=0.6))
+    js = [JobView(id="ok", submit_time=0.0, plans=plans, total_steps=100, deadline=500.0),
+          JobView(id="late", submit_time=0.0, plans=plans, total_steps=100, deadline=30.0),
+          JobView(id="free", submit_time=0.0, plans=plans, total_steps=10)]
+    res = replay(js, state, "elastic", perf=_Stub(), config=SimConfig(tick_s=60.0))
+    recs = res.controller.jobs
+    assert recs["late"].state is JobState.CANCELLED
+    assert recs["ok"].state is JobState.SUCCEEDED and recs["free"].state is JobState.SUCCEEDED
+    m = deadline_metrics(res.controller)
+    assert (m.deadline_jobs, m.met, m.rejected) == (2, 1, 1)
+    assert m.deadline_ratio == 0.5
+
+
+def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from benchmarks import deadlines
+
+    assert deadlines.main(["--quick", "--json", "--workers", "1",
+                           "--docs", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    res = out["results"]
+    assert set(res) == {"elasticflow@phoebe", "sia-philly:1@phoebe"}
+    for per in res.values():
+        assert set(per) == {"elastic", "elasticflow", "has", "opportunistic"}
+        for r in per.values():
+            assert {"deadline_ratio", "avg_jct_s", "makespan_s", "resizes"} <= set(r)
+            assert 0.0 <= r["deadline_ratio"] <= 1.0
+        assert "ratio_vs_elasticflow" in per["elastic"]
+    assert (tmp_path / "deadlines_ratio.png").stat().st_size > 0
+    assert "results:begin" in (tmp_path / "deadlines.md").read_text()
