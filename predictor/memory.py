@@ -46,7 +46,15 @@ import functools
 from dataclasses import asdict, dataclass
 
 from predictor.gpus import GpuType
-from predictor.spec import Family, ModelSpec, Optimizer, ParallelConfig, Precision, TrainingSpec
+from predictor.spec import (
+    Family,
+    ModelSpec,
+    Optimizer,
+    ParallelConfig,
+    Precision,
+    Recompute,
+    TrainingSpec,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,82 +235,124 @@ def _backward_working_set(m: ModelSpec, x: _Dims, sp: bool, flash: bool, selecti
 
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
                    gpu: GpuType | None = None) -> MemoryBreakdown:
-    """Peak memory of one rank of pipeline stage ``stage``."""
-    m, t, dp, zero = model, par.tp, par.dp, par.zero_stage
-    sp, flash = effective_flags(train, par)
+    """Peak memory of one rank of pipeline stage ``stage``.
+
+    Written as straight-line arithmetic over locals (no intermediate objects): the planner
+    calls it thousands of times per job."""
+    m, t, dp, zero, pp = model, par.tp, par.dp, par.zero_stage, par.pp
+    sp = t > 1 and par.sequence_parallel and train.sequence_parallel
+    flash = par.flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
-    first, last = stage == 0, stage == par.pp - 1
+    first, last = stage == 0, stage == pp - 1
+    traits = _traits(m)
+    swiglu, rmsnorm, bert, neox, learned = traits
 
     # static state: one layer's tensors counted once, times the stage's layers
-    lo, hi = stage_layers(m.num_layers, par.pp, stage)
-    n_layers = hi - lo
+    base, rem = divmod(m.num_layers, pp)
+    n_layers = base + (1 if stage < rem else 0)
     lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, t, dp, 0, 0, 0)
-    e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, t, dp, par.pp, stage, 1)
+    e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, t, dp, pp, stage, 1)
     n_full = n_layers * lay_n + e_n
     n_sh = n_layers * lay_sh + e_sh
-    max_full = max(lay_max_full if n_layers else 0, e_max_full)
-    max_sh = max(lay_max_sh if n_layers else 0, e_max_sh)
     n_param = n_sh if zero >= 3 else n_full
     n_grad = n_sh if zero >= 2 else n_full
     n_shard = n_sh if zero >= 1 else n_full
-    max_shard = max_sh if zero >= 1 else max_full
+    if zero >= 1:
+        max_shard = max(lay_max_sh if n_layers else 0, e_max_sh)
+    else:
+        max_shard = max(lay_max_full if n_layers else 0, e_max_full)
     states = 1 if train.optimizer is Optimizer.SGD else 2
     parameters = D * n_param
     gradients = 4 * n_grad
     optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
 
-    # activations of one micro-batch
+    # activations of one micro-batch (see _layer_activations / _backward_working_set, the
+    # same counts inlined)
     s, b = train.seq_len, par.micro_batch
-    s_local = s // t if sp else s
-    x = _Dims(D=D, T=b * s_local, Tf=b * s, h=m.hidden_size, q=m.num_heads // t * m.head_dim,
-              k=kv_heads_per_rank(m, t) * m.head_dim, f=m.ffn_hidden_size // t,
-              a=m.num_heads // t, s=s, b=b, vr=_cdiv(m.vocab_size, t))
-    recompute = par.recompute.value
-    one_layer = _layer_activations(m, x, flash, recompute == "selective")
-    per_layer = x.h * x.T * D if recompute == "full" else one_layer
-    hTD = x.h * x.T * D
+    h, hd = m.hidden_size, m.head_dim
+    T = b * (s // t if sp else s)
+    Tf = b * s
+    q = m.num_heads // t * hd
+    k = max(m.num_kv_heads // t, 1) * hd
+    f = m.ffn_hidden_size // t
+    a = m.num_heads // t
+    vr = -(-m.vocab_size // t)
+    recompute = par.recompute
+    selective = recompute is Recompute.SELECTIVE
+    n_mlp = 3 if swiglu else 2
+    one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
+    if selective:
+        one_layer += (2 * q + 2 * k) * Tf * D
+    elif flash:
+        one_layer += (3 * q + 2 * k) * Tf * D + 4 * a * Tf
+    else:
+        kv = q if k != q else k
+        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * D
+    one_layer += n_mlp * f * Tf * D
+    hTD = h * T * D
+    full = recompute is Recompute.FULL
+    per_layer = hTD if full else one_layer
     mb = n_layers * per_layer + hTD  # + the stage's output (next stage's / head's input)
-    bert = m.family is Family.BERT
     if first:
         mb += 8 * b * s  # token ids
         if bert:
-            mb += hTD + 2 * x.T * D  # embedding LayerNorm input + statistics
+            mb += hTD + 2 * T * D  # embedding LayerNorm input + statistics
     if last:
         mb += 8 * b * s  # labels
         if bert:
-            mb += 3 * hTD + 2 * x.T * D  # dense output, GeLU output, LN output + stats
+            mb += 3 * hTD + 2 * T * D  # dense output, GeLU output, LN output + stats
         else:
-            mb += hTD + (4 * x.T if m.rmsnorm else 2 * x.T * D)  # final norm output + stats
-    m_total = max(1, par.micro_batches(train.global_batch))
-    k = min(m_total, par.pp - stage)
-    activations = k * mb
-    if n_layers and not m.learned_positions:
-        activations += 2 * s * m.head_dim * D  # rotary cos/sin tables
+            mb += hTD + (4 * T if rmsnorm else 2 * T * D)  # final norm output + stats
+    m_total = max(1, train.global_batch // (dp * b))
+    activations = min(m_total, pp - stage) * mb
+    if n_layers and not learned:
+        activations += 2 * s * hd * D  # rotary cos/sin tables
 
-    # the candidate peak moments, on top of the static state
-    zero_act = 0
-    moments: list[tuple[int, int, int]] = []  # (activations, logits, transient)
+    # backward working set of the first layer (_backward_working_set)
+    g_in = hTD
+    w_a = g_in + (h * Tf * D if sp else 0) + f * Tf * D + h * f * D
+    w_b = g_in + (3 if swiglu else 1) * f * Tf * D
+    w_d = 12 * h * T if rmsnorm else 0
+    bwd = max(w_a, w_b, w_d)
+    if not flash:
+        w_c = (g_in + q * Tf * D + (3 if selective else 2) * a * s * Tf * D
+               - n_mlp * f * Tf * D - 2 * hTD)
+        bwd = max(bwd, w_c)
+    if full:
+        bwd += one_layer  # the recomputed layer's activations
+
+    # the candidate peak moments on top of the static state, (activations, logits,
+    # transient); the first of equal sums wins, in this order
+    best = None
+    top = -1
     if last:
-        lg = x.Tf * x.vr
+        lg = Tf * vr
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
-        moments.append((activations, (6 if mixed else 4) * lg, 0))
+        lf = (6 if mixed else 4) * lg
+        best, top = (activations, lf, 0), activations + lf
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
-        moments.append((activations, (4 if not mixed else 2) * lg,
-                        x.vr * x.h * D + x.h * x.Tf * D))
-    bwd = _backward_working_set(m, x, sp, flash, recompute == "selective")
-    if recompute == "full":
-        bwd += one_layer  # the recomputed layer's activations
-    moments.append((activations, 0, bwd))
-    if states == 2:  # Adam's sqrt(v) temporary; the activations are gone by then
-        moments.append((zero_act, 0, 4 * max_shard))
-    activations, logits, transient = max(moments, key=sum)
+        lb, tb = (2 if mixed else 4) * lg, vr * h * D + h * Tf * D
+        if activations + lb + tb > top:
+            best, top = (activations, lb, tb), activations + lb + tb
+    if activations + bwd > top:
+        best, top = (activations, 0, bwd), activations + bwd
+    if states == 2 and 4 * max_shard > top:  # Adam's sqrt(v) temporary; activations gone
+        best = (0, 0, 4 * max_shard)
+    assert best is not None
     return MemoryBreakdown(
         parameters=parameters, gradients=gradients, optimizer_states=optimizer_states,
-        activations=activations, logits=logits,
+        activations=best[0], logits=best[1],
         overhead=gpu.runtime_overhead_bytes if gpu is not None else 0,
-        transient=transient, stage=stage)
+        transient=best[2], stage=stage)
+
+
+@functools.lru_cache(maxsize=1024)
+def _traits(m: ModelSpec) -> tuple[bool, bool, bool, bool, bool]:
+    """(swiglu, rmsnorm, bert, gpt_neox, learned positions) of a model, looked up once."""
+    return (m.swiglu, m.rmsnorm, m.family is Family.BERT, m.family is Family.GPT_NEOX,
+            m.learned_positions)
 
 
 def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
@@ -313,7 +363,7 @@ def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
     best = estimate_stage(model, train, par, 0, gpu)
     if par.pp > 1:
         last = estimate_stage(model, train, par, par.pp - 1, gpu)
-        if last.total > best.total:
+        if last.tensors > best.tensors:
             best = last
     return best
 

@@ -19,7 +19,7 @@ sorted by a named, swappable ranking (``RANKINGS``), each with the reason for it
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from predictor.errors import SpecError
@@ -27,7 +27,7 @@ from predictor.gpus import GIB, GpuType, load_gpu_catalog
 from predictor.memory import MemoryBreakdown, estimate_memory
 from predictor.plan import Plan
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
-from predictor.step_time import default_topology, estimate_step_time
+from predictor.step_time import compute_lower_bound, default_topology, estimate_step_time
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,9 @@ DEFAULT_MARGIN = 0.05
 overhead, and the model's own error (worst case ≈ 8% on tensors, far less on the total)."""
 
 DEFAULT_MAX_GPUS = 64
+DEFAULT_MAX_PP = 8
+"""Deepest pipeline searched by default: with tp <= 8 per node, pp = 8 already spans 64 GPUs,
+and deeper pipelines only pay off for models that fit nowhere else (raise it for those)."""
 GPUS_PER_NODE = 8
 
 # Memory savers in order of increasing time cost. ZeRO-1 and -2 reshape the gradient
@@ -126,54 +129,94 @@ def _precision_for(gpu: GpuType, precision: Precision) -> tuple[Precision, tuple
     return Precision.FP16, (f"{gpu.name} has no bf16 tensor cores: planned in fp16 mixed",)
 
 
-MemoKey = tuple[int, int, int, int, Recompute, int]
-
-
 class _MemoryTable:
     """Tensor memory of each configuration, computed once per job and shared by all GPU
     types: only the runtime overhead differs between GPUs (a bf16 plan re-planned in fp16 on
-    a GPU without bf16 has the same bytes), so it is added per GPU at lookup."""
+    a GPU without bf16 has the same bytes), so it is added per GPU at lookup.
+
+    The memo key drops what the memory does not depend on: without ZeRO the data-parallel
+    size only matters through the micro-batches in flight on the first pipeline stage,
+    ``min(m, pp)`` (1F1B), so layouts that differ only in ``dp`` share one entry.
+    """
 
     def __init__(self, model: ModelSpec, train: TrainingSpec) -> None:
         self.model, self.train = model, train
-        self.table: dict[MemoKey, tuple[ParallelConfig, MemoryBreakdown]] = {}
+        self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
         self.floor = 1 << 62  # smallest tensor memory seen (for the infeasible answer)
         self.calls = 0
 
-    def get(self, key: MemoKey) -> tuple[ParallelConfig, MemoryBreakdown]:
-        hit = self.table.get(key)
-        if hit is None:
-            tp, pp, dp, mb, recompute, zero = key
-            par = ParallelConfig(
-                tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute, zero_stage=zero,
-                sequence_parallel=self.train.sequence_parallel and tp > 1,
-                flash_attention=self.train.flash_attention,
-            )
-            mem = estimate_memory(self.model, self.train, par, None)
+    def get(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
+            ) -> MemoryBreakdown:
+        in_flight = min(self.train.global_batch // (dp * mb), pp)
+        key = (tp, pp, dp if zero else 0, mb, _RC_INDEX[recompute], zero, in_flight)
+        mem = self.table.get(key)
+        if mem is None:
+            mem = estimate_memory(self.model, self.train, self._par(tp, pp, dp, mb, recompute,
+                                                                    zero), None)
             self.calls += 1
             self.floor = min(self.floor, mem.tensors)
-            hit = self.table[key] = (par, mem)
-        return hit
+            self.table[key] = mem
+        return mem
+
+    def _par(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
+             ) -> ParallelConfig:
+        return ParallelConfig(
+            tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute, zero_stage=zero,
+            sequence_parallel=self.train.sequence_parallel and tp > 1,
+            flash_attention=self.train.flash_attention,
+        )
+
+
+_RC_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+
+
+Config = tuple[int, int, int, int, Recompute, int]  # tp, pp, dp, micro-batch, recompute, zero
 
 
 def _best_for_layout(
-    table: _MemoryTable, gpu: GpuType, tp: int, pp: int, dp: int, margin: float
-) -> Iterable[tuple[ParallelConfig, MemoryBreakdown]]:
-    """Fitting configurations of one (tp, pp, dp) layout on ``gpu``: per micro-batch, the
-    cheapest memory saver that fits."""
-    budget = gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
-    for mb in divisors(table.train.global_batch // dp):
-        fitted = False
-        for recompute, zero in _SAVERS:
-            if zero and dp == 1:
-                continue
-            par, mem = table.get((tp, pp, dp, mb, recompute, zero))
-            if mem.tensors <= budget:
-                fitted = True
-                yield par, replace(mem, overhead=gpu.runtime_overhead_bytes)
-                break
-        if not fitted:
-            return  # larger micro-batches need more memory still
+    table: _MemoryTable, budget: float, tp: int, pp: int, dp: int
+) -> list[Config]:
+    """Fitting configurations of one (tp, pp, dp) layout within ``budget`` tensor bytes: per
+    micro-batch, the cheapest memory saver that fits.
+
+    Memory grows with the micro-batch under any saver, so each saver fits a prefix of the
+    (sorted) micro-batches; a binary search finds where it ends, and a saver only adds the
+    micro-batches that no cheaper saver fits. Without pipelining (pp = 1) a larger micro-batch
+    with the same saver does the same work in fewer, larger GEMMs, so only the largest one of
+    each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B bubble, so all are.
+    """
+    mbs = divisors(table.train.global_batch // dp)
+    last = len(mbs) - 1
+
+    def fits(j: int, recompute: Recompute, zero: int) -> bool:
+        return table.get(tp, pp, dp, mbs[j], recompute, zero).tensors <= budget
+
+    if not fits(0, Recompute.FULL, 3 if dp > 1 else 0):
+        return []  # not even the most frugal saver fits one sequence
+    out: list[Config] = []
+    covered = 0  # micro-batches [0, covered) fit a cheaper saver
+    for recompute, zero in _SAVERS:
+        if zero and dp == 1:
+            continue
+        if not fits(covered, recompute, zero):
+            continue
+        if fits(last, recompute, zero):
+            j = last
+        else:  # largest j in [covered, last) that fits
+            lo, hi = covered, last
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if fits(mid, recompute, zero):
+                    lo = mid
+                else:
+                    hi = mid
+            j = lo
+        picks = (j,) if pp == 1 else range(covered, j + 1)
+        out.extend((tp, pp, dp, mbs[x], recompute, zero) for x in picks)
+        covered = j + 1
+        if covered > last:
+            break
+    return out
 
 
 def plan_job(
@@ -182,6 +225,7 @@ def plan_job(
     gpus: Sequence[GpuType] | None = None,
     *,
     max_gpus: int = DEFAULT_MAX_GPUS,
+    max_pp: int = DEFAULT_MAX_PP,
     gpus_per_node: int = GPUS_PER_NODE,
     margin: float = DEFAULT_MARGIN,
     ranking: str | RankKey = "gpu_seconds",
@@ -195,8 +239,8 @@ def plan_job(
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
     if max_gpus < 1:
         raise SpecError("max_gpus", f"must be >= 1, got {max_gpus}")
-    key = RANKINGS.get(ranking) if isinstance(ranking, str) else ranking
-    if key is None:
+    rank_key = RANKINGS.get(ranking) if isinstance(ranking, str) else ranking
+    if rank_key is None:
         raise SpecError("ranking", f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
     gpu_list = list(gpus) if gpus is not None else list(load_gpu_catalog().values())
     if not gpu_list:
@@ -205,28 +249,52 @@ def plan_job(
     best: dict[tuple[str, int], Plan] = {}
     every: list[Plan] = []
     table = _MemoryTable(model, train)
+    layouts: dict[tuple[float, int, int, int], list[Config]] = {}  # GPUs of equal budget share
     considered = 0
     steps = train.num_steps
     for gpu in gpu_list:
         precision, notes = _precision_for(gpu, train.precision)
         gtrain = train if precision is train.precision else replace(train, precision=precision)
+        # every fitting configuration of this GPU type, by GPU count, with a compute-only
+        # lower bound of its step time
+        by_count: dict[int, list[tuple[float, Config]]] = {}
+        flash, sp_knob = train.flash_attention, train.sequence_parallel
+        budget = gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
         for tp in _tp_options(model, train, min(gpus_per_node, max_gpus)):
-            for pp in divisors(model.num_layers, max_gpus // tp):
+            for pp in divisors(model.num_layers, min(max_pp, max_gpus // tp)):
                 for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
-                    for par, mem in _best_for_layout(table, gpu, tp, pp, dp, margin):
-                        considered += 1
-                        topo = default_topology(gpu, par.num_gpus, gpus_per_node)
-                        step = estimate_step_time(model, gtrain, par, gpu, topo)
-                        plan = Plan(
-                            gpu_type=gpu.name, parallel=par, precision=precision, memory=mem,
-                            step=step, num_steps=steps,
-                            required_bytes=int(mem.total / (1.0 - margin)), notes=notes,
-                        )
-                        if keep_all:
-                            every.append(plan)
-                        k = (gpu.name, par.num_gpus)
-                        if k not in best or plan.step_time_s < best[k].step_time_s:
-                            best[k] = plan
+                    lkey = (budget, tp, pp, dp)
+                    if lkey not in layouts:
+                        layouts[lkey] = _best_for_layout(table, budget, tp, pp, dp)
+                    for cfg in layouts[lkey]:
+                        lb = compute_lower_bound(
+                            model, gtrain, gpu, tp=tp, pp=pp, dp=dp, micro_batch=cfg[3],
+                            recompute=cfg[4], flash=flash, sequence_parallel=sp_knob)
+                        by_count.setdefault(tp * pp * dp, []).append((lb, cfg))
+        for n, cands in by_count.items():
+            topo = default_topology(gpu, n, gpus_per_node)
+            cands.sort(key=lambda c: c[0])
+            k = (gpu.name, n)
+            for lb, cfg in cands:
+                if not keep_all and k in best and lb >= best[k].step_time_s:
+                    break  # sorted by bound: nothing after this can be faster
+                considered += 1
+                par = table._par(*cfg)
+                step = estimate_step_time(model, gtrain, par, gpu, topo)
+                if not keep_all and k in best and step.total_s >= best[k].step_time_s:
+                    continue
+                mem = table.get(*cfg)
+                plan = Plan(
+                    gpu_type=gpu.name, parallel=par, precision=precision,
+                    memory=replace(mem, overhead=gpu.runtime_overhead_bytes),
+                    step=step, num_steps=steps, notes=notes,
+                    required_bytes=int((mem.tensors + gpu.runtime_overhead_bytes)
+                                       / (1.0 - margin)),
+                )
+                if keep_all:
+                    every.append(plan)
+                if k not in best or plan.step_time_s < best[k].step_time_s:
+                    best[k] = plan
 
     candidates = every if keep_all else list(best.values())
     if not candidates:
@@ -243,7 +311,7 @@ def plan_job(
                 "or a smaller global batch."
             ),
         )
-    ordered = sorted(candidates, key=key)
+    ordered = sorted(candidates, key=rank_key)
     return PlanResult(
         model=model, train=train, plans=tuple(_with_reasons(ordered, ranking)),
         considered=considered,

@@ -37,6 +37,7 @@ Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner m
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -253,10 +254,21 @@ def _layer_times(
 ) -> tuple[float, float, float]:
     """(forward, backward, recompute-forward) seconds of one layer for one micro-batch on one
     tensor-parallel rank."""
-    b, s, t = par.micro_batch, train.seq_len, par.tp
+    return _layer_times_of(model, train.seq_len, train.precision, par.micro_batch, par.tp,
+                           par.recompute, par.flash_attention, par.sequence_parallel, rate,
+                           mem_bps)
+
+
+@functools.lru_cache(maxsize=65536)
+def _layer_times_of(
+    model: ModelSpec, s: int, precision: Precision, b: int, t: int, recompute: Recompute,
+    flash: bool, sp_knob: bool, rate: float, mem_bps: float,
+) -> tuple[float, float, float]:
+    """``_layer_times`` by the few values it depends on; cached because the planner asks for
+    the same layer shape under many (pp, dp) layouts."""
     h, f, kv, a = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.num_heads
     tokens = b * s
-    nbytes = _act_bytes(train.precision)
+    nbytes = _act_bytes(precision)
     n_mlp = 3 if model.swiglu else 2
 
     gemm_flops = (
@@ -268,7 +280,6 @@ def _layer_times(
     dense_bwd = 2.0 * dense_fwd  # dgrad + wgrad GEMMs of the same sizes
 
     core_flops = 4.0 * b * s * s * h / t  # QK^T and PV, full square (no causal skipping)
-    flash = par.flash_attention
     if flash:
         core_fwd = _gemm_s(core_flops, rate * FLASH_RELATIVE_EFFICIENCY)
         core_bwd = FLASH_BWD_FLOPS_RATIO * core_fwd
@@ -278,7 +289,7 @@ def _layer_times(
         core_bwd = 2.0 * core_fwd
         softmax = SOFTMAX_PASSES * b * (a / t) * s * s * nbytes / mem_bps
 
-    sp = par.sequence_parallel and t > 1
+    sp = sp_knob and t > 1
     elem_h = ELEMENTWISE_PASSES_H * tokens * h * nbytes / (t if sp else 1)
     elem_f = ELEMENTWISE_PASSES_F * tokens * f * (n_mlp - 1) * nbytes / t
     elem = (elem_h + elem_f) / mem_bps + softmax
@@ -287,13 +298,13 @@ def _layer_times(
     # the GPU work is shorter than it (small layers, small micro-batches, large tp).
     fwd = max(dense_fwd + core_fwd + elem, LAYER_OVERHEAD_S)
     bwd = max(dense_bwd + core_bwd + 2.0 * elem, 2.0 * LAYER_OVERHEAD_S)
-    if par.recompute is Recompute.FULL:
-        recompute = fwd
-    elif par.recompute is Recompute.SELECTIVE:
-        recompute = core_fwd + softmax
+    if recompute is Recompute.FULL:
+        redo = fwd
+    elif recompute is Recompute.SELECTIVE:
+        redo = core_fwd + softmax
     else:
-        recompute = 0.0
-    return fwd, bwd, recompute
+        redo = 0.0
+    return fwd, bwd, redo
 
 
 def _head_times(
@@ -317,6 +328,28 @@ def _stage_params(model: ModelSpec, par: ParallelConfig) -> float:
                                       if model.tie_embeddings else 0)
         edge = max(model.embedding_params(), head)
     return (layers + edge) / par.tp
+
+
+def compute_lower_bound(
+    model: ModelSpec, train: TrainingSpec, gpu: GpuType, *, tp: int, pp: int, dp: int,
+    micro_batch: int, recompute: Recompute, flash: bool, sequence_parallel: bool,
+) -> float:
+    """A lower bound of ``estimate_step_time(...).total_s`` of that configuration for any
+    topology: the step's compute and pipeline bubble without communication (every other
+    term is >= 0; the planner never interleaves stages). Cheap (cached layer
+    times, no ``ParallelConfig`` needed), so a search can skip configurations that cannot
+    beat the best one found."""
+    rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
+    mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
+    lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch, tp,
+                                 recompute, flash, sequence_parallel, rate, mem_bps)
+    tokens = micro_batch * train.seq_len
+    v_local = model.vocab_size / tp
+    gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
+    loss = 2 * 3 * tokens * v_local * 4 / mem_bps
+    m = max(1, train.global_batch // (dp * micro_batch))
+    per_micro = model.num_layers / pp * (lf + lb + lr) + 3.0 * gemm + loss
+    return (m + pp - 1) * per_micro  # compute + the 1F1B bubble without its communication
 
 
 def estimate_step_time(

@@ -100,3 +100,29 @@ def test_bad_arguments() -> None:
     assert exc.value.field == "seq_len"
     with pytest.raises(SpecError):
         plan_job(m, TrainingSpec(global_batch=8, seq_len=512), max_gpus=0)
+
+
+def test_compute_lower_bound_never_exceeds_the_step_time() -> None:
+    import random
+
+    from predictor.spec import MODEL_CATALOG, ParallelConfig
+    from predictor.step_time import compute_lower_bound, default_topology, estimate_step_time
+
+    rng = random.Random(7)
+    names = sorted(MODEL_CATALOG)
+    for _ in range(300):
+        m = MODEL_CATALOG[rng.choice(names)]
+        t = TrainingSpec(global_batch=rng.choice([16, 64]), seq_len=512,
+                         precision=rng.choice(["bf16", "fp32"]))
+        tp = rng.choice([x for x in (1, 2, 4, 8) if m.num_heads % x == 0])
+        pp = rng.choice([x for x in (1, 2, 4) if m.num_layers % x == 0])
+        dp = rng.choice([1, 2, 4])
+        par = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch=rng.choice([1, 2, 4]),
+                             recompute=rng.choice(list(Recompute)),
+                             zero_stage=rng.choice([0, 1, 3]), sequence_parallel=True)
+        gpu = get_gpu(rng.choice(["A100-80G", "RTX2080Ti", "H100-80G"]))
+        lb = compute_lower_bound(m, t, gpu, tp=tp, pp=pp, dp=dp, micro_batch=par.micro_batch,
+                                 recompute=par.recompute, flash=True, sequence_parallel=True)
+        for nodes in (1, 4):
+            topo = default_topology(gpu, par.num_gpus, max(1, par.num_gpus // nodes))
+            assert lb <= estimate_step_time(m, t, par, gpu, topo).total_s * (1 + 1e-9)
