@@ -27,15 +27,19 @@ class PlanIndex:
     min_gpus: dict[str, int]
     min_items: tuple[tuple[str, int], ...]  # ``min_gpus`` as pairs, for tight loops
     by_speed: tuple[Plan, ...] = ()  # fastest job time first (ties: fewer GPU-seconds)
+    efficient_by_speed: tuple[Plan, ...] = ()  # ``by_speed`` of the plans at the knee
 
     @classmethod
-    def build(cls, plans: tuple[Plan, ...]) -> PlanIndex:
+    def build(cls, plans: tuple[Plan, ...], knee: float = 0.8) -> PlanIndex:
         by_type: dict[str, dict[int, Plan]] = {}
         for plan in plans:
             by_type.setdefault(plan.gpu_type, {}).setdefault(plan.num_gpus, plan)
         min_gpus = {t: min(counts) for t, counts in by_type.items()}
         by_speed = tuple(sorted(plans, key=lambda p: (p.job_time_s, p.gpu_seconds)))
-        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()), by_speed)
+        cheapest = {t: min(p.gpu_seconds for p in c.values()) for t, c in by_type.items()}
+        efficient = tuple(p for p in by_speed
+                          if cheapest[p.gpu_type] >= knee * p.gpu_seconds)
+        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()), by_speed, efficient)
 
     def at_least(self, gpu_type: str, num_gpus: int) -> Plan | None:
         """The plan of ``gpu_type`` on exactly ``num_gpus`` GPUs, else on the fewest GPUs above
