@@ -160,11 +160,9 @@ class _MemoryTable:
 
     def _par(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
              ) -> ParallelConfig:
-        return ParallelConfig(
-            tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute, zero_stage=zero,
-            sequence_parallel=self.train.sequence_parallel and tp > 1,
-            flash_attention=self.train.flash_attention,
-        )
+        return ParallelConfig.trusted(
+            tp, pp, dp, mb, recompute, zero, self.train.sequence_parallel,
+            self.train.flash_attention)
 
 
 _RC_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}

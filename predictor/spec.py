@@ -78,6 +78,11 @@ class ModelSpec:
     ffn_hidden_size: int = 0
     tie_embeddings: bool = True
     type_vocab_size: int = 0  # bert token-type embeddings
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # cached: the predictor's lookup tables are keyed by the model, thousands of times
+        return self._hash
 
     def __post_init__(self) -> None:
         try:
@@ -110,6 +115,10 @@ class ModelSpec:
             )
         if family is Family.BERT and self.type_vocab_size < 0:
             raise SpecError("type_vocab_size", "must be >= 0")
+        object.__setattr__(self, "_hash", hash((
+            self.name, family, self.num_layers, self.hidden_size, self.num_heads,
+            self.vocab_size, self.max_seq_len, self.num_kv_heads, self.ffn_hidden_size,
+            self.tie_embeddings, self.type_vocab_size)))
 
     # -- architecture traits -------------------------------------------------------------
     @property
@@ -443,6 +452,20 @@ class ParallelConfig:
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @classmethod
+    def trusted(cls, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
+                zero_stage: int, sequence_parallel: bool, flash_attention: bool
+                ) -> ParallelConfig:
+        """Build without validation, for the planner's inner loop, which only produces
+        valid values (its search space is made of checked divisors and enum members)."""
+        self = object.__new__(cls)
+        for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch),
+                            ("recompute", recompute), ("zero_stage", zero_stage),
+                            ("sequence_parallel", sequence_parallel and tp > 1),
+                            ("flash_attention", flash_attention), ("extra", {})):
+            object.__setattr__(self, name, value)
+        return self
 
     def micro_batches(self, global_batch: int) -> int:
         """Micro-batches per replica per optimizer step (gradient-accumulation count)."""
