@@ -21,7 +21,7 @@ from dataclasses import replace
 from predictor.errors import SpecError
 from predictor.gpus import GpuType, get_gpu
 from predictor.plan import Plan
-from predictor.step_time import Topology, estimate_step_time
+from predictor.step_time import StepTime, Topology, estimate_step_time
 from scheduler.cluster import ClusterState, Node, Placement
 from scheduler.job import JobView
 
@@ -78,6 +78,8 @@ class AnalyticalPerfModel:
         self._max_cache = max_cache
         # key (id(plan), shape) -> (plan, placed plan); the plan is kept so its id stays unique
         self._cache: dict[tuple[int, Shape], tuple[Plan, Plan]] = {}
+        self._steps: dict[tuple[object, ...], StepTime] = {}
+        self._gpus: dict[str, GpuType] = {}
         self._state: ClusterState | None = None
         self._by_id: Mapping[str, Node] = {}
         self.hits = 0
@@ -101,19 +103,30 @@ class AnalyticalPerfModel:
         placed = self._estimate(job, plan, shape)
         if len(self._cache) >= self._max_cache:
             self._cache.clear()
+            self._steps.clear()
         self._cache[key] = (plan, placed)
         return placed
 
     def _estimate(self, job: JobView, plan: Plan, shape: Shape) -> Plan:
         assert job.model is not None and job.train is not None
         train = job.train
-        if train.precision is not plan.precision:  # e.g. bf16 planned as fp16 on a 2080Ti
-            train = replace(train, precision=plan.precision)
-        try:
-            gpu = self._gpu_lookup(plan.gpu_type)
-            step = estimate_step_time(job.model, train, plan.parallel, gpu, _topology(shape))
-        except (SpecError, ValueError, KeyError) as exc:
-            log.warning("job %s: cannot re-time %s for %s (%s); keeping the planned step time",
-                        job.id, plan.label(), shape, exc)
-            return plan
+        # jobs of the same model and training shape share step times (only their step counts
+        # differ), so the estimate is cached by what it depends on, not by the job's plan
+        skey = (job.model, train.seq_len, train.global_batch, plan.precision, train.optimizer,
+                train.flash_attention, train.sequence_parallel, plan.gpu_type, plan.parallel,
+                shape)
+        step = self._steps.get(skey)
+        if step is None:
+            if train.precision is not plan.precision:  # bf16 planned as fp16 on a 2080Ti
+                train = replace(train, precision=plan.precision)
+            try:
+                gpu = self._gpus.get(plan.gpu_type) or self._gpus.setdefault(
+                    plan.gpu_type, self._gpu_lookup(plan.gpu_type))
+                step = estimate_step_time(job.model, train, plan.parallel, gpu,
+                                          _topology(shape))
+            except (SpecError, ValueError, KeyError) as exc:
+                log.warning("job %s: cannot re-time %s for %s (%s); keeping the planned step "
+                            "time", job.id, plan.label(), shape, exc)
+                return plan
+            self._steps[skey] = step
         return plan.with_step(step)

@@ -29,6 +29,20 @@ class PlanIndex:
     by_speed: tuple[Plan, ...] = ()  # fastest job time first (ties: fewer GPU-seconds)
     efficient_by_speed: tuple[Plan, ...] = ()  # ``by_speed`` of the plans at the knee
 
+    def restamp(self, plans: tuple[Plan, ...]) -> PlanIndex:
+        """This index for ``plans``, a list with the same shapes in the same order (the
+        same model and training shape, another step count): positions carry over, since
+        job time and GPU-seconds are the step time scaled by a constant."""
+        pos = {id(p): i for i, p in enumerate(self.plans)}
+
+        def swap(xs: tuple[Plan, ...]) -> tuple[Plan, ...]:
+            return tuple(plans[pos[id(p)]] for p in xs)
+
+        by_type = {t: {n: plans[pos[id(p)]] for n, p in c.items()}
+                   for t, c in self.by_type.items()}
+        return PlanIndex(plans, by_type, self.min_gpus, self.min_items,
+                         swap(self.by_speed), swap(self.efficient_by_speed))
+
     @classmethod
     def build(cls, plans: tuple[Plan, ...], knee: float = 0.8) -> PlanIndex:
         by_type: dict[str, dict[int, Plan]] = {}
@@ -58,17 +72,39 @@ class PlanIndexCache:
     """``PlanIndex`` per job id, rebuilt when the job's plan tuple changes (identity check, so
     a lookup costs one dict access). Pruned to the jobs of the current call when it grows."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "templates")
 
     def __init__(self) -> None:
         self.entries: dict[str, PlanIndex] = {}
         """job id -> index; read directly in hot loops (check ``plans is job.plans``)."""
+        self.templates: dict[tuple[object, ...], PlanIndex] = {}
+        """An index per (model, training shape, plan list): jobs that differ only in their
+        step counts reuse its sorting (``PlanIndex.restamp``). The planner is deterministic,
+        so equal inputs give equal lists; the fingerprint (length, first and last plan) guards
+        against hand-made lists."""
 
     def get(self, job: JobView) -> PlanIndex:
         entry = self.entries.get(job.id)
         if entry is None or entry.plans is not job.plans:
-            entry = self.entries[job.id] = PlanIndex.build(job.plans)
+            entry = self.entries[job.id] = self._index(job)
         return entry
+
+    def _index(self, job: JobView) -> PlanIndex:
+        plans = job.plans
+        if job.model is None or job.train is None or not plans:
+            return PlanIndex.build(plans)
+        t = job.train
+        key = (job.model, t.global_batch, t.seq_len, t.precision, t.optimizer,
+               t.flash_attention, t.sequence_parallel,
+               len(plans), plans[0].gpu_type, plans[0].parallel, plans[0].step_time_s,
+               plans[-1].gpu_type, plans[-1].parallel, plans[-1].step_time_s)
+        template = self.templates.get(key)
+        if template is None:
+            if len(self.templates) > 4096:
+                self.templates.clear()
+            template = self.templates[key] = PlanIndex.build(plans)
+            return template
+        return template if template.plans is plans else template.restamp(plans)
 
     def prune(self, keep: Sequence[JobView], slack: int = 4096) -> None:
         """Forget finished jobs once the cache holds ``slack`` more entries than ``keep``."""
