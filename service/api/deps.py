@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -68,7 +69,8 @@ class AppContext:
     tokens: TokenCache = field(default_factory=lambda: TokenCache(0))
 
 
-def get_context(request: Request) -> AppContext:
+async def get_context(request: Request) -> AppContext:
+    """(``async``: resolved on the event loop, not through the thread pool.)"""
     return request.app.state.ctx
 
 
@@ -86,13 +88,20 @@ SessionDep = Annotated[Session, Depends(get_session)]
 _bearer = HTTPBearer(auto_error=False, description="API token: `frenzy token create`")
 
 
-def get_current_user(
+def _verify(ctx: AppContext, token: str) -> Principal | None:
+    with ctx.session_factory() as session:
+        return verify_token(session=session, token=token)
+
+
+async def get_current_user(
     ctx: ContextDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller of a bearer token; 401 without a valid one.
 
-    Uses its own short session so the request never holds two connections at once.
+    ``async`` so a cached token costs no thread-pool round trip; a token not in the cache
+    is looked up in the thread pool, with its own short session so the request never
+    holds two connections at once.
     """
     challenge = {"WWW-Authenticate": "Bearer"}
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -102,8 +111,7 @@ def get_current_user(
     key = hash_token(credentials.credentials)
     principal = ctx.tokens.get(key)
     if principal is None:
-        with ctx.session_factory() as session:
-            principal = verify_token(session=session, token=credentials.credentials)
+        principal = await run_in_threadpool(_verify, ctx, credentials.credentials)
         if principal is None:
             raise ApiError(401, "Authorization", "unknown or revoked token", challenge)
         ctx.tokens.put(key, principal)
@@ -113,7 +121,7 @@ def get_current_user(
 CurrentUser = Annotated[Principal, Depends(get_current_user)]
 
 
-def get_admin(user: CurrentUser) -> Principal:
+async def get_admin(user: CurrentUser) -> Principal:
     """The caller, who must hold an admin token (403 otherwise)."""
     if not user.is_admin:
         raise ApiError(403, "Authorization", "needs an admin token (frenzy token create --admin)")

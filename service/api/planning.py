@@ -85,6 +85,13 @@ class Planned:
     plan_dicts: tuple[dict[str, Any], ...]
     gpu_types: tuple[str, ...]
     max_gpus: int
+    key: str = ""
+    """The planning cache key (model, training, GPU types, max GPUs, ranking)."""
+    model_dict: dict[str, Any] = dataclasses.field(default_factory=dict)
+    train_dict: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stored_json: tuple[str, str, str] = ("", "", "")
+    """``model_spec``, ``training`` and the ranked ``plans`` as the JSON text stored on a
+    job row: serialised once per plan set, not per submission."""
 
 
 def spec_dict(spec: Any) -> dict[str, Any]:
@@ -149,9 +156,29 @@ class PlanningService:
         self._default_ranking = default_ranking
         self._max_plans = max_plans
         self._cache: OrderedDict[str, Planned] = OrderedDict()
+        self._by_request: OrderedDict[tuple[str, tuple[tuple[str, int], ...]], Planned] = (
+            OrderedDict())
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def plan_request(self, body: JobCreate, inventory: Inventory, request_hash: str) -> Planned:
+        """``plan`` through a second cache keyed by the canonical hash of the whole body and
+        the inventory: an identical submission skips resolving and hashing its specs."""
+        key = (request_hash, tuple(sorted(inventory.total_by_type.items())))
+        with self._lock:
+            hit = self._by_request.get(key)
+            if hit is not None:
+                self._by_request.move_to_end(key)
+                self.hits += 1
+                return hit
+        planned = self.plan(body, inventory)
+        if self._cache_size:
+            with self._lock:
+                self._by_request[key] = planned
+                while len(self._by_request) > self._cache_size:
+                    self._by_request.popitem(last=False)
+        return planned
 
     def plan(self, body: JobCreate, inventory: Inventory) -> Planned:
         """Ranked plans for ``body``; ``ApiError`` 422 when the input is bad or nothing
@@ -183,7 +210,8 @@ class PlanningService:
             if hit.source != source:
                 hit = dataclasses.replace(hit, source=source)
             return hit
-        planned = self._compute(model, train, source, sorted(known.values()), cap, ranking)
+        planned = self._compute(model, train, source, sorted(known.values()), cap, ranking,
+                                key)
         with self._lock:
             self.misses += 1
             if self._cache_size:
@@ -200,6 +228,7 @@ class PlanningService:
         gpu_types: list[str],
         max_gpus: int,
         ranking: str,
+        key: str = "",
     ) -> Planned:
         try:
             result = self._planner(
@@ -215,7 +244,11 @@ class PlanningService:
             raise ApiError(422, "model", f"{result.infeasible or 'no plan fits'}{where}")
         plans = tuple(result.plans[: self._max_plans])
         dicts = tuple(json.loads(json.dumps(p.to_dict(), default=str)) for p in plans)
+        ranked = [d if d.get("rank") == i else {**d, "rank": i} for i, d in enumerate(dicts, 1)]
+        model_dict, train_dict = spec_dict(model), spec_dict(train)
         return Planned(
             model=model, train=train, source=source, plans=plans, plan_dicts=dicts,
-            gpu_types=tuple(gpu_types), max_gpus=max_gpus,
+            gpu_types=tuple(gpu_types), max_gpus=max_gpus, key=key, model_dict=model_dict,
+            train_dict=train_dict,
+            stored_json=(json.dumps(model_dict), json.dumps(train_dict), json.dumps(ranked)),
         )

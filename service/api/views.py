@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
+from orchestrator.states import JobState
 from predictor.errors import SpecError
 from predictor.spec import ModelSpec, TrainingSpec
 from service.db.models import AllocationRow, Job
@@ -100,4 +105,111 @@ def job_public(
         plans_total=total, chosen_plan=chosen,
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=job.placed_at, started_at=job.started_at, finished_at=job.finished_at,
+    )
+
+
+# -- the hot paths: submit and get, with the parts shared between jobs cached ---------------
+class _Lru:
+    """A small thread-safe LRU map (values are immutable once built)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        with self._lock:
+            self._data[key] = value
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+        return value
+
+
+_SUBMITTED = _Lru(256)
+_MODELS = _Lru(256)
+_TRAININGS = _Lru(256)
+_PLANS = _Lru(256)
+_SHOWN = _Lru(1024)
+
+
+def submitted_public(row: Mapping[str, Any], planned: Any, shown: int | None) -> JobPublic:
+    """The response to a submission (``job_public`` of the row just inserted), from a
+    template per (plan set, ``shown``): only the job's own fields are filled in."""
+    key = (planned.key, planned.source, shown) if planned.key else None
+    template = _SUBMITTED.get(key) if key is not None else None
+    if template is None:
+        job = SimpleNamespace(**row)
+        job.state = JobState.PENDING
+        job.model_spec, job.training = planned.model, planned.train
+        template = job_public(job, planned.plan_dicts, [], shown)  # type: ignore[arg-type]
+        if key is not None:
+            _SUBMITTED.put(key, template)
+        return template
+    return template.model_copy(update={
+        k: row[k] for k in ("id", "name", "owner", "state_reason", "priority", "deadline_at",
+                            "created_at", "updated_at", "deadline_s", "entrypoint")
+    })
+
+
+def _plans_of(raw: str | None) -> list[dict[str, Any]]:
+    if not raw:
+        return []
+    plans = _PLANS.get(raw)
+    if plans is None:
+        plans = _PLANS.put(raw, json.loads(raw))
+    return plans
+
+
+def _shown_models(raw: str | None, plans: list[dict[str, Any]],
+                  shown: int | None) -> list[PlanPublic]:
+    key = (raw, shown)
+    models = _SHOWN.get(key)
+    if models is None:
+        keep = plans if shown is None else plans[:shown]
+        models = _SHOWN.put(key, [
+            PlanPublic.model_validate(p if p.get("rank") else {**p, "rank": i})
+            for i, p in enumerate(keep, start=1)
+        ])
+    return models
+
+
+def stored_job_public(
+    row: Any, allocations: Sequence[Any], shown: int | None,
+) -> JobPublic:
+    """``job_public`` of a job read with ``repositories.JOB_PUBLIC_COLUMNS`` (its JSON
+    documents as text): the plans, model and training parts are parsed and validated once
+    per distinct document, not per request."""
+    plans = _plans_of(row.plans)
+    plan_models = _shown_models(row.plans, plans, shown)
+    total = len(plans)
+    chosen = None
+    rank = row.chosen_plan_rank
+    if rank and 1 <= rank <= total:
+        chosen = next((p for p in plan_models if p.rank == rank), None)
+        if chosen is None:
+            chosen = PlanPublic.model_validate({**plans[rank - 1], "rank": rank})
+    model = _MODELS.get(row.model_spec)
+    if model is None:
+        model = _MODELS.put(row.model_spec, model_public(json.loads(row.model_spec)))
+    total_steps = int(row.total_steps)
+    tkey = (row.training, total_steps)
+    training = _TRAININGS.get(tkey)
+    if training is None:
+        training = _TRAININGS.put(tkey, training_public(json.loads(row.training), total_steps))
+    return JobPublic(
+        id=row.id, name=row.name, owner=row.owner, state=row.state,
+        state_reason=row.state_reason, model_name=row.model_name, priority=row.priority,
+        progress=progress_public(row), deadline_at=row.deadline_at,
+        created_at=row.created_at, updated_at=row.updated_at,
+        model=model, training=training, deadline_s=row.deadline_s, entrypoint=row.entrypoint,
+        plans=plan_models, plans_total=total, chosen_plan=chosen,
+        allocation=[AllocationPublic.model_validate(a) for a in allocations],
+        placed_at=row.placed_at, started_at=row.started_at, finished_at=row.finished_at,
     )

@@ -8,7 +8,10 @@ writer proceed together; transactions that write start with ``BEGIN IMMEDIATE`` 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,24 +31,75 @@ ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
 
 _BEGIN_OPTION = "frenzy_sqlite_begin"
 
-_WRITE_LOCKS: dict[str, threading.Lock] = {}
-_WRITE_LOCKS_GUARD = threading.Lock()
-
-
-def _sqlite_write_lock(engine: sa.Engine) -> threading.Lock | None:
-    """One lock per SQLite database file in this process (None for other backends).
+class _SqliteWriteLock:
+    """This process's writers of one SQLite file, queued; then the file's writers of every
+    process, queued on an ``flock`` of ``<database>-wlock`` next to it.
 
     SQLite admits one writer at a time; a writer that finds the file locked sleeps in its
     busy handler (1, 2, 5 ... 100 ms) and polls, so under load most of a request's time was
-    spent asleep after the lock had already been freed. Queueing this process's writers on
-    a Python lock hands the file over the moment the previous transaction commits; the busy
-    timeout still arbitrates between processes.
+    spent asleep after the lock had already been freed. Queueing on a thread lock and then
+    on a blocking ``flock`` hands the file over the moment the previous transaction ends,
+    within this process and across the API worker processes and the Controller's; the busy
+    timeout still arbitrates against writers that do not take the lock (other tools).
     """
+
+    def __init__(self, path: str | None) -> None:
+        self._thread_lock = threading.Lock()
+        self._path = path
+        self._fd: int | None = None
+        self._pid = -1
+
+    def _file(self) -> int | None:
+        if self._path is None:
+            return None
+        if self._fd is None or self._pid != os.getpid():  # a forked child opens its own
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                log.warning("no SQLite writer lock file %s (%s): busy timeout only",
+                            self._path, exc)
+                self._path = None
+                return None
+            self._pid = os.getpid()
+        return self._fd
+
+    def __enter__(self) -> None:
+        self._thread_lock.acquire()
+        try:
+            fd = self._file()
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None and self._pid == os.getpid():
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+
+_WRITE_LOCKS: dict[str, _SqliteWriteLock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _sqlite_write_lock(engine: sa.Engine) -> _SqliteWriteLock | None:
+    """One writer lock per SQLite database in this process (None for other backends);
+    file databases also share it with other processes (see ``_SqliteWriteLock``)."""
     if engine.dialect.name != "sqlite":
         return None
     key = str(engine.url)
     with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+        lock = _WRITE_LOCKS.get(key)
+        if lock is None:
+            database = engine.url.database or ""
+            file_db = bool(database) and database != ":memory:" and not database.startswith(
+                "file:") and "mode=memory" not in str(engine.url)
+            path = str(Path(database).expanduser()) + "-wlock" if file_db else None
+            lock = _WRITE_LOCKS[key] = _SqliteWriteLock(path)
+        return lock
 
 
 def make_engine(
@@ -126,6 +180,21 @@ def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+@contextmanager
+def write_connection(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A Core connection whose one transaction writes (``BEGIN IMMEDIATE`` and the writer
+    lock on SQLite, as ``write_session``); commits on success. For hot paths that insert
+    rows without the ORM's unit of work."""
+    lock = _sqlite_write_lock(engine)
+    with contextlib.ExitStack() as stack:
+        if lock is not None:
+            stack.enter_context(lock)
+        conn = stack.enter_context(
+            engine.connect().execution_options(**{_BEGIN_OPTION: "IMMEDIATE"}))
+        with conn.begin():
+            yield conn
 
 
 def alembic_config(url: str | None = None, connection: sa.Connection | None = None) -> Config:

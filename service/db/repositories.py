@@ -107,6 +107,70 @@ def create_job(
     return job
 
 
+class _RawJSON(sa.types.UserDefinedType[str]):
+    """A JSON column written from text already serialised (no cast, no re-encoding)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "JSON"
+
+
+def _raw_json_table(table: sa.Table) -> sa.TableClause:
+    return sa.table(table.name, *(
+        sa.column(c.name, _RawJSON() if isinstance(c.type, sa.JSON) else c.type)
+        for c in table.columns
+    ))
+
+
+_JOBS_RAW = _raw_json_table(Job.__table__)  # type: ignore[arg-type]
+_INSERT_JOB = sa.insert(_JOBS_RAW)
+_INSERT_EVENT = sa.insert(Event.__table__)
+
+
+def insert_job(
+    *,
+    conn: sa.Connection,
+    job_id: str,
+    owner: str,
+    model_name: str,
+    model_spec_json: str,
+    training_json: str,
+    request_json: str,
+    request_hash: str,
+    total_steps: int,
+    plans_json: str,
+    plan_count: int,
+    now: datetime,
+    name: str | None = None,
+    idempotency_key: str | None = None,
+    priority: int = 0,
+    deadline_s: float | None = None,
+    entrypoint: str | None = None,
+    reason: str = "queued: waiting for the scheduler",
+) -> dict[str, Any]:
+    """``create_job`` as two Core INSERTs (the job row with its ranked plans, already as
+    JSON text with ranks 1..n, and its ``submitted`` event) on the caller's connection and
+    transaction: what the submit path runs. Returns the job row's values. Raises
+    ``IntegrityError`` if the idempotency key is taken."""
+    row: dict[str, Any] = {
+        "id": job_id, "owner": owner, "name": name, "state": JobState.PENDING,
+        "state_reason": reason, "model_name": model_name, "model_spec": model_spec_json,
+        "training": training_json, "request": request_json, "request_hash": request_hash,
+        "idempotency_key": idempotency_key, "priority": priority, "deadline_s": deadline_s,
+        "deadline_at": now + timedelta(seconds=deadline_s) if deadline_s else None,
+        "entrypoint": entrypoint, "total_steps": total_steps, "steps_done": 0.0,
+        "chosen_plan_rank": None, "created_at": now, "updated_at": now, "placed_at": None,
+        "started_at": None, "finished_at": None, "plans": plans_json, "plan_count": plan_count,
+    }
+    conn.execute(_INSERT_JOB, row)
+    conn.execute(_INSERT_EVENT, {
+        "job_id": job_id, "at": now, "kind": "submitted", "state": JobState.PENDING.value,
+        "message": f"submitted {model_name} with {plan_count} ranked plan(s); {reason}",
+    })
+    return row
+
+
 def get_job(
     *, session: Session, job_id: str, for_update: bool = False, with_plans: bool = False
 ) -> Job | None:
@@ -118,6 +182,31 @@ def get_job(
     if for_update:
         stmt = stmt.with_for_update()
     return session.scalar(stmt)
+
+
+_JSON_AS_TEXT = ("model_spec", "training", "plans")
+JOB_PUBLIC_COLUMNS = tuple(
+    sa.cast(c, sa.Text).label(c.name) if c.name in _JSON_AS_TEXT else c
+    for c in Job.__table__.columns if c.name not in ("request",)
+)
+"""A job row as the API shows it, its JSON documents as text (parsed, once per distinct
+document, by ``service.api.views.stored_job_public``)."""
+_SELECT_JOB_ROW = sa.select(*JOB_PUBLIC_COLUMNS).where(Job.id == sa.bindparam("job_id"))
+_SELECT_HELD = (
+    sa.select(AllocationRow.__table__)
+    .where(AllocationRow.job_id == sa.bindparam("job_id"), AllocationRow.released_at.is_(None))
+    .order_by(AllocationRow.id)
+)
+
+
+def get_job_row(*, conn: sa.Connection, job_id: str) -> sa.Row[Any] | None:
+    """One job as a Core row of ``JOB_PUBLIC_COLUMNS`` (no ORM objects: the GET path)."""
+    return conn.execute(_SELECT_JOB_ROW, {"job_id": job_id}).first()
+
+
+def held_allocation_rows(*, conn: sa.Connection, job_id: str) -> list[sa.Row[Any]]:
+    """``active_allocations`` of one job as Core rows."""
+    return list(conn.execute(_SELECT_HELD, {"job_id": job_id}))
 
 
 def get_job_by_idempotency_key(*, session: Session, owner: str, key: str) -> Job | None:

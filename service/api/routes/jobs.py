@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from typing import Annotated
@@ -13,11 +14,11 @@ from sqlalchemy.orm import Session
 from orchestrator.states import JobState
 from service.api.deps import ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
-from service.api.planning import canonical_hash, spec_dict
-from service.api.views import job_public, job_summary
+from service.api.planning import canonical_hash
+from service.api.views import job_public, job_summary, stored_job_public, submitted_public
 from service.auth import Principal
 from service.db import repositories as repo
-from service.db.engine import write_session
+from service.db.engine import write_connection, write_session
 from service.db.models import Job
 from service.runner import SubmittedJob
 from service.schemas import (
@@ -142,19 +143,21 @@ def submit_job(
         if existing is not None:
             return _replay(ctx, existing, request_hash, shown)
 
-    planned = ctx.planning.plan(body, ctx.inventory.get())
+    planned = ctx.planning.plan_request(body, ctx.inventory.get(), request_hash)
     now = ctx.clock()
     job_id = uuid.uuid4().hex
+    model_json, training_json, plans_json = planned.stored_json
     try:
-        with write_session(ctx.session_factory) as session:
-            job = repo.create_job(
-                session=session, job_id=job_id, owner=user.owner, name=body.name,
-                model_name=planned.model.name, model_spec=spec_dict(planned.model),
-                training=spec_dict(planned.train), request=request,
+        # One short transaction, two Core INSERTs (the job with its plans, its first event).
+        with write_connection(ctx.engine) as conn:
+            row = repo.insert_job(
+                conn=conn, job_id=job_id, owner=user.owner, name=body.name,
+                model_name=planned.model.name, model_spec_json=model_json,
+                training_json=training_json, request_json=json.dumps(request),
                 request_hash=request_hash, idempotency_key=idempotency_key,
-                total_steps=planned.train.num_steps, plans=planned.plan_dicts, now=now,
-                priority=body.priority, deadline_s=body.deadline_s,
-                entrypoint=body.entrypoint,
+                total_steps=planned.train.num_steps, plans_json=plans_json,
+                plan_count=len(planned.plan_dicts), now=now, priority=body.priority,
+                deadline_s=body.deadline_s, entrypoint=body.entrypoint,
             )
     except IntegrityError:
         if not idempotency_key:
@@ -171,22 +174,24 @@ def submit_job(
     try:
         ctx.runner.submit(
             SubmittedJob(
-                id=job.id, owner=job.owner, model=planned.model, train=planned.train,
-                plans=planned.plans, submitted_at=now, name=job.name, priority=job.priority,
-                deadline_at=job.deadline_at, entrypoint=job.entrypoint,
+                id=job_id, owner=user.owner, model=planned.model, train=planned.train,
+                plans=planned.plans, submitted_at=now, name=body.name,
+                priority=body.priority, deadline_at=row["deadline_at"],
+                entrypoint=body.entrypoint,
             )
         )
     except Exception as exc:
-        log.exception("runner refused job %s", job.id)
+        log.exception("runner refused job %s", job_id)
         reason = f"the scheduler did not accept the job: {exc}"
         with write_session(ctx.session_factory) as session:
-            row = repo.get_job(session=session, job_id=job.id, for_update=True)
-            if row is not None and not row.state.terminal:
+            stored = repo.get_job(session=session, job_id=job_id, for_update=True)
+            if stored is not None and not stored.state.terminal:
                 repo.transition_job(
-                    session=session, job=row, to=JobState.FAILED, reason=reason, now=ctx.clock()
+                    session=session, job=stored, to=JobState.FAILED, reason=reason,
+                    now=ctx.clock(),
                 )
-        raise ApiError(503, "runner", f"{reason} (job {job.id} recorded as FAILED)") from exc
-    return _respond(job_public(job, planned.plan_dicts, [], shown), 201)
+        raise ApiError(503, "runner", f"{reason} (job {job_id} recorded as FAILED)") from exc
+    return _respond(submitted_public(row, planned, shown), 201)
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)")
@@ -215,12 +220,19 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
 def get_job(
-    job_id: str, session: SessionDep, user: CurrentUser, ctx: ContextDep,
+    job_id: str, user: CurrentUser, ctx: ContextDep,
     plans: PlansParam = None,
 ) -> Response:
     """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``)."""
-    job = _owned_job(session, job_id, user, with_plans=True)
-    return _respond(_full(session, job, _shown(ctx, plans)))
+    with ctx.engine.connect() as conn:
+        row = repo.get_job_row(conn=conn, job_id=job_id)
+        if row is None:
+            raise ApiError(404, "job_id", f"no job {job_id!r}")
+        if not user.can_see(row.owner):
+            raise ApiError(403, "job_id", f"job {job_id!r} belongs to another user")
+        held = (repo.held_allocation_rows(conn=conn, job_id=job_id) if row.state.holds_gpus
+                else [])
+    return _respond(stored_job_public(row, held, _shown(ctx, plans)))
 
 
 @router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
