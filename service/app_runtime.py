@@ -25,6 +25,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,14 +36,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import Backend, Clock, Progress, VirtualClock
 from orchestrator.controller import Controller, ControllerError
-from orchestrator.states import TERMINAL, JobState
+from orchestrator.states import JobState
 from scheduler.cluster import Allocation, CapacityError, ClusterState
 from scheduler.decision import start as start_decision
 from scheduler.job import JobView
 from scheduler.policy import make_policy
 from service.api.errors import ApiError
 from service.api.inventory import ClusterView, Inventory
-from service.api.planning import PlanningService, default_planner
+from service.api.planning import Planned, PlanningService, default_planner
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
@@ -152,6 +153,8 @@ class WakeRunner:
     """The API's ``JobRunner`` when the Controller reads the database: nothing to hand over,
     only a nudge so a new job is picked up at once rather than at the next poll."""
 
+    nonblocking = True
+
     def __init__(self, wake: Callable[[], None] | None = None) -> None:
         self._wake = wake
 
@@ -214,6 +217,8 @@ class Runtime:
         self._seen_created: datetime | None = None
         self._seen_finished: datetime | None = None
         self._last_schedule = 0.0
+        self._recorder: EventRecorder | None = None
+        self._planned: OrderedDict[str, Planned] = OrderedDict()
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -223,7 +228,7 @@ class Runtime:
         self._inventory = Inventory(total_by_type=cluster.total_by_type())
         self._record_nodes(cluster)
         policy = make_policy(self._policy_name)
-        recorder = EventRecorder(self._factory)
+        recorder = self._recorder = EventRecorder(self._factory)
         self.controller = Controller(policy, self.driver.backend, cluster, self.driver.clock,
                                      listeners=[recorder])
         with self.lock:
@@ -337,7 +342,11 @@ class Runtime:
         """One loop turn: ingest, cancel, pump, maybe schedule."""
         ctl = self._ctl()
         new, cancelled = self._poll_db()
-        with self.lock, ctl.batch():
+        batched = (self._recorder.batched() if self._recorder is not None
+                   else contextlib.nullcontext())
+        # The recorder's batch encloses the Controller's: the scheduling round the latter
+        # runs at its end emits into the former, and the whole turn is one transaction.
+        with self.lock, batched, ctl.batch():
             for view in new:
                 if view.id not in ctl.jobs:
                     ctl.submit(view)
@@ -359,12 +368,21 @@ class Runtime:
         ctl = self._ctl()
         known = set(ctl.jobs)
         with self._factory() as session:
-            stmt = sa.select(Job).where(Job.state == JobState.PENDING)
+            # Ids first (cheap), whole rows only for jobs the Controller does not know yet.
+            stmt = sa.select(Job.id).where(Job.state == JobState.PENDING)
             if self._seen_created is not None:
                 stmt = stmt.where(Job.created_at >= self._seen_created - INGEST_SLACK)
-            fresh = [j for j in session.scalars(stmt.order_by(Job.created_at)) if j.id not in known]
+            unknown = [i for i in session.scalars(stmt) if i not in known]
+            fresh: list[Job] = []
+            for k in range(0, len(unknown), 500):
+                fresh.extend(session.scalars(
+                    sa.select(Job).where(Job.id.in_(unknown[k:k + 500]))))
+            fresh.sort(key=lambda j: (j.created_at, j.id))
+            # Jobs the API ended (cancelled, or failed when the runner refused them); the
+            # Controller's own endings are already terminal in it.
             cstmt = sa.select(Job.id, Job.state_reason, Job.finished_at).where(
-                Job.state.in_(TERMINAL), Job.finished_at.is_not(None))
+                Job.state.in_((JobState.CANCELLED, JobState.FAILED)),
+                Job.finished_at.is_not(None))
             if self._seen_finished is not None:
                 cstmt = cstmt.where(Job.finished_at >= self._seen_finished - INGEST_SLACK)
             ended = session.execute(cstmt).all()
@@ -393,8 +411,13 @@ class Runtime:
         A job whose request no longer plans on this cluster (GPU types changed) is failed
         with the planner's reason."""
         try:
-            body = JobCreate.model_validate(job.request)
-            planned = self._planning.plan(body, self._inventory)
+            planned = self._planned.get(job.request_hash)
+            if planned is None:
+                body = JobCreate.model_validate(job.request)
+                planned = self._planning.plan(body, self._inventory)
+                self._planned[job.request_hash] = planned
+                while len(self._planned) > max(1, self.settings.plan_cache_size):
+                    self._planned.popitem(last=False)
         except (ApiError, ValueError) as exc:
             reason = exc.message if isinstance(exc, ApiError) else str(exc)
             self._fail(job.id, f"cannot be planned on this cluster: {reason}")

@@ -13,9 +13,10 @@ so state survives a restart and the API reads it from one place.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -65,6 +66,9 @@ class JobRunner(Protocol):
 @dataclass
 class PendingRunner:
     """Runs nothing: submitted jobs stay PENDING (tests, API-only deployments)."""
+
+    nonblocking = True
+    """``submit``/``cancel`` only take a short lock: the API may call them on its event loop."""
 
     submitted: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
@@ -138,10 +142,49 @@ class EventRecorder:
     ) -> None:
         self._factory = session_factory
         self._to_datetime = to_datetime
+        self._buffer: list[JobEvent] | None = None
 
     def __call__(self, event: JobEvent) -> None:
+        if event.from_state is None:
+            return  # the submission: the API stored the job
+        if self._buffer is not None:
+            self._buffer.append(event)
+            return
         with write_session(self._factory) as session:
             self.apply(session=session, event=event)
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Events emitted inside the block are written at its end, in order, in one
+        transaction (one writer turn for a whole loop turn of the Controller instead of one
+        per event). Call it from the one thread that drives the Controller, under its lock.
+        If the batch fails, its events are written one by one."""
+        if self._buffer is not None:  # nested: the outer block writes
+            yield
+            return
+        self._buffer = []
+        try:
+            yield
+        finally:
+            events, self._buffer = self._buffer, None
+            if events:
+                self._write_all(events)
+
+    def _write_all(self, events: list[JobEvent]) -> None:
+        try:
+            with write_session(self._factory) as session:
+                for event in events:
+                    self.apply(session=session, event=event)
+                    session.flush()
+        except Exception:
+            log.exception("writing %d events in one transaction failed; one by one",
+                          len(events))
+            for event in events:
+                try:
+                    self(event)
+                except Exception:
+                    log.exception("event %s of job %s not recorded", event.reason,
+                                  event.job_id)
 
     def apply(self, *, session: Session, event: JobEvent) -> None:
         """Write one event inside the caller's transaction."""

@@ -23,6 +23,7 @@ from service.api.routes import admin, cluster, jobs, plans
 from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
+from service.db.writer import JobWriter
 from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from service.metrics import render_metrics
 from service.runner import JobRunner, PendingRunner
@@ -60,6 +61,7 @@ def create_app(
         inventory=InventoryCache(provider, settings.inventory_ttl_s),
         clock=clock or utcnow,
         tokens=TokenCache(settings.token_cache_ttl_s),
+        writer=JobWriter(engine),
     )
 
     @asynccontextmanager
@@ -67,6 +69,8 @@ def create_app(
         if settings.auto_migrate:
             migrate(settings.database_url)
         yield
+        if ctx.writer is not None:
+            ctx.writer.close()
         engine.dispose()
 
     app = FastAPI(

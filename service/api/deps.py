@@ -24,6 +24,7 @@ from service.api.errors import ApiError
 from service.api.inventory import ClusterProvider, InventoryCache
 from service.api.planning import PlanningService
 from service.auth import Principal, hash_token, verify_token
+from service.db.writer import JobWriter
 from service.runner import JobRunner
 from service.settings import Settings
 
@@ -67,6 +68,8 @@ class AppContext:
     inventory: InventoryCache
     clock: Callable[[], datetime]
     tokens: TokenCache = field(default_factory=lambda: TokenCache(0))
+    writer: JobWriter | None = None
+    """Group commit of submissions (``service.db.writer``); None: one transaction each."""
 
 
 async def get_context(request: Request) -> AppContext:

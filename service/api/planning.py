@@ -162,6 +162,16 @@ class PlanningService:
         self.hits = 0
         self.misses = 0
 
+    def cached_request(self, inventory: Inventory, request_hash: str) -> Planned | None:
+        """What ``plan_request`` would return if it is cached (else None: plan it)."""
+        key = (request_hash, tuple(sorted(inventory.total_by_type.items())))
+        with self._lock:
+            hit = self._by_request.get(key)
+            if hit is not None:
+                self._by_request.move_to_end(key)
+                self.hits += 1
+            return hit
+
     def plan_request(self, body: JobCreate, inventory: Inventory, request_hash: str) -> Planned:
         """``plan`` through a second cache keyed by the canonical hash of the whole body and
         the inventory: an identical submission skips resolving and hashing its specs."""

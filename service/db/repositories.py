@@ -153,22 +153,48 @@ def insert_job(
     JSON text with ranks 1..n, and its ``submitted`` event) on the caller's connection and
     transaction: what the submit path runs. Returns the job row's values. Raises
     ``IntegrityError`` if the idempotency key is taken."""
-    row: dict[str, Any] = {
-        "id": job_id, "owner": owner, "name": name, "state": JobState.PENDING,
-        "state_reason": reason, "model_name": model_name, "model_spec": model_spec_json,
-        "training": training_json, "request": request_json, "request_hash": request_hash,
-        "idempotency_key": idempotency_key, "priority": priority, "deadline_s": deadline_s,
-        "deadline_at": now + timedelta(seconds=deadline_s) if deadline_s else None,
-        "entrypoint": entrypoint, "total_steps": total_steps, "steps_done": 0.0,
-        "chosen_plan_rank": None, "created_at": now, "updated_at": now, "placed_at": None,
-        "started_at": None, "finished_at": None, "plans": plans_json, "plan_count": plan_count,
-    }
-    conn.execute(_INSERT_JOB, row)
-    conn.execute(_INSERT_EVENT, {
-        "job_id": job_id, "at": now, "kind": "submitted", "state": JobState.PENDING.value,
-        "message": f"submitted {model_name} with {plan_count} ranked plan(s); {reason}",
-    })
-    return row
+    return insert_jobs(conn=conn, jobs=[{
+        "job_id": job_id, "owner": owner, "model_name": model_name,
+        "model_spec_json": model_spec_json, "training_json": training_json,
+        "request_json": request_json, "request_hash": request_hash,
+        "total_steps": total_steps, "plans_json": plans_json, "plan_count": plan_count,
+        "now": now, "name": name, "idempotency_key": idempotency_key, "priority": priority,
+        "deadline_s": deadline_s, "entrypoint": entrypoint, "reason": reason,
+    }])[0]
+
+
+def insert_jobs(*, conn: sa.Connection, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Many ``insert_job`` (its keyword arguments, one mapping per job) in two
+    ``executemany`` INSERTs on the caller's transaction; the rows' values, in order."""
+    rows: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for j in jobs:
+        now = j["now"]
+        deadline_s = j.get("deadline_s")
+        reason = j.get("reason") or "queued: waiting for the scheduler"
+        rows.append({
+            "id": j["job_id"], "owner": j["owner"], "name": j.get("name"),
+            "state": JobState.PENDING, "state_reason": reason,
+            "model_name": j["model_name"], "model_spec": j["model_spec_json"],
+            "training": j["training_json"], "request": j["request_json"],
+            "request_hash": j["request_hash"], "idempotency_key": j.get("idempotency_key"),
+            "priority": j.get("priority", 0), "deadline_s": deadline_s,
+            "deadline_at": now + timedelta(seconds=deadline_s) if deadline_s else None,
+            "entrypoint": j.get("entrypoint"), "total_steps": j["total_steps"],
+            "steps_done": 0.0, "chosen_plan_rank": None, "created_at": now, "updated_at": now,
+            "placed_at": None, "started_at": None, "finished_at": None,
+            "plans": j["plans_json"], "plan_count": j["plan_count"],
+        })
+        events.append({
+            "job_id": j["job_id"], "at": now, "kind": "submitted",
+            "state": JobState.PENDING.value,
+            "message": f"submitted {j['model_name']} with {j['plan_count']} ranked plan(s); "
+                       f"{reason}",
+        })
+    if rows:
+        conn.execute(_INSERT_JOB, rows)
+        conn.execute(_INSERT_EVENT, events)
+    return rows
 
 
 def get_job(

@@ -8,11 +8,12 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.states import JobState
-from service.api.deps import ContextDep, CurrentUser, SessionDep
+from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
 from service.api.planning import canonical_hash
 from service.api.views import job_public, job_summary, stored_job_public, submitted_public
@@ -122,7 +123,7 @@ def _replay(ctx: ContextDep, job: Job, request_hash: str, shown: int | None) -> 
     "", status_code=201, response_model=JobPublic,
     summary="Submit a job: a model and its training config; get its ranked plans",
 )
-def submit_job(
+async def submit_job(
     body: JobCreate,
     user: CurrentUser,
     ctx: ContextDep,
@@ -131,67 +132,91 @@ def submit_job(
 ) -> Response:
     """Plan the job against the cluster's GPU types (cached for identical bodies), store it
     PENDING with its ranked plans (one transaction), then hand it to the runner. The answer
-    carries the best ``plans`` plans (default 5; ``?plans=all``)."""
+    carries the best ``plans`` plans (default 5; ``?plans=all``).
+
+    ``async``: the cached path runs on the event loop and the row is written by the
+    process's group-commit writer (``service.db.writer``); planning a new body, the
+    idempotency lookups and a blocking runner run in the thread pool."""
     shown = _shown(ctx, plans)
     request = body.model_dump(mode="json", exclude_none=True)
     request_hash = canonical_hash(request)
     if idempotency_key:
-        with ctx.session_factory() as session:
-            existing = repo.get_job_by_idempotency_key(
-                session=session, owner=user.owner, key=idempotency_key
-            )
-        if existing is not None:
-            return _replay(ctx, existing, request_hash, shown)
+        replay = await run_in_threadpool(_replay_by_key, ctx, user, idempotency_key,
+                                         request_hash, shown)
+        if replay is not None:
+            return replay
 
-    planned = ctx.planning.plan_request(body, ctx.inventory.get(), request_hash)
+    inventory = ctx.inventory.get()
+    planned = ctx.planning.cached_request(inventory, request_hash)
+    if planned is None:
+        planned = await run_in_threadpool(ctx.planning.plan_request, body, inventory,
+                                          request_hash)
     now = ctx.clock()
     job_id = uuid.uuid4().hex
     model_json, training_json, plans_json = planned.stored_json
+    job = dict(
+        job_id=job_id, owner=user.owner, name=body.name, model_name=planned.model.name,
+        model_spec_json=model_json, training_json=training_json,
+        request_json=json.dumps(request), request_hash=request_hash,
+        idempotency_key=idempotency_key, total_steps=planned.train.num_steps,
+        plans_json=plans_json, plan_count=len(planned.plan_dicts), now=now,
+        priority=body.priority, deadline_s=body.deadline_s, entrypoint=body.entrypoint,
+    )
     try:
-        # One short transaction, two Core INSERTs (the job with its plans, its first event).
-        with write_connection(ctx.engine) as conn:
-            row = repo.insert_job(
-                conn=conn, job_id=job_id, owner=user.owner, name=body.name,
-                model_name=planned.model.name, model_spec_json=model_json,
-                training_json=training_json, request_json=json.dumps(request),
-                request_hash=request_hash, idempotency_key=idempotency_key,
-                total_steps=planned.train.num_steps, plans_json=plans_json,
-                plan_count=len(planned.plan_dicts), now=now, priority=body.priority,
-                deadline_s=body.deadline_s, entrypoint=body.entrypoint,
-            )
+        # One short transaction, two Core INSERTs (the job with its plans, its first
+        # event), shared with the submissions queued at the same moment.
+        if ctx.writer is not None:
+            row = await ctx.writer.insert_job(**job)
+        else:
+            row = await run_in_threadpool(_insert_one, ctx, job)
     except IntegrityError:
         if not idempotency_key:
             raise
         # A concurrent retry with the same key won the race: answer with its job.
-        with ctx.session_factory() as session:
-            existing = repo.get_job_by_idempotency_key(
-                session=session, owner=user.owner, key=idempotency_key
-            )
-        if existing is None:
+        replay = await run_in_threadpool(_replay_by_key, ctx, user, idempotency_key,
+                                         request_hash, shown)
+        if replay is None:
             raise
-        return _replay(ctx, existing, request_hash, shown)
+        return replay
 
+    submitted = SubmittedJob(
+        id=job_id, owner=user.owner, model=planned.model, train=planned.train,
+        plans=planned.plans, submitted_at=now, name=body.name, priority=body.priority,
+        deadline_at=row["deadline_at"], entrypoint=body.entrypoint,
+    )
     try:
-        ctx.runner.submit(
-            SubmittedJob(
-                id=job_id, owner=user.owner, model=planned.model, train=planned.train,
-                plans=planned.plans, submitted_at=now, name=body.name,
-                priority=body.priority, deadline_at=row["deadline_at"],
-                entrypoint=body.entrypoint,
-            )
-        )
+        if getattr(ctx.runner, "nonblocking", False):
+            ctx.runner.submit(submitted)
+        else:
+            await run_in_threadpool(ctx.runner.submit, submitted)
     except Exception as exc:
         log.exception("runner refused job %s", job_id)
         reason = f"the scheduler did not accept the job: {exc}"
-        with write_session(ctx.session_factory) as session:
-            stored = repo.get_job(session=session, job_id=job_id, for_update=True)
-            if stored is not None and not stored.state.terminal:
-                repo.transition_job(
-                    session=session, job=stored, to=JobState.FAILED, reason=reason,
-                    now=ctx.clock(),
-                )
+        await run_in_threadpool(_fail_refused, ctx, job_id, reason)
         raise ApiError(503, "runner", f"{reason} (job {job_id} recorded as FAILED)") from exc
     return _respond(submitted_public(row, planned, shown), 201)
+
+
+def _insert_one(ctx: AppContext, job: dict[str, object]) -> dict[str, object]:
+    with write_connection(ctx.engine) as conn:
+        return repo.insert_jobs(conn=conn, jobs=[job])[0]
+
+
+def _replay_by_key(ctx: AppContext, user: Principal, key: str, request_hash: str,
+                   shown: int | None) -> Response | None:
+    with ctx.session_factory() as session:
+        existing = repo.get_job_by_idempotency_key(session=session, owner=user.owner, key=key)
+    return None if existing is None else _replay(ctx, existing, request_hash, shown)
+
+
+def _fail_refused(ctx: AppContext, job_id: str, reason: str) -> None:
+    with write_session(ctx.session_factory) as session:
+        stored = repo.get_job(session=session, job_id=job_id, for_update=True)
+        if stored is not None and not stored.state.terminal:
+            repo.transition_job(
+                session=session, job=stored, to=JobState.FAILED, reason=reason,
+                now=ctx.clock(),
+            )
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)")
@@ -219,11 +244,14 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
-def get_job(
+async def get_job(
     job_id: str, user: CurrentUser, ctx: ContextDep,
     plans: PlansParam = None,
 ) -> Response:
-    """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``)."""
+    """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``).
+
+    ``async``: two indexed reads by primary key, run on the event loop (no thread-pool
+    round trip); the shared parts of the answer come from caches (``stored_job_public``)."""
     with ctx.engine.connect() as conn:
         row = repo.get_job_row(conn=conn, job_id=job_id)
         if row is None:
