@@ -6,7 +6,9 @@ may run on, how GPUs are placed, and whether a resize must pay for itself:
 1. **Admission control with minimum satisfactory shares.** Every admitted deadline job, in
    order of deadline (EDF), reserves its *minimum satisfactory share*: the cheapest option
    (GPU type, count, plan) that finishes its remaining steps by its deadline, held from the
-   earliest time the cluster has room for it. Reservations live in a per-GPU-type
+   earliest time the cluster has room for it. Admitted jobs that are running reserve first,
+   from now (a share starting later would stop them; see ``_reserve_running``), so one on
+   time never loses what it holds. Reservations live in a per-GPU-type
    ``Profile`` of promised GPUs over time. A new job is checked against the profile *after*
    every admitted job has reserved, so admitting it never takes anything promised away; a job
    no option can satisfy is rejected (``mode='reject'``) or kept as best-effort
@@ -299,7 +301,12 @@ class DeadlineEngine:
             return self.launch_delay_s + self.restart_delay_s
         return self.launch_delay_s
 
-    def remaining_s(self, c: _Cand, option: Option) -> float:
+    def remaining_s(self, c: _Cand, option: Option, *, stopped: bool = False) -> float:
+        """Predicted seconds to finish ``c`` on ``option`` from now; ``stopped``: the job is
+        stopped now and resumed later (a checkpoint-restart even on its current shape)."""
+        if stopped and c.current is not None:
+            return (c.job.remaining_steps * option.step_s + self.launch_delay_s
+                    + self.restart_delay_s)
         return c.job.remaining_steps * option.step_s + self.overhead(c.job, option, c.current)
 
     def _types(self, c: _Cand) -> list[str]:
@@ -328,7 +335,8 @@ class DeadlineEngine:
                 continue
             w = self.value(t)
             for o in c.options[t]:
-                dur = self.remaining_s(c, o)
+                # a running job whose share starts later is stopped until then: restart charged
+                dur = self.remaining_s(c, o, stopped=True)
                 if now + dur > latest:
                     continue  # too slow at this size: try more GPUs
                 s = None
@@ -346,6 +354,72 @@ class DeadlineEngine:
                     best = cand
                 break  # fewest GPUs of this type that meet the deadline
         return best
+
+    def now_share(self, c: _Cand, profile: Profile, now: float) -> Share | None:
+        """A running admitted job's minimum share, starting now (a share starting later would
+        stop it, taking away what it holds): the cheapest option, its current one preferred on
+        ties, that finishes by the deadline with the safety margin and fits the profile from
+        now (a different option is a resize, charged the restart)."""
+        job = c.job
+        assert job.deadline is not None and c.current is not None
+        budget = job.deadline - now
+        if budget <= 0:
+            return None
+        latest = now + budget * (1.0 - self.slack)
+        best: tuple[tuple[float, float, bool], Share] | None = None
+        for t in self._types(c):
+            if t not in profile.cap:
+                continue
+            w = self.value(t)
+            for o in c.options[t]:
+                dur = self.remaining_s(c, o)
+                if now + dur > latest:
+                    continue
+                s = profile.earliest_fit(t, o.num_gpus, dur, latest)
+                if s is None or s > now:
+                    continue
+                cost = w * o.num_gpus * dur
+                key = (cost, now + dur, not o.same_shape(c.current))
+                if best is None or key < best[0]:
+                    best = (key, Share(o, now, now + dur, cost))
+        return best[1] if best is not None else None
+
+    def _keep_share(self, c: _Cand, now: float) -> Share | None:
+        """Its current option from now, if that finishes by the deadline itself (no margin:
+        keeping it costs no restart, and a job on time is never stopped for the margin)."""
+        cur = c.current
+        assert cur is not None and c.job.deadline is not None
+        dur = self.remaining_s(c, cur)
+        if now + dur > c.job.deadline:
+            return None
+        return Share(cur, now, now + dur, self.value(cur.gpu_type) * cur.num_gpus * dur)
+
+    def _reserve_running(self, running: Sequence[_Cand], profile: Profile,
+                         now: float) -> list[_Cand]:
+        """Running admitted jobs reserve first, from now. Each on time first holds its current
+        option (they all fit: they run now); then, in deadline order, each gives that back and
+        takes its cheapest option from now, or keeps the current one when nothing cheaper
+        fits. So no admitted job on time loses what it holds, whatever the others take.
+        Returns the jobs left without a share from now."""
+        keep: dict[str, Share] = {}
+        for c in running:
+            sh = self._keep_share(c, now)
+            if sh is not None:
+                profile.reserve(sh.option.gpu_type, sh.option.num_gpus, now, sh.end_t)
+                keep[c.job.id] = sh
+        left: list[_Cand] = []
+        for c in running:
+            k = keep.get(c.job.id)
+            if k is not None:
+                profile.reserve(k.option.gpu_type, -k.option.num_gpus, now, k.end_t)
+            share = self.now_share(c, profile, now) or k
+            if share is None:
+                left.append(c)
+                continue
+            if share is k and not self._meets(c, k.option, now):
+                c.why.append("keeps its GPUs: on time, within the safety margin")
+            self._reserve(c, share, profile, now)
+        return left
 
     # -- the decision ------------------------------------------------------------------------
     def decide(
@@ -375,9 +449,13 @@ class DeadlineEngine:
         decisions: list[Decision] = []
         profile = Profile(now, cap)
         # 1. admitted jobs reserve first (EDF), then arrivals are admitted or not (FCFS)
+        # running admitted jobs first, from now (``_reserve_running``): a share of theirs
+        # starting later would stop them
         admitted = sorted((c for c in cands.values() if c.job.id in self.admitted),
                           key=lambda c: (c.job.deadline, c.job.submit_time, c.job.id))
-        for c in admitted:
+        left = self._reserve_running([c for c in admitted if c.current is not None], profile,
+                                     now)
+        for c in left + [c for c in admitted if c.current is None]:
             share = self.min_share(c, profile, now)
             if share is None:
                 c.why.append("admitted but its deadline can no longer be met: best-effort")
