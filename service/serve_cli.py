@@ -131,11 +131,18 @@ def ensure_admin_token(url: str, path: Path) -> str:
 def worker_app() -> Any:
     """App factory for uvicorn worker processes (``--workers N``): settings from the
     environment ``serve`` exported; jobs reach the Controller through the database."""
+    import gc
+
     from service.api import create_app
     from service.app_runtime import WakeRunner
     from service.settings import Settings
 
-    return create_app(settings=Settings.from_env(), runner=WakeRunner())
+    app = create_app(settings=Settings.from_env(), runner=WakeRunner())
+    # The modules and the app are built: keep them out of the collector's generations so a
+    # full collection under load does not walk them (a latency spike per collection).
+    gc.collect()
+    gc.freeze()
+    return app
 
 
 def run_serve(args: argparse.Namespace) -> int:

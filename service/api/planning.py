@@ -159,6 +159,7 @@ class PlanningService:
         self._by_request: OrderedDict[tuple[str, tuple[tuple[str, int], ...]], Planned] = (
             OrderedDict())
         self._lock = threading.Lock()
+        self._inflight: dict[str, threading.Lock] = {}
         self.hits = 0
         self.misses = 0
 
@@ -220,14 +221,27 @@ class PlanningService:
             if hit.source != source:
                 hit = dataclasses.replace(hit, source=source)
             return hit
-        planned = self._compute(model, train, source, sorted(known.values()), cap, ranking,
-                                key)
+        # One computation per key at a time: concurrent first submissions of a body (a
+        # burst of identical jobs) wait for it instead of each running the planner.
         with self._lock:
-            self.misses += 1
-            if self._cache_size:
-                self._cache[key] = planned
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+            flight = self._inflight.setdefault(key, threading.Lock())
+        with flight:
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is not None:
+                return hit if hit.source == source else dataclasses.replace(hit, source=source)
+            try:
+                planned = self._compute(model, train, source, sorted(known.values()), cap,
+                                        ranking, key)
+                with self._lock:
+                    self.misses += 1
+                    if self._cache_size:
+                        self._cache[key] = planned
+                        while len(self._cache) > self._cache_size:
+                            self._cache.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._inflight.pop(key, None)
         return planned
 
     def _compute(
