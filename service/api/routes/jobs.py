@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
@@ -197,6 +197,18 @@ async def submit_job(
     return _respond(submitted_public(row, planned, shown), 201)
 
 
+def _read_job(ctx: AppContext, job_id: str) -> tuple[Any, list[Any]]:
+    """The job's row and its held allocations; on PostgreSQL in autocommit (two reads need
+    no BEGIN/ROLLBACK round trips)."""
+    with ctx.engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        row = repo.get_job_row(conn=conn, job_id=job_id)
+        if row is None or not row.state.holds_gpus:
+            return row, []
+        return row, repo.held_allocation_rows(conn=conn, job_id=job_id)
+
+
 def _insert_one(ctx: AppContext, job: dict[str, object]) -> dict[str, object]:
     with write_connection(ctx.engine) as conn:
         return repo.insert_jobs(conn=conn, jobs=[job])[0]
@@ -250,16 +262,17 @@ async def get_job(
 ) -> Response:
     """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``).
 
-    ``async``: two indexed reads by primary key, run on the event loop (no thread-pool
-    round trip); the shared parts of the answer come from caches (``stored_job_public``)."""
-    with ctx.engine.connect() as conn:
-        row = repo.get_job_row(conn=conn, job_id=job_id)
-        if row is None:
-            raise ApiError(404, "job_id", f"no job {job_id!r}")
-        if not user.can_see(row.owner):
-            raise ApiError(403, "job_id", f"job {job_id!r} belongs to another user")
-        held = (repo.held_allocation_rows(conn=conn, job_id=job_id) if row.state.holds_gpus
-                else [])
+    ``async``: one or two reads by key, on the event loop for SQLite (no thread-pool round
+    trip), in the thread pool for a server database; the parts of the answer shared between
+    jobs come from caches (``stored_job_public``)."""
+    if ctx.engine.dialect.name == "sqlite":  # a local file read: microseconds
+        row, held = _read_job(ctx, job_id)
+    else:  # network round trips: keep the event loop free
+        row, held = await run_in_threadpool(_read_job, ctx, job_id)
+    if row is None:
+        raise ApiError(404, "job_id", f"no job {job_id!r}")
+    if not user.can_see(row.owner):
+        raise ApiError(403, "job_id", f"job {job_id!r} belongs to another user")
     return _respond(stored_job_public(row, held, _shown(ctx, plans)))
 
 
