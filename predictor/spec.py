@@ -59,7 +59,7 @@ def _positive_int(field_name: str, value: Any) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModelSpec:
     """A transformer's dimensions and architecture traits.
 
@@ -78,11 +78,11 @@ class ModelSpec:
     ffn_hidden_size: int = 0
     tie_embeddings: bool = True
     type_vocab_size: int = 0  # bert token-type embeddings
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
-        # cached: the predictor's lookup tables are keyed by the model, thousands of times
-        return self._hash
+        # cached (outside the fields, so asdict/replace never see it): the predictor's lookup
+        # tables are keyed by the model thousands of times per plan search
+        return self.__dict__["_hash"]
 
     def __post_init__(self) -> None:
         try:
@@ -115,7 +115,7 @@ class ModelSpec:
             )
         if family is Family.BERT and self.type_vocab_size < 0:
             raise SpecError("type_vocab_size", "must be >= 0")
-        object.__setattr__(self, "_hash", hash((
+        object.__setattr__(self, "_hash", hash((  # an instance attribute, not a field
             self.name, family, self.num_layers, self.hidden_size, self.num_heads,
             self.vocab_size, self.max_seq_len, self.num_kv_heads, self.ffn_hidden_size,
             self.tie_embeddings, self.type_vocab_size)))
