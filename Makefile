@@ -29,9 +29,10 @@ run: install
 	echo "dashboard: http://127.0.0.1:8000/#token=$$(cat $${FRENZY_TOKEN_FILE:-$$HOME/.config/frenzy/token})"; \
 	wait $$pid
 
+# ruff + the whole suite; installs PostgreSQL and Chromium from Debian when run as root and
+# they are missing (see scripts/test.sh), so the PostgreSQL and browser tests run too.
 test: install
-	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	bash scripts/test.sh
 
 lint: install
 	$(BIN)/ruff check .
