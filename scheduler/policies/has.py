@@ -31,7 +31,10 @@ Choices the paper leaves open, and why:
   finish"): when no job waits and GPUs are idle, a running job moves to a faster plan on its
   own GPUs plus idle ones if that cuts its predicted remaining time by ``min_gain`` and by more
   than the checkpoint-restart cost; when a job cannot start, grown jobs are shrunk back (in
-  place) to a smaller plan of no more GPU-seconds. Without it (``grow=False``) HAS is the
+  place) to a smaller plan of no more GPU-seconds, and a long job is shrunk for a much
+  shorter waiting one when its own delay stays below ``shrink_delay`` times the short job's run
+  time (``shrink_long``, ``shrink_delay``; tuned on the Sia philly/saturn workloads — see
+  docs/jct.md). Without it (``grow=False``) HAS is the
   paper's start-only Algorithm 1. Measured in ``docs/jct.md``: growth cut the average JCT on
   every workload set (e.g. NewWorkload-30: 1.52 h -> 0.73 h).
 
@@ -86,6 +89,8 @@ class HasPolicy:
         restart_cost_s: float = 70.0,
         min_gain: float = 0.4,
         min_hold_s: float = 300.0,
+        shrink_long: float = 4.0,
+        shrink_delay: float = 10.0,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -100,6 +105,8 @@ class HasPolicy:
         self.restart_cost_s = restart_cost_s
         self.min_gain = min_gain
         self.min_hold_s = min_hold_s
+        self.shrink_long = shrink_long
+        self.shrink_delay = shrink_delay
         self.seed = seed
         self._plans = PlanIndexCache()
 
@@ -189,21 +196,17 @@ class HasPolicy:
                 continue
             shrinks: list[tuple[RunningJob, Plan, Placement]] = []
             freed = 0
+            wait_s = plan.job_time_s * job.remaining_fraction
+            # until then the first running job of this type ends and frees its GPUs
+            expected_wait = min((r.job.remaining_steps * r.allocation.plan.step_time_s
+                                 for r in running if r.allocation.plan.gpu_type == t),
+                                default=0.0)
             for rj in sorted(running, key=lambda r: -r.allocation.num_gpus):
                 cur = rj.allocation.plan
                 if cur.gpu_type != t:
                     continue
-                ridx = self._plans.get(rj.job)
-                keep = base = None
-                for cand in sorted(ridx.by_type.get(t, {}).values(), key=lambda p: p.gpu_seconds):
-                    if cand.num_gpus >= cur.num_gpus or cand.gpu_seconds > cur.gpu_seconds:
-                        continue  # only undo growth: fewer GPUs at no more GPU-seconds
-                    keep = _prefix(rj.allocation.placement, cand.num_gpus, cand.parallel.tp)
-                    if keep is not None and all(
-                            state.by_id[node].gpu_memory >= cand.required_bytes
-                            for node, _ in keep):
-                        base = cand
-                        break
+                keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
+                                                expected_wait, state)
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
@@ -220,11 +223,55 @@ class HasPolicy:
                 placed = self.perf.placed_plan(rj.job, base, keep, state)
                 out.append(resize(
                     Allocation(rj.job.id, placed, keep),
-                    f"HAS shrink: {job.id} waits for {plan.num_gpus}x{t}; back to the "
-                    f"cheapest plan {placed.label()}, freeing {sum(n for _, n in released)} GPUs",
+                    f"HAS shrink: {job.id} (predicted {wait_s / 60:.0f} min) waits for "
+                    f"{plan.num_gpus}x{t}; {rj.allocation.plan.label()} -> {placed.label()}, "
+                    f"freeing {sum(n for _, n in released)} GPUs",
                 ))
             return out
         return []
+
+    def _smaller_plan(self, rj: RunningJob, cur: Plan, t: str, need: int, wait_s: float,
+                      expected_wait_s: float, state: ClusterState
+                      ) -> tuple[Placement | None, Plan | None]:
+        """A smaller plan for running job ``rj`` on a subset of its GPUs, or (None, None).
+
+        Growth is always undone (a plan of fewer GPUs at no more GPU-seconds). A job that was
+        not grown is shrunk only for a much shorter waiting job (``shrink_long`` times shorter
+        than its own remaining time, SRPT's rule) and when its remaining time dwarfs the
+        restart, if the delay it suffers stays below ``expected_wait_s`` (how long the waiting
+        job would wait otherwise); then the largest smaller plan that frees ``need`` GPUs."""
+        ridx = self._plans.get(rj.job)
+        plans = ridx.by_type.get(t, {})
+
+        def fitting(cand: Plan) -> Placement | None:
+            keep = _prefix(rj.allocation.placement, cand.num_gpus, cand.parallel.tp)
+            if keep is None or any(state.by_id[node].gpu_memory < cand.required_bytes
+                                   for node, _ in keep):
+                return None
+            return keep
+
+        for cand in sorted(plans.values(), key=lambda p: p.gpu_seconds):
+            if cand.num_gpus < cur.num_gpus and cand.gpu_seconds <= cur.gpu_seconds:
+                keep = fitting(cand)
+                if keep is not None:
+                    return keep, cand
+        left = rj.job.remaining_steps * cur.step_time_s
+        if not self.shrink_long or left < max(self.shrink_long * wait_s,
+                                              4 * self.restart_cost_s):
+            return None, None
+        smaller = sorted((p for n, p in plans.items() if n < cur.num_gpus),
+                         key=lambda p: -p.num_gpus)
+        enough = [p for p in smaller if cur.num_gpus - p.num_gpus >= need]
+        for cand in (enough or smaller[::-1]):
+            keep = fitting(cand)
+            if keep is None:
+                continue
+            # the shrunk job's delay must stay below what the waiting job would otherwise wait
+            delay = rj.job.remaining_steps * (cand.step_time_s - cur.step_time_s) \
+                + self.restart_cost_s
+            if delay < max(expected_wait_s, self.shrink_delay * wait_s):
+                return keep, cand
+        return None, None
 
     def _grow(self, running: Sequence[RunningJob], free: FreeGpus, state: ClusterState,
               now: float) -> list[Decision]:

@@ -22,9 +22,9 @@ DATA = Path(__file__).parent / "data"
 
 GOLDEN = {
     # policy: (avg JCT s, p99 JCT s, avg queue s, makespan s)
-    # re-pinned when HAS gained shortest-predicted-first ordering and grow/shrink on idle
-    # GPUs (avg JCT 6303 s -> 3991 s on this trace)
-    "has": (3991.0158724226667, 40732.86392933699, 7.164974393214637, 51614.27553338472),
+    # re-pinned when HAS gained shortest-predicted-first ordering, grow/shrink on idle GPUs
+    # and shrinking long jobs for short ones (avg JCT 6303 s -> 4073 s on this trace)
+    "has": (4073.1105432886866, 40438.33105570247, 12.203282119762616, 51614.27553338472),
     "opportunistic": (4838.344013291584, 43955.28807186785, 248.3854423589441,
                       51614.27553338472),
 }
