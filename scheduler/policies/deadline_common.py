@@ -232,7 +232,9 @@ class DeadlineEngine:
     one; ``pin_type`` keeps each job on the GPU type it was admitted to (ElasticFlow's
     homogeneous-pool assumption); ``resize_guard`` requires a grow to save more than
     ``resize_gain_factor`` × the restart cost; ``slack`` is the fraction of the time to the
-    deadline kept as a safety margin in admission (prediction and placement error)."""
+    deadline kept as a safety margin in admission (prediction and placement error);
+    ``fewest_now``: a running job books the fewest GPUs of a type that meet its deadline from
+    now (``now_share``), not the cheapest size."""
 
     def __init__(
         self,
@@ -251,6 +253,7 @@ class DeadlineEngine:
         launch_delay_s: float = LAUNCH_DELAY_S,
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
+        fewest_now: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -268,6 +271,7 @@ class DeadlineEngine:
         self.launch_delay_s = launch_delay_s
         self.restart_delay_s = restart_delay_s
         self.type_value = type_value or _catalog_value
+        self.fewest_now = fewest_now
         self._value_cache: dict[str, float] = {}
         self.admitted: set[str] = set()
         """Ids of jobs admitted with a deadline guarantee (kept until they leave)."""
@@ -359,7 +363,11 @@ class DeadlineEngine:
         """A running admitted job's minimum share, starting now (a share starting later would
         stop it, taking away what it holds): the cheapest option, its current one preferred on
         ties, that finishes by the deadline with the safety margin and fits the profile from
-        now (a different option is a resize, charged the restart)."""
+        now (a different option is a resize, charged the restart). With ``fewest_now`` only
+        the fewest GPUs of each type that meet it are candidates (as in ``min_share``): when a
+        job scales nearly linearly every size costs about the same GPU-seconds, and booking
+        the largest one would hold GPUs an arrival needs (the job keeps them anyway while
+        nobody does)."""
         job = c.job
         assert job.deadline is not None and c.current is not None
         budget = job.deadline - now
@@ -382,6 +390,8 @@ class DeadlineEngine:
                 key = (cost, now + dur, not o.same_shape(c.current))
                 if best is None or key < best[0]:
                     best = (key, Share(o, now, now + dur, cost))
+                if self.fewest_now:
+                    break  # the fewest GPUs of this type that meet the deadline from now
         return best[1] if best is not None else None
 
     def _keep_share(self, c: _Cand, now: float) -> Share | None:

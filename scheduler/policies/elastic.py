@@ -12,6 +12,10 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
 * **Resizes must pay for themselves.** A running job is grown only when the predicted time
   saved, net of the checkpoint-restart, exceeds the restart cost again (``resize_gain_factor``)
   and every change of plan is charged the restart in the prediction it is judged by.
+* **Running jobs book the fewest GPUs** of a type that still meet their deadline from now,
+  not the size with the fewest GPU-seconds (near-linear scaling makes every size cost about
+  the same): a job keeps what it holds while nobody needs it, and an arrival can take the
+  rest (a shrink, charged the restart, that still meets the deadline).
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs
@@ -72,7 +76,7 @@ class ElasticPolicy:
             reserve_latest=reserve_latest, wake_s=wake_s,
             pin_type=False, resize_guard=True, resize_gain_factor=resize_gain_factor,
             slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
-            type_value=type_value,
+            type_value=type_value, fewest_now=True,
         )
 
     def decide(
