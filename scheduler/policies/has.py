@@ -371,3 +371,12 @@ def _prefix(placement: Placement, n: int, align: int) -> Placement | None:
 def _minus(placement: Placement, keep: Placement) -> Placement:
     kept = dict(keep)
     return tuple((node, k - kept.get(node, 0)) for node, k in placement if k - kept.get(node, 0))
+
+
+@register("has-paper")
+def paper_has(perf: PerfModel | None = None, *, seed: int = 0, **kwargs: object) -> HasPolicy:
+    """HAS exactly as Algorithm 1 publishes it: FCFS walk, start-only (no growth, no
+    shrinking). Kept as a named policy so benchmarks measure what our additions bring."""
+    policy = HasPolicy(perf, grow=False, queue_order="fcfs", seed=seed, **kwargs)  # type: ignore[arg-type]
+    policy.name = "has-paper"
+    return policy
