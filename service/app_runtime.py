@@ -71,6 +71,9 @@ class Driver(Protocol):
 
     backend: Backend
     clock: Clock
+    max_pipeline: int | None
+    """Deepest pipeline the backend's built-in trainer runs (None: any); plans beyond it are
+    kept away from the scheduler unless the job brings its own entrypoint."""
 
     def inventory(self) -> ClusterState: ...
 
@@ -102,6 +105,8 @@ class SimDriver:
     For API-only deployments, load tests and machines without Ray. Progress is reported
     every ``progress_every_s`` so the database and the dashboard move.
     """
+
+    max_pipeline: int | None = None  # simulated jobs run any plan
 
     def __init__(
         self,
@@ -422,8 +427,17 @@ class Runtime:
             reason = exc.message if isinstance(exc, ApiError) else str(exc)
             self._fail(job.id, f"cannot be planned on this cluster: {reason}")
             return None
+        plans = planned.plans
+        limit = getattr(self.driver, "max_pipeline", None)
+        if limit is not None and not job.entrypoint:
+            plans = tuple(p for p in plans if p.parallel.pp <= limit)
+            if not plans:
+                self._fail(job.id, f"every plan of this job needs pipeline parallelism "
+                                   f"(pp > {limit}), which the built-in trainer does not run; "
+                                   "give an entrypoint script, more GPUs or a smaller model")
+                return None
         return JobView(
-            id=job.id, submit_time=job.created_at.timestamp(), plans=planned.plans,
+            id=job.id, submit_time=job.created_at.timestamp(), plans=plans,
             total_steps=int(job.total_steps), model=planned.model, train=planned.train,
             steps_done=float(job.steps_done),
             deadline=job.deadline_at.timestamp() if job.deadline_at else None,

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 class RayDriver:
     """``RayBackend`` on a connected cluster; ``pump`` delivers its events (``poll``)."""
 
+    max_pipeline = 1  # the built-in trainer runs tensor and data parallelism, no pipeline
+
     def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int) -> None:
         self.clock = WallClock()
         self._cluster: RayCluster = connect(spec.path)
