@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.metrics import json_ready
+
 POLICIES = ("elastic", "elasticflow", "has", "opportunistic")
 CLUSTERS = ("phoebe", "hetero-128")
 FULL_SETS = ("elasticflow", "sia-philly", "sia-saturn")
@@ -194,15 +196,6 @@ def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
     doc.write_text(text)
 
 
-def _clean(x: Any) -> Any:
-    if isinstance(x, float):
-        return None if math.isnan(x) else round(x, 4)
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -229,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         plot(out, d / "deadlines_ratio.png")
         cmd = "python -m benchmarks.deadlines" + (" --quick" if args.quick else "")
         write_doc(out, d, cmd)
-        (d / "deadlines.json").write_text(json.dumps(_clean(out), sort_keys=True, indent=1)
+        (d / "deadlines.json").write_text(json.dumps(json_ready(out, 4), sort_keys=True, indent=1)
                                           + "\n")
     if args.json:
-        print(json.dumps(_clean(out), sort_keys=True))
+        print(json.dumps(json_ready(out, 4), sort_keys=True))
     return 0
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from simulator.metrics import RunMetrics, combine
+from simulator.metrics import RunMetrics, combine, json_ready
 from simulator.replay import ProgressBar, SimConfig, Task, load_workloads, run_tasks
 
 POLICIES = ("has", "has-paper", "opportunistic", "sia")
@@ -145,15 +144,6 @@ def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
     (docs / "jct.md").write_text("\n".join(lines))
 
 
-def _clean(x: Any) -> Any:
-    if isinstance(x, float):
-        return None if math.isnan(x) else round(x, 4)
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -180,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         write_doc(out, d, cmd)
     if args.json:
         payload = {k: v for k, v in out.items() if k != "jcts"}
-        print(json.dumps(_clean(payload), sort_keys=True))
+        print(json.dumps(json_ready(payload, 4), sort_keys=True))
     return 0
 
 

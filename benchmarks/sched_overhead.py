@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.clusters import load_cluster
-from simulator.metrics import percentile
+from simulator.metrics import json_ready, percentile
 from simulator.replay import PlanCache, SimConfig, job_view, load_workloads, replay
 
 POLICIES = ("has", "sia")
@@ -168,15 +168,6 @@ def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
     (docs / "sched_overhead.md").write_text(text)
 
 
-def _clean(x: Any) -> Any:
-    if isinstance(x, float):
-        return None if math.isnan(x) else (x if math.isinf(x) else round(x, 4))
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -200,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         write_doc(out, Path(docs), "python -m benchmarks.sched_overhead"
                   + (" --quick" if args.quick else ""))
     if args.json:
-        print(json.dumps(_clean(out), sort_keys=True))
+        print(json.dumps(json_ready(out, 4), sort_keys=True))
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S
 from simulator.clusters import ClusterConfigError, load_cluster
 from simulator.mapping import MappingError
-from simulator.metrics import RunMetrics, combine
+from simulator.metrics import RunMetrics, combine, json_ready
 from simulator.replay import ProgressBar, SimConfig, Task, load_workloads, run_tasks
 from simulator.traces import TraceFormatError
 
@@ -135,16 +135,6 @@ def format_table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _clean(x: Any) -> Any:
-    """NaN → None so the JSON is standard."""
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
-
 
 def run_simulate(args: argparse.Namespace) -> int:
     """Entry point of ``frenzy simulate``; returns the exit status."""
@@ -155,7 +145,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     print(format_table(out))
     if args.json:
-        print(json.dumps(_clean(out), sort_keys=True))
+        print(json.dumps(json_ready(out), sort_keys=True))
     return 0
 
 

@@ -40,6 +40,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def json_ready(x: Any, digits: int | None = None) -> Any:
+    """``x`` with NaN floats as None (standard JSON), floats rounded to ``digits`` when given,
+    tuples as lists; dicts and lists recursively."""
+    if isinstance(x, float):
+        if math.isnan(x):
+            return None
+        return x if digits is None else round(x, digits)
+    if isinstance(x, dict):
+        return {k: json_ready(v, digits) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_ready(v, digits) for v in x]
+    return x
+
+
 class MetricsCollector:
     """Controller listener accumulating per-job times and per-type GPU-seconds."""
 
