@@ -176,13 +176,10 @@ class PlanningService:
     def plan_request(self, body: JobCreate, inventory: Inventory, request_hash: str) -> Planned:
         """``plan`` through a second cache keyed by the canonical hash of the whole body and
         the inventory: an identical submission skips resolving and hashing its specs."""
+        hit = self.cached_request(inventory, request_hash)
+        if hit is not None:
+            return hit
         key = (request_hash, tuple(sorted(inventory.total_by_type.items())))
-        with self._lock:
-            hit = self._by_request.get(key)
-            if hit is not None:
-                self._by_request.move_to_end(key)
-                self.hits += 1
-                return hit
         planned = self.plan(body, inventory)
         if self._cache_size:
             with self._lock:

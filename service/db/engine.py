@@ -162,17 +162,7 @@ def write_session(factory: sessionmaker[Session]) -> Iterator[Session]:
     """
     bind = factory.kw.get("bind")
     lock = _sqlite_write_lock(bind) if isinstance(bind, sa.Engine) else None
-    if lock is None:
-        with factory() as session:
-            session.connection(execution_options={_BEGIN_OPTION: "IMMEDIATE"})
-            try:
-                yield session
-                session.commit()
-            except BaseException:
-                session.rollback()
-                raise
-        return
-    with lock, factory() as session:
+    with lock if lock is not None else contextlib.nullcontext(), factory() as session:
         session.connection(execution_options={_BEGIN_OPTION: "IMMEDIATE"})
         try:
             yield session
