@@ -151,15 +151,16 @@ class _MemoryTable:
         key = (tp, pp, dp if zero else 0, mb, _RC_INDEX[recompute], zero, in_flight)
         mem = self.table.get(key)
         if mem is None:
-            mem = estimate_memory(self.model, self.train, self._par(tp, pp, dp, mb, recompute,
+            mem = estimate_memory(self.model, self.train, self.par(tp, pp, dp, mb, recompute,
                                                                     zero), None)
             self.calls += 1
             self.floor = min(self.floor, mem.tensors)
             self.table[key] = mem
         return mem
 
-    def _par(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
+    def par(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
              ) -> ParallelConfig:
+        """The ``ParallelConfig`` of a search point, with the job's SP and flash flags."""
         return ParallelConfig.trusted(
             tp, pp, dp, mb, recompute, zero, self.train.sequence_parallel,
             self.train.flash_attention)
@@ -277,7 +278,7 @@ def plan_job(
                 if not keep_all and k in best and lb >= best[k].step_time_s:
                     break  # sorted by bound: nothing after this can be faster
                 considered += 1
-                par = table._par(*cfg)
+                par = table.par(*cfg)
                 step = estimate_step_time(model, gtrain, par, gpu, topo)
                 if not keep_all and k in best and step.total_s >= best[k].step_time_s:
                     continue
