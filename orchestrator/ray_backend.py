@@ -439,7 +439,13 @@ class RayBackend:
         final = max(results, key=lambda r: r.steps_done)
         self._absorb(run, {"steps_done": final.steps_done, "first_step": final.first_step,
                            "checkpoint_step": final.checkpoint_step,
-                           "loss": final.losses[-1] if final.losses else run.loss})
+                           "loss": final.losses[-1] if final.losses else run.loss,
+                           # the last status poll may predate the last steps: the result
+                           # carries every loss of this launch, so none is missed
+                           "recent_losses": tuple(zip(
+                               range(final.steps_done - len(final.losses) + 1,
+                                     final.steps_done + 1),
+                               final.losses, strict=True))})
         if final.finished:
             if not run.started:
                 run.started = True
