@@ -42,6 +42,7 @@ import heapq
 import logging
 import math
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -184,6 +185,19 @@ class Profile:
             i -= 1
         return None  # pragma: no cover  (ts[0] == now and e - dur >= now end the loop)
 
+    def mean_used(self, gpu_type: str, start_t: float, end_t: float) -> float:
+        """Time-averaged GPUs of ``gpu_type`` promised over ``[start_t, end_t)``."""
+        if end_t <= start_t:
+            return float(self.used_at(gpu_type, start_t))
+        ts, us = self._ts[gpu_type], self._us[gpu_type]
+        total = 0.0
+        for i, u in enumerate(us):
+            a = max(ts[i], start_t)
+            b = min(ts[i + 1] if i + 1 < len(ts) else math.inf, end_t)
+            if b > a:
+                total += u * (b - a)
+        return total / (end_t - start_t)
+
     def reserve(self, gpu_type: str, n: int, start_t: float, end_t: float) -> None:
         """Promise ``n`` GPUs of ``gpu_type`` over ``[start_t, end_t)``."""
         ts, us = self._ts[gpu_type], self._us[gpu_type]
@@ -254,9 +268,14 @@ class DeadlineEngine:
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
         fewest_now: bool = False,
+        opportunity_cost: float | None = None,
+        costly_mode: str = "best_effort",
+        arrival_window: int = 64,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if costly_mode not in MODES:
+            raise ValueError(f"costly_mode must be one of {MODES}, got {costly_mode!r}")
         self.name = name
         self.perf = perf
         self.options_fn = options_fn
@@ -272,6 +291,14 @@ class DeadlineEngine:
         self.restart_delay_s = restart_delay_s
         self.type_value = type_value or _catalog_value
         self.fewest_now = fewest_now
+        self.opportunity_cost = opportunity_cost
+        self.costly_mode = costly_mode
+        self.oc_others = True
+        self.oc_choose = True
+        self._cap: dict[str, int] = {}
+        self._arrivals: deque[tuple[float, dict[str, int]]] = deque(maxlen=arrival_window)
+        """Recent deadline arrivals: submit time and the fewest GPUs per type that would have
+        met the deadline on arrival (for ``opportunity_cost``)."""
         self._value_cache: dict[str, float] = {}
         self.admitted: set[str] = set()
         """Ids of jobs admitted with a deadline guarantee (kept until they leave)."""
@@ -318,7 +345,8 @@ class DeadlineEngine:
             return [c.fixed_type] if c.fixed_type in c.options else []
         return list(c.options)
 
-    def min_share(self, c: _Cand, profile: Profile, now: float) -> Share | None:
+    def min_share(self, c: _Cand, profile: Profile, now: float,
+                  cap: Mapping[str, int] | None = None) -> Share | None:
         """The cheapest option (value-weighted GPU-seconds) that finishes ``c`` by its
         deadline within what ``profile`` leaves free; ties: the earlier finish.
 
@@ -326,14 +354,21 @@ class DeadlineEngine:
         the latest time that still meets the deadline (the near future stays free for
         arrivals; the job runs earlier on leftovers when there are any). A late reservation
         needs a policy call by its start: one starting within ``wake_s`` (at least the tick
-        interval) is reserved as early as possible instead."""
+        interval) is reserved as early as possible instead.
+
+        With ``cap`` (an arrival being admitted) and ``opportunity_cost`` set, an option whose
+        booking would turn away more than ``opportunity_cost`` expected arrivals
+        (``displaced``) is passed over for more GPUs of its type (a shorter booking); if every
+        option does, the one turning away the fewest is returned (the caller then does not
+        reserve it)."""
         job = c.job
         assert job.deadline is not None
         budget = job.deadline - now
         if budget <= 0:
             return None
         latest = now + budget * (1.0 - self.slack)
-        best: Share | None = None
+        best: tuple[tuple[float, float, float], Share] | None = None
+        costly: tuple[float, Share] | None = None
         for t in self._types(c):
             if t not in profile.cap:
                 continue
@@ -354,10 +389,22 @@ class DeadlineEngine:
                     continue
                 cost = w * o.num_gpus * dur
                 cand = Share(o, s, s + dur, cost)
-                if best is None or (cost, cand.end_t) < (best.cost, best.end_t):
-                    best = cand
+                lost = 0.0
+                if self.opportunity_cost is not None and self.oc_choose:
+                    lost = self.displaced(cand, self._cap, profile)
+                if cap is not None and self.opportunity_cost is not None:
+                    lost = self.displaced(cand, cap, profile)
+                    if lost > self.opportunity_cost:
+                        if costly is None or lost < costly[0]:
+                            costly = (lost, cand)
+                        continue  # turns away too many arrivals: try more GPUs (shorter)
+                key = (round(lost, 1), cost, cand.end_t)
+                if best is None or key < best[0]:
+                    best = (key, cand)
                 break  # fewest GPUs of this type that meet the deadline
-        return best
+        if best is None and costly is not None:
+            return costly[1]
+        return best[1] if best is not None else None
 
     def now_share(self, c: _Cand, profile: Profile, now: float) -> Share | None:
         """A running admitted job's minimum share, starting now (a share starting later would
@@ -374,7 +421,7 @@ class DeadlineEngine:
         if budget <= 0:
             return None
         latest = now + budget * (1.0 - self.slack)
-        best: tuple[tuple[float, float, bool], Share] | None = None
+        best: tuple[tuple[float, float, float, bool], Share] | None = None
         for t in self._types(c):
             if t not in profile.cap:
                 continue
@@ -387,7 +434,10 @@ class DeadlineEngine:
                 if s is None or s > now:
                     continue
                 cost = w * o.num_gpus * dur
-                key = (cost, now + dur, not o.same_shape(c.current))
+                lost = 0.0
+                if self.opportunity_cost is not None and self.oc_choose:
+                    lost = self.displaced(Share(o, now, now + dur, cost), self._cap, profile)
+                key = (round(lost, 1), cost, now + dur, not o.same_shape(c.current))
                 if best is None or key < best[0]:
                     best = (key, Share(o, now, now + dur, cost))
                 if self.fewest_now:
@@ -442,6 +492,7 @@ class DeadlineEngine:
         if not pending and not running:
             return []
         cap = state.total_by_type()
+        self._cap = cap
         self._now = now
         cands: dict[str, _Cand] = {}
         for rj in running:
@@ -476,10 +527,23 @@ class DeadlineEngine:
                     and c.job.id not in self.best_effort]
         arrivals.sort(key=lambda c: (c.job.submit_time, c.job.id))
         for c in arrivals:
-            share = self.min_share(c, profile, now)
+            if self.opportunity_cost is not None:
+                self._arrivals.append((c.job.submit_time, self._needs(c, cap, now)))
+            share = self.min_share(c, profile, now, cap)
+            how = self.mode
             if share is None:
                 why = self._infeasible_reason(c, now)
-                if self.mode == "reject":
+            elif self.opportunity_cost is not None and \
+                    (lost := self.displaced(share, cap, profile)) > self.opportunity_cost:
+                why = (f"booking {share.option.label()} for {share.end_t - share.start_t:.0f}s "
+                       f"would turn away ~{lost:.1f} expected arrivals (more than "
+                       f"{self.opportunity_cost:g})")
+                how = self.costly_mode
+                log.debug("%s: %s not reserved: %s", self.name, c.job.id, why)
+            else:
+                why = None
+            if why is not None:
+                if how == "reject":
                     decisions.append(reject(c.job.id, f"{self.name}: rejected: {why}"))
                     live.discard(c.job.id)
                     del cands[c.job.id]
@@ -552,6 +616,48 @@ class DeadlineEngine:
         if share.start_t <= now:
             c.target = share.option
             c.mandatory = True
+
+    def _needs(self, c: _Cand, cap: Mapping[str, int], now: float) -> dict[str, int]:
+        """Per GPU type, the fewest GPUs that finish ``c`` by its deadline (with the safety
+        margin) from now on an otherwise empty cluster; types where none does are left out."""
+        d = c.job.deadline
+        assert d is not None
+        latest = now + (d - now) * (1.0 - self.slack)
+        out: dict[str, int] = {}
+        for t in self._types(c):
+            for o in c.options[t]:
+                if o.num_gpus > cap.get(t, 0):
+                    break
+                if now + self.remaining_s(c, o) <= latest:
+                    out[t] = o.num_gpus
+                    break
+        return out
+
+    def displaced(self, share: Share, cap: Mapping[str, int],
+                  profile: Profile | None = None) -> float:
+        """Expected deadline arrivals that ``share``'s booking would turn away: the observed
+        arrival rate (over the last ``arrival_window`` arrivals) × the booking's length × the
+        fraction of those arrivals that some option could satisfy on the whole cluster but
+        none on what the booking leaves of its GPU type. The deadline ratio counts jobs, so
+        a booking worth one job that costs several is a bad trade (Moore–Hodgson: drop the
+        long job to keep many short ones). 0 until 8 arrivals have been seen."""
+        obs = self._arrivals
+        if len(obs) < 8:
+            return 0.0
+        span = obs[-1][0] - obs[0][0]
+        if span <= 0:
+            return math.inf if share.end_t > share.start_t else 0.0
+        rate = (len(obs) - 1) / span
+        t, n = share.option.gpu_type, share.option.num_gpus
+        if profile is None or not self.oc_others:
+            left = {t2: float(c) for t2, c in cap.items()}
+        else:
+            left = {t2: c - profile.mean_used(t2, share.start_t, share.end_t)
+                    for t2, c in cap.items()}
+        left[t] = left.get(t, 0.0) - n
+        blocked = sum(1 for _, need in obs
+                      if need and all(k > left.get(t2, 0.0) for t2, k in need.items()))
+        return rate * (share.end_t - share.start_t) * blocked / len(obs)
 
     def _meets(self, c: _Cand, option: Option, now: float) -> bool:
         d = c.job.deadline

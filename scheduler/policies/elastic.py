@@ -62,6 +62,9 @@ class ElasticPolicy:
         launch_delay_s: float = LAUNCH_DELAY_S,
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
+        opportunity_cost: float | None = 1.0,
+        costly_mode: str = "best_effort",
+        arrival_window: int = 64,
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
@@ -76,7 +79,8 @@ class ElasticPolicy:
             reserve_latest=reserve_latest, wake_s=wake_s,
             pin_type=False, resize_guard=True, resize_gain_factor=resize_gain_factor,
             slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
-            type_value=type_value, fewest_now=True,
+            type_value=type_value, fewest_now=True, opportunity_cost=opportunity_cost,
+            costly_mode=costly_mode, arrival_window=arrival_window,
         )
 
     def decide(
