@@ -45,6 +45,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
@@ -295,6 +296,8 @@ class DeadlineEngine:
         self.costly_mode = costly_mode
         self.oc_others = True
         self.oc_choose = True
+        self.oc_marginal = True
+        self._need_counts: list[tuple[tuple[tuple[str, int], ...], int]] | None = None
         self._cap: dict[str, int] = {}
         self._arrivals: deque[tuple[float, dict[str, int]]] = deque(maxlen=arrival_window)
         """Recent deadline arrivals: submit time and the fewest GPUs per type that would have
@@ -529,6 +532,7 @@ class DeadlineEngine:
         for c in arrivals:
             if self.opportunity_cost is not None:
                 self._arrivals.append((c.job.submit_time, self._needs(c, cap, now)))
+                self._need_counts = None
             share = self.min_share(c, profile, now, cap)
             how = self.mode
             if share is None:
@@ -551,13 +555,7 @@ class DeadlineEngine:
                     self.best_effort.add(c.job.id)
                     c.why.append(f"admitted best-effort: {why}")
                 continue
-            self.admitted.add(c.job.id)
-            if self.pin_type:
-                self.pinned[c.job.id] = c.fixed_type = share.option.gpu_type
-            c.why.append(f"admitted: minimum satisfactory share {share.option.label()} from "
-                         f"t={share.start_t:.0f}s, done by {share.end_t:.0f}s "
-                         f"(deadline {c.job.deadline:.0f}s)")
-            self._reserve(c, share, profile, now)
+            self._admit(c, share, profile, now)
 
         # 2. allocation now
         free = dict(cap)
@@ -609,6 +607,17 @@ class DeadlineEngine:
         self._forget(live)
         return decisions
 
+    def _admit(self, c: _Cand, share: Share, profile: Profile, now: float) -> None:
+        """Admit ``c`` with the deadline guarantee and reserve its minimum share."""
+        assert c.job.deadline is not None
+        self.admitted.add(c.job.id)
+        if self.pin_type:
+            self.pinned[c.job.id] = c.fixed_type = share.option.gpu_type
+        c.why.append(f"admitted: minimum satisfactory share {share.option.label()} from "
+                     f"t={share.start_t:.0f}s, done by {share.end_t:.0f}s "
+                     f"(deadline {c.job.deadline:.0f}s)")
+        self._reserve(c, share, profile, now)
+
     def _reserve(self, c: _Cand, share: Share, profile: Profile, now: float) -> None:
         profile.reserve(share.option.gpu_type, share.option.num_gpus, share.start_t,
                         share.end_t)
@@ -654,10 +663,44 @@ class DeadlineEngine:
         else:
             left = {t2: c - profile.mean_used(t2, share.start_t, share.end_t)
                     for t2, c in cap.items()}
+        if profile is not None and self.oc_marginal:
+            return rate * self._marginal_blocked(share, cap, profile) / len(obs)
         left[t] = left.get(t, 0.0) - n
         blocked = sum(1 for _, need in obs
                       if need and all(k > left.get(t2, 0.0) for t2, k in need.items()))
         return rate * (share.end_t - share.start_t) * blocked / len(obs)
+
+    def _blocked(self, left: Mapping[str, float]) -> int:
+        """Recent arrivals that no GPU type could serve with ``left`` GPUs free."""
+        if self._need_counts is None:
+            counts: dict[tuple[tuple[str, int], ...], int] = {}
+            for _, need in self._arrivals:
+                if need:
+                    k = tuple(sorted(need.items()))
+                    counts[k] = counts.get(k, 0) + 1
+            self._need_counts = list(counts.items())
+        return sum(m for need, m in self._need_counts
+                   if all(k > left.get(t, 0.0) for t, k in need))
+
+    def _marginal_blocked(self, share: Share, cap: Mapping[str, int], profile: Profile) -> float:
+        """Seconds × recent arrivals blocked because of ``share`` and not before it, summed
+        over the profile's segments in the booking's interval."""
+        t, n = share.option.gpu_type, share.option.num_gpus
+        cuts = {share.start_t, share.end_t}
+        for t2 in cap:
+            ts = profile._ts[t2]
+            i = bisect_right(ts, share.start_t)
+            while i < len(ts) and ts[i] < share.end_t:
+                cuts.add(ts[i])
+                i += 1
+        pts = sorted(cuts)
+        total = 0.0
+        for a, b in pairwise(pts):
+            left = {t2: float(c - profile.used_at(t2, a)) for t2, c in cap.items()}
+            before = self._blocked(left)
+            left[t] -= n
+            total += (b - a) * (self._blocked(left) - before)
+        return total
 
     def _meets(self, c: _Cand, option: Option, now: float) -> bool:
         d = c.job.deadline
