@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from predictor.plan import Plan
 
@@ -51,10 +52,11 @@ class Allocation:
     job_id: str
     plan: Plan
     placement: Placement
+    num_gpus: int = field(init=False, repr=False, compare=False, hash=False)
+    """GPUs over all nodes of ``placement`` (computed once: policies sort by it per call)."""
 
-    @property
-    def num_gpus(self) -> int:
-        return sum(n for _, n in self.placement)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_gpus", sum(n for _, n in self.placement))
 
     @property
     def num_nodes(self) -> int:
@@ -67,27 +69,41 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class ClusterState:
-    """Every node's free GPUs, and the network between nodes."""
+    """Every node's free GPUs, and the network between nodes.
+
+    Views derived from the nodes (``by_id``, the free-GPU totals, the placement index that
+    ``scheduler.placement.FreeGpus`` builds) are computed once per state and kept in
+    ``memo``: the state is immutable, and policies ask for them on every call. A state made by
+    ``allocate``/``release`` also records the free-GPU change per node since the last state
+    whose placement index was built, so that index is updated rather than rebuilt.
+    """
 
     nodes: tuple[Node, ...]
     inter_node_bw_gbs: float = 12.5  # 100 Gb/s Ethernet/IB per node
+    memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False,
+                                 hash=False)
+    """Views derived from this state (keys are private to the modules that fill them)."""
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.nodes]
-        dup = [i for i, c in Counter(ids).items() if c > 1]
-        if dup:
+        if len(set(ids)) != len(ids):
+            dup = [i for i, c in Counter(ids).items() if c > 1]
             raise ValueError(f"duplicate node ids: {', '.join(dup)}")
 
     # -- queries ---------------------------------------------------------------------------
     def node(self, node_id: str) -> Node:
-        for n in self.nodes:
-            if n.id == node_id:
-                return n
-        raise KeyError(node_id)
+        n = self.by_id.get(node_id)
+        if n is None:
+            raise KeyError(node_id)
+        return n
 
     @property
     def by_id(self) -> Mapping[str, Node]:
-        return {n.id: n for n in self.nodes}
+        """Nodes by id (built once per state; do not mutate)."""
+        d = self.memo.get("by_id")
+        if d is None:
+            d = self.memo["by_id"] = {n.id: n for n in self.nodes}
+        return d
 
     def gpu_types(self) -> list[str]:
         return sorted({n.gpu_type for n in self.nodes})
@@ -110,7 +126,10 @@ class ClusterState:
 
     @property
     def free_gpus(self) -> int:
-        return sum(n.free_gpus for n in self.nodes)
+        f = self.memo.get("free_gpus")
+        if f is None:
+            f = self.memo["free_gpus"] = sum(n.free_gpus for n in self.nodes)
+        return f
 
     # -- transitions -----------------------------------------------------------------------
     def _apply(self, placement: Iterable[tuple[str, int]], sign: int) -> ClusterState:
@@ -139,7 +158,9 @@ class ClusterState:
                     f"node {node.id}: releasing {d} GPUs would exceed its {node.total_gpus}"
                 )
             nodes.append(replace(node, free_gpus=free))
-        return replace(self, nodes=tuple(nodes))
+        out = replace(self, nodes=tuple(nodes))
+        _inherit_memo(self, out, delta, -sign)
+        return out
 
     def allocate(self, alloc: Allocation) -> ClusterState:
         """The state after granting ``alloc``; raises ``CapacityError`` if it does not fit."""
@@ -156,3 +177,24 @@ class ClusterState:
 
     def without_node(self, node_id: str) -> ClusterState:
         return replace(self, nodes=tuple(n for n in self.nodes if n.id != node_id))
+
+
+def _inherit_memo(parent: ClusterState, child: ClusterState, delta: Mapping[str, int],
+                  sign: int) -> None:
+    """Carry what stays valid from ``parent`` to ``child`` (same nodes; ``delta`` GPUs per
+    node changed hands, ``sign`` +1 freed / -1 taken): the placement index's base — the
+    nearest ancestor's index, opaque here — and the free-GPU change per node since it."""
+    memo = parent.memo
+    if "free_gpus" in memo:
+        child.memo["free_gpus"] = memo["free_gpus"] + sign * sum(delta.values())
+    base = memo.get("free_index")
+    if base is not None:
+        child.memo["free_index_base"] = (base, {k: sign * v for k, v in delta.items()})
+        return
+    pending = memo.get("free_index_base")
+    if pending is not None:
+        base, since = pending
+        merged = dict(since)
+        for k, v in delta.items():
+            merged[k] = merged.get(k, 0) + sign * v
+        child.memo["free_index_base"] = (base, merged)

@@ -21,23 +21,144 @@ fall back to any split (the performance model then charges the split group's slo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from scheduler.cluster import ClusterState, Placement
 
 
-@dataclass(slots=True)
-class _TypeNodes:
-    """The nodes of one GPU type, in cluster order, with their free GPU counts (mutable)."""
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """The fixed part of one GPU type's nodes (shared by every state with the same nodes):
+    ids, memory and sizes in cluster order, and the distinct memory sizes ("tiers")."""
 
-    ids: list[str]
-    memory: list[int]
-    total: list[int]
-    free: list[int]
-    free_sum: int
+    gpu_type: str
+    ids: tuple[str, ...]
+    memory: tuple[int, ...]
+    total: tuple[int, ...]
     uniform_memory: int | None  # every node's GPU memory when they agree, else None
-    gpu_type: str = ""
+    tiers: tuple[int, ...]  # distinct GPU memory sizes, ascending
+    tier_of: tuple[int, ...]  # per node: its position in ``tiers``
+    max_total: int  # the largest node's GPUs
+
+
+class _TypeFree:
+    """One GPU type's free GPUs (mutable): per node, per memory tier, and the nodes bucketed
+    by (tier, free GPUs), each bucket sorted by cluster order — so best fit reads the first
+    node of the first non-empty bucket instead of scanning every node.
+
+    ``take``/``give`` only note which nodes changed (``dirty``); the buckets are brought up
+    to date before the next placement query (``sync``), because a policy often gives a job's
+    GPUs back and takes them again without placing anything in between."""
+
+    __slots__ = ("buckets", "dirty", "filed", "free", "free_sum", "layout", "tier_free")
+
+    def __init__(self, layout: _Layout, free: list[int], free_sum: int, tier_free: list[int],
+                 buckets: list[list[list[int]]], filed: list[int]) -> None:
+        self.layout = layout
+        self.free = free
+        self.free_sum = free_sum
+        self.tier_free = tier_free
+        self.buckets = buckets  # [tier][free GPUs] -> node indices, ascending
+        self.filed = filed  # per node: the free count it is filed under in ``buckets``
+        self.dirty: list[int] = []
+
+    @classmethod
+    def build(cls, layout: _Layout, free: list[int]) -> _TypeFree:
+        tier_free = [0] * len(layout.tiers)
+        buckets = [[[] for _ in range(layout.max_total + 1)] for _ in layout.tiers]
+        for i, f in enumerate(free):
+            if f:
+                tier_free[layout.tier_of[i]] += f
+                buckets[layout.tier_of[i]][f].append(i)
+        return cls(layout, free, sum(free), tier_free, buckets, list(free))
+
+    def copy(self) -> _TypeFree:
+        self.sync()
+        return _TypeFree(self.layout, list(self.free), self.free_sum, list(self.tier_free),
+                         [[list(b) for b in tier] for tier in self.buckets], list(self.filed))
+
+    def sync(self) -> None:
+        """File every node changed since the last sync under its current free count."""
+        if not self.dirty:
+            return
+        free, filed, buckets, tier_of = self.free, self.filed, self.buckets, self.layout.tier_of
+        for i in self.dirty:
+            f, old = free[i], filed[i]
+            if f == old:
+                continue
+            tier = buckets[tier_of[i]]
+            if old:
+                b = tier[old]
+                del b[bisect_left(b, i)]
+            if f:
+                insort(tier[f], i)
+            filed[i] = f
+        self.dirty.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """An immutable free-GPU index of one cluster state (kept in ``ClusterState.memo``);
+    ``FreeGpus`` works on a copy."""
+
+    types: dict[str, _TypeFree]
+    where: Mapping[str, tuple[str, int]]  # node id -> (GPU type, position among its nodes)
+
+    @classmethod
+    def build(cls, state: ClusterState) -> _Index:
+        groups: dict[str, list[int]] = {}
+        nodes = state.nodes
+        for k, node in enumerate(nodes):
+            groups.setdefault(node.gpu_type, []).append(k)
+        types: dict[str, _TypeFree] = {}
+        where: dict[str, tuple[str, int]] = {}
+        for t, ks in groups.items():
+            memory = tuple(nodes[k].gpu_memory for k in ks)
+            tiers = tuple(sorted(set(memory)))
+            layout = _Layout(
+                gpu_type=t, ids=tuple(nodes[k].id for k in ks), memory=memory,
+                total=tuple(nodes[k].total_gpus for k in ks),
+                uniform_memory=memory[0] if len(tiers) == 1 else None, tiers=tiers,
+                tier_of=tuple(tiers.index(m) for m in memory),
+                max_total=max(nodes[k].total_gpus for k in ks))
+            types[t] = _TypeFree.build(layout, [nodes[k].free_gpus for k in ks])
+            for i, node_id in enumerate(layout.ids):
+                where[node_id] = (t, i)
+        return cls(types, where)
+
+    def updated(self, delta: Mapping[str, int]) -> _Index:
+        """This index after each node's free GPUs changed by ``delta[node]``."""
+        types = dict(self.types)
+        copied: set[str] = set()
+        for node_id, d in delta.items():
+            if not d:
+                continue
+            t, i = self.where[node_id]
+            if t not in copied:
+                types[t] = types[t].copy()
+                copied.add(t)
+            tf = types[t]
+            tf.free[i] += d
+            tf.free_sum += d
+            tf.tier_free[tf.layout.tier_of[i]] += d
+            tf.dirty.append(i)
+        for t in copied:
+            types[t].sync()
+        return _Index(types, self.where)
+
+    @classmethod
+    def of(cls, state: ClusterState) -> _Index:
+        """``state``'s index: cached on the state, else derived from the nearest ancestor's
+        (``ClusterState.allocate``/``release`` record the change), else built."""
+        memo = state.memo
+        index = memo.get("free_index")
+        if index is None:
+            pending = memo.pop("free_index_base", None)
+            index = pending[0].updated(pending[1]) if pending is not None else cls.build(state)
+            memo["free_index"] = index
+        return index
 
 
 class FreeGpus:
@@ -45,32 +166,20 @@ class FreeGpus:
 
     __slots__ = ("_types", "_where", "free_by_type", "total_free")
 
-    def __init__(self, types: dict[str, _TypeNodes]) -> None:
+    def __init__(self, types: dict[str, _TypeFree], where: Mapping[str, tuple[str, int]]) -> None:
         self._types = types
-        self._where: dict[str, tuple[_TypeNodes, int]] = {
-            node_id: (t, i) for t in types.values() for i, node_id in enumerate(t.ids)
-        }
+        self._where = where
         self.free_by_type: dict[str, int] = {k: t.free_sum for k, t in types.items()}
         """Free GPUs per type, kept current by ``take``/``give`` (read-only for callers)."""
         self.total_free = sum(self.free_by_type.values())
 
     @classmethod
     def from_state(cls, state: ClusterState) -> FreeGpus:
-        """Index ``state``'s nodes by GPU type (cluster order kept)."""
-        types: dict[str, _TypeNodes] = {}
-        for node in state.nodes:
-            t = types.get(node.gpu_type)
-            if t is None:
-                t = types[node.gpu_type] = _TypeNodes([], [], [], [], 0, node.gpu_memory,
-                                                      node.gpu_type)
-            t.ids.append(node.id)
-            t.memory.append(node.gpu_memory)
-            t.total.append(node.total_gpus)
-            t.free.append(node.free_gpus)
-            t.free_sum += node.free_gpus
-            if t.uniform_memory != node.gpu_memory:
-                t.uniform_memory = None
-        return cls(types)
+        """A working copy of ``state``'s free GPUs, indexed by GPU type (cluster order kept).
+        The index is built once per state (or updated from the previous state's) and cached
+        on it; each call only copies it."""
+        index = _Index.of(state)
+        return cls({t: tf.copy() for t, tf in index.types.items()}, index.where)
 
     # -- queries ---------------------------------------------------------------------------
     def gpu_types(self) -> list[str]:
@@ -86,70 +195,83 @@ class FreeGpus:
         t = self._types.get(gpu_type)
         if t is None:
             return 0
-        if t.uniform_memory is not None:
-            return t.free_sum if t.uniform_memory >= min_memory else 0
-        return sum(f for f, m in zip(t.free, t.memory, strict=True) if m >= min_memory)
+        lay = t.layout
+        if lay.uniform_memory is not None:
+            return t.free_sum if lay.uniform_memory >= min_memory else 0
+        return sum(f for f, m in zip(t.tier_free, lay.tiers, strict=True) if m >= min_memory)
 
     def free_on(self, node_id: str) -> int:
         t, i = self._where[node_id]
-        return t.free[i]
+        return self._types[t].free[i]
 
     def node_size(self, gpu_type: str) -> int:
         """The largest node of ``gpu_type`` (GPUs), 0 if the type is absent."""
         t = self._types.get(gpu_type)
-        return max(t.total) if t else 0
+        return t.layout.max_total if t else 0
 
     def node_ids(self, gpu_type: str) -> list[str]:
         t = self._types.get(gpu_type)
-        return list(t.ids) if t else []
+        return list(t.layout.ids) if t else []
 
     def max_memory(self, gpu_type: str) -> int:
         """The most memory a GPU of ``gpu_type`` has in this cluster (bytes; 0 if absent)."""
         t = self._types.get(gpu_type)
-        return max(t.memory) if t else 0
+        return t.layout.tiers[-1] if t else 0
 
     def capacity(self, gpu_type: str) -> int:
         t = self._types.get(gpu_type)
-        return sum(t.total) if t else 0
+        return sum(t.layout.total) if t else 0
 
     def packed(self, gpu_type: str, num_gpus: int) -> Placement | None:
         """The placement ``num_gpus`` GPUs of ``gpu_type`` would get on an empty cluster: the
         largest nodes first (cluster order among equals), each filled before the next — the
         shape a policy assumes when it values a configuration before placing it (Sia)."""
         t = self._types.get(gpu_type)
-        if t is None or num_gpus <= 0 or num_gpus > sum(t.total):
+        if t is None or num_gpus <= 0:
+            return None
+        lay = t.layout
+        order = _largest_first(lay)
+        if num_gpus > order[-1][2]:
             return None
         out: list[tuple[str, int]] = []
         remaining = num_gpus
-        for i in sorted(range(len(t.ids)), key=lambda i: (-t.total[i], i)):
+        for node_id, size, _ in order:
             if remaining <= 0:
                 break
-            k = min(t.total[i], remaining)
-            out.append((t.ids[i], k))
+            k = min(size, remaining)
+            out.append((node_id, k))
             remaining -= k
         return tuple(out)
 
     # -- updates ---------------------------------------------------------------------------
     def take(self, placement: Iterable[tuple[str, int]]) -> None:
         """Mark ``placement``'s GPUs used; raises ``ValueError`` if a node lacks them."""
+        types, where, by_type = self._types, self._where, self.free_by_type
         for node_id, n in placement:
-            t, i = self._where[node_id]
+            name, i = where[node_id]
+            t = types[name]
             if n <= 0 or n > t.free[i]:
                 raise ValueError(f"node {node_id}: cannot take {n} GPUs, {t.free[i]} free")
             t.free[i] -= n
             t.free_sum -= n
-            self.free_by_type[t.gpu_type] -= n
+            t.tier_free[t.layout.tier_of[i]] -= n
+            t.dirty.append(i)
+            by_type[name] -= n
             self.total_free -= n
 
     def give(self, placement: Iterable[tuple[str, int]]) -> None:
         """Return ``placement``'s GPUs (a job stopped or moved within this call)."""
+        types, where, by_type = self._types, self._where, self.free_by_type
         for node_id, n in placement:
-            t, i = self._where[node_id]
-            if n <= 0 or t.free[i] + n > t.total[i]:
+            name, i = where[node_id]
+            t = types[name]
+            if n <= 0 or t.free[i] + n > t.layout.total[i]:
                 raise ValueError(f"node {node_id}: cannot return {n} GPUs")
             t.free[i] += n
             t.free_sum += n
-            self.free_by_type[t.gpu_type] += n
+            t.tier_free[t.layout.tier_of[i]] += n
+            t.dirty.append(i)
+            by_type[name] += n
             self.total_free += n
 
     # -- placement rules -------------------------------------------------------------------
@@ -173,27 +295,43 @@ class FreeGpus:
         t = self._types.get(gpu_type)
         if t is None or num_gpus <= 0:
             return None
-        if t.uniform_memory is not None:
-            if t.uniform_memory < min_memory or t.free_sum < num_gpus:
-                return None
-            idx = [i for i, f in enumerate(t.free) if f]
-        else:
-            idx = [i for i, f in enumerate(t.free) if f and t.memory[i] >= min_memory]
-            if sum(t.free[i] for i in idx) < num_gpus:
-                return None
+        lay = t.layout
+        tiers = [k for k, m in enumerate(lay.tiers) if m >= min_memory]
+        if sum(t.tier_free[k] for k in tiers) < num_gpus:
+            return None
+        t.sync()
         aligns = (align, 1) if align > 1 and num_gpus % align == 0 else (1,)
         for a in aligns:
-            usable = [(i, t.free[i] - t.free[i] % a) for i in idx]
-            usable = [(i, u) for i, u in usable if u]
-            if sum(u for _, u in usable) >= num_gpus:
-                return _algorithm1(t, usable, num_gpus, tightest)
+            # GPUs the eligible nodes may give in multiples of ``a``
+            usable = sum(len(t.buckets[k][f]) * (f - f % a)
+                         for k in tiers for f in range(a, lay.max_total + 1))
+            if usable >= num_gpus:
+                return _algorithm1(t, tiers, a, num_gpus, tightest)
         return None  # pragma: no cover  (align=1 always reaches a sufficient total)
 
 
-def _algorithm1(
-    t: _TypeNodes, usable: Sequence[tuple[int, int]], num_gpus: int, tightest: bool
-) -> Placement:
-    """Algorithm 1 lines 13-36 over ``usable`` (node index, GPUs it may give): while GPUs are
+def _largest_first(lay: _Layout) -> list[tuple[str, int, int]]:
+    """(node id, GPUs, GPUs so far) of ``lay``'s nodes, largest first, cluster order among
+    equals (cached per layout)."""
+    order = _PACKED.get(lay)
+    if order is None:
+        order, acc = [], 0
+        for i in sorted(range(len(lay.ids)), key=lambda i: (-lay.total[i], i)):
+            acc += lay.total[i]
+            order.append((lay.ids[i], lay.total[i], acc))
+        if len(_PACKED) > 256:
+            _PACKED.clear()
+        _PACKED[lay] = order
+    return order
+
+
+_PACKED: dict[_Layout, list[tuple[str, int, int]]] = {}
+
+
+def _algorithm1(t: _TypeFree, tiers: list[int], a: int, num_gpus: int,
+                tightest: bool) -> Placement:
+    """Algorithm 1 lines 13-36 over the nodes of memory tiers ``tiers`` that can give GPUs in
+    multiples of ``a`` (``usable`` = free rounded down to a multiple of ``a``): while GPUs are
     still needed, give them all from the single node that fits best, else take everything the
     node with the most usable GPUs has and loop.
 
@@ -203,22 +341,52 @@ def _algorithm1(
     node of a larger memory tier is still preferred to splitting over several smaller-tier
     nodes: the paper's Job(4,35) example puts avoiding cross-node communication first.
     Without ``tightest``, the first node in cluster order that fits. Spreading takes the node
-    with the most usable GPUs (ties: smaller memory, then cluster order)."""
+    with the most usable GPUs (ties: smaller memory, then cluster order).
+
+    Nodes are read from the (tier, free count) buckets, each in cluster order, so a step
+    costs O(tiers × node size), not O(nodes); ``used`` are the nodes already spread over."""
+    lay, buckets, top = t.layout, t.buckets, t.layout.max_total
     remaining = num_gpus
     out: list[tuple[str, int]] = []
-    pool = list(usable)
-    while remaining > 0:
-        fits = [(i, u) for i, u in pool if u >= remaining]
-        if fits:
-            if tightest:
-                i = min(fits, key=lambda iu: (t.memory[iu[0]], t.free[iu[0]], iu[0]))[0]
-            else:
-                i = fits[0][0]
-            out.append((t.ids[i], remaining))
-            break
-        k = max(range(len(pool)), key=lambda j: (pool[j][1], -t.memory[pool[j][0]], -pool[j][0]))
-        i, u = pool.pop(k)
-        out.append((t.ids[i], u))
-        remaining -= u
-    return tuple(out)
+    used: set[int] = set()
 
+    def first(bucket: list[int]) -> int | None:
+        for i in bucket:
+            if i not in used:
+                return i
+        return None
+
+    while True:
+        lo = remaining + (-remaining) % a  # the fewest free GPUs whose usable part fits
+        if tightest:  # smallest memory tier, then fewest free GPUs, then cluster order
+            for k in tiers:
+                tier = buckets[k]
+                for f in range(lo, top + 1):
+                    i = first(tier[f]) if tier[f] else None
+                    if i is not None:
+                        out.append((lay.ids[i], remaining))
+                        return tuple(out)
+        else:  # first in cluster order
+            found = [i for k in tiers for f in range(lo, top + 1)
+                     if buckets[k][f] and (i := first(buckets[k][f])) is not None]
+            if found:
+                out.append((lay.ids[min(found)], remaining))
+                return tuple(out)
+        # no node fits: the most usable GPUs, then the smaller memory, then cluster order
+        best: tuple[int, int, int] | None = None
+        for k in tiers:
+            tier = buckets[k]
+            for f in range(top, a - 1, -1):
+                if not tier[f]:
+                    continue
+                i = first(tier[f])
+                if i is None:
+                    continue
+                key = (f - f % a, -k, -i)  # several free counts share a usable count
+                if best is None or key > best:
+                    best = key
+        assert best is not None  # the usable total was checked to suffice
+        u, _, neg_i = best
+        used.add(-neg_i)
+        out.append((lay.ids[-neg_i], u))
+        remaining -= u

@@ -3,8 +3,11 @@ list safe to apply one decision at a time."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
 
 from predictor.plan import Plan
 from scheduler.cluster import ClusterState
@@ -28,6 +31,36 @@ class PlanIndex:
     min_items: tuple[tuple[str, int], ...]  # ``min_gpus`` as pairs, for tight loops
     by_speed: tuple[Plan, ...] = ()  # fastest job time first (ties: fewer GPU-seconds)
     efficient_by_speed: tuple[Plan, ...] = ()  # ``by_speed`` of the plans at the knee
+    efficient_min_gpus: tuple[tuple[tuple[str, int], ...], ...] = ()
+    """``efficient_min_gpus[k]``: (type, fewest GPUs) over the first ``k`` plans of
+    ``efficient_by_speed``, so a policy can tell in O(types) that none of them fits."""
+    lazy: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Views computed on first use (most jobs never need them; indexes are built per job)."""
+
+    def faster_than(self, limit_s: float) -> int:
+        """How many plans lead ``efficient_by_speed`` with a job time below ``limit_s`` (the
+        plans a walk in that order sees before the first one at or above ``limit_s``)."""
+        got = self.lazy.get("times")
+        if got is None:
+            times = tuple(p.job_time_s for p in self.efficient_by_speed)
+            got = self.lazy["times"] = (times, all(a <= b for a, b in pairwise(times)))
+        times, ascending = got
+        if ascending:
+            return bisect_left(times, limit_s)
+        # ``restamp`` scales the times by one factor, which keeps their order up to rounding
+        return next((i for i, t in enumerate(times) if t >= limit_s), len(times))
+
+    def cheapest(self, gpu_type: str) -> tuple[Plan, ...]:
+        """The plans of ``gpu_type`` by GPU-seconds, cheapest first (ties in ``by_type``
+        order); empty if the job has none."""
+        by_cost = self.lazy.get("cheapest")
+        if by_cost is None:
+            by_cost = self.lazy["cheapest"] = {}
+        got = by_cost.get(gpu_type)
+        if got is None:
+            got = by_cost[gpu_type] = tuple(sorted(self.by_type.get(gpu_type, {}).values(),
+                                                   key=lambda p: p.gpu_seconds))
+        return got
 
     def restamp(self, plans: tuple[Plan, ...]) -> PlanIndex:
         """This index for ``plans``, a list with the same shapes in the same order (the
@@ -40,8 +73,8 @@ class PlanIndex:
 
         by_type = {t: {n: plans[pos[id(p)]] for n, p in c.items()}
                    for t, c in self.by_type.items()}
-        return PlanIndex(plans, by_type, self.min_gpus, self.min_items,
-                         swap(self.by_speed), swap(self.efficient_by_speed))
+        return PlanIndex(plans, by_type, self.min_gpus, self.min_items, swap(self.by_speed),
+                         swap(self.efficient_by_speed), self.efficient_min_gpus)
 
     @classmethod
     def build(cls, plans: tuple[Plan, ...], knee: float = 0.8) -> PlanIndex:
@@ -53,7 +86,13 @@ class PlanIndex:
         cheapest = {t: min(p.gpu_seconds for p in c.values()) for t, c in by_type.items()}
         efficient = tuple(p for p in by_speed
                           if cheapest[p.gpu_type] >= knee * p.gpu_seconds)
-        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()), by_speed, efficient)
+        prefix_min: list[tuple[tuple[str, int], ...]] = [()]
+        acc: dict[str, int] = {}
+        for p in efficient:
+            acc[p.gpu_type] = min(acc.get(p.gpu_type, p.num_gpus), p.num_gpus)
+            prefix_min.append(tuple(acc.items()))
+        return cls(plans, by_type, min_gpus, tuple(min_gpus.items()), by_speed, efficient,
+                   tuple(prefix_min))
 
     def at_least(self, gpu_type: str, num_gpus: int) -> Plan | None:
         """The plan of ``gpu_type`` on exactly ``num_gpus`` GPUs, else on the fewest GPUs above
