@@ -43,6 +43,7 @@ activations again), and the optimizer step (Adam's sqrt(v) temporary of the larg
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from predictor.gpus import GpuType
@@ -346,6 +347,169 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         activations=best[0], logits=best[1],
         overhead=gpu.runtime_overhead_bytes if gpu is not None else 0,
         transient=best[2], stage=stage)
+
+
+
+StaticTerms = tuple[tuple[int, int], ...]
+"""Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
+gradients, optimizer states — and Adam's sqrt(v) temporary, or -1 without Adam)."""
+
+ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...]], ...]
+"""Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
+micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
+constant)`` on top of the activations: logits, the backward working set)."""
+
+
+def _candidate_stages(pp: int) -> tuple[int, ...]:
+    return (0, pp - 1) if pp > 1 else (0,)
+
+
+def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, zero: int
+                 ) -> StaticTerms:
+    """The micro-batch-independent part of ``estimate_stage`` for the stages
+    ``estimate_memory`` compares (same counts as there)."""
+    m = model
+    mixed = train.precision is not Precision.FP32
+    D = 2 if mixed else 4
+    states = 1 if train.optimizer is Optimizer.SGD else 2
+    base, rem = divmod(m.num_layers, pp)
+    lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, tp, dp, 0, 0, 0)
+    out = []
+    for stage in _candidate_stages(pp):
+        n_layers = base + (1 if stage < rem else 0)
+        e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, tp, dp, pp, stage, 1)
+        n_full = n_layers * lay_n + e_n
+        n_sh = n_layers * lay_sh + e_sh
+        if zero >= 1:
+            max_shard = max(lay_max_sh if n_layers else 0, e_max_sh)
+        else:
+            max_shard = max(lay_max_full if n_layers else 0, e_max_full)
+        static = (D * (n_sh if zero >= 3 else n_full) + 4 * (n_sh if zero >= 2 else n_full)
+                  + 4 * (n_sh if zero >= 1 else n_full) * (states + (1 if mixed else 0)))
+        out.append((static, 4 * max_shard if states == 2 else -1))
+    return tuple(out)
+
+
+def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
+                     recompute: Recompute, sequence_parallel: bool, flash_attention: bool
+                     ) -> ActivationTerms:
+    """The micro-batch-dependent part of ``estimate_stage``, per sequence of the micro-batch.
+
+    Every activation, logits and working-set count there is ``b`` times a per-sequence count
+    (T and T_f are ``b`` times the per-sequence tokens) plus a few constants, so the peak on
+    top of the static state is, exactly in integers, ``min(m, pp - stage)·b·c_mb + c_rot +
+    max_i(b·c_i + k_i)`` with ``m`` micro-batches per replica (``activation_peaks``). Neither
+    ``dp`` nor the ZeRO stage enters. ``sequence_parallel`` and ``flash_attention`` are the
+    plan's knobs (ANDed with the job's flags, as ``estimate_stage`` does)."""
+    m = model
+    t = tp
+    sp = t > 1 and sequence_parallel and train.sequence_parallel
+    flash = flash_attention and train.flash_attention
+    mixed = train.precision is not Precision.FP32
+    D = 2 if mixed else 4
+    swiglu, rmsnorm, bert, neox, learned = _traits(m)
+    s = train.seq_len
+    h, hd = m.hidden_size, m.head_dim
+    T = s // t if sp else s  # per sequence of the micro-batch
+    Tf = s
+    q = m.num_heads // t * hd
+    k = max(m.num_kv_heads // t, 1) * hd
+    f = m.ffn_hidden_size // t
+    a = m.num_heads // t
+    vr = -(-m.vocab_size // t)
+    selective = recompute is Recompute.SELECTIVE
+    full = recompute is Recompute.FULL
+    n_mlp = 3 if swiglu else 2
+    one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
+    if selective:
+        one_layer += (2 * q + 2 * k) * Tf * D
+    elif flash:
+        one_layer += (3 * q + 2 * k) * Tf * D + 4 * a * Tf
+    else:
+        kv = q if k != q else k
+        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * D
+    one_layer += n_mlp * f * Tf * D
+    hTD = h * T * D
+    per_layer = hTD if full else one_layer
+    # backward working set of the first layer, (per sequence, constant) pieces
+    redo = one_layer if full else 0
+    bwd = [(hTD + (h * Tf * D if sp else 0) + f * Tf * D + redo, h * f * D),
+           (hTD + (3 if swiglu else 1) * f * Tf * D + redo, 0),
+           ((12 * h * T if rmsnorm else 0) + redo, 0)]
+    if not flash:
+        bwd.append((hTD + q * Tf * D + (3 if selective else 2) * a * s * Tf * D
+                    - n_mlp * f * Tf * D - 2 * hTD + redo, 0))
+    base, rem = divmod(m.num_layers, pp)
+    out = []
+    for stage in _candidate_stages(pp):
+        first, last = stage == 0, stage == pp - 1
+        n_layers = base + (1 if stage < rem else 0)
+        c_mb = n_layers * per_layer + hTD
+        if first:
+            c_mb += 8 * s
+            if bert:
+                c_mb += hTD + 2 * T * D
+        if last:
+            c_mb += 8 * s
+            if bert:
+                c_mb += 3 * hTD + 2 * T * D
+            else:
+                c_mb += hTD + (4 * T if rmsnorm else 2 * T * D)
+        c_rot = 2 * s * hd * D if n_layers and not learned else 0
+        moments = list(bwd)
+        if last:
+            lg = Tf * vr
+            moments += [((6 if mixed else 4) * lg, 0),
+                        ((2 if mixed else 4) * lg + h * Tf * D, vr * h * D)]
+        out.append((pp - stage, c_mb, c_rot, tuple(moments)))
+    return tuple(out)
+
+
+def activation_peaks(terms: ActivationTerms, per_replica: int,
+                     micro_batches: Sequence[int]) -> tuple[list[int], ...]:
+    """Per candidate stage, the peak bytes on top of the static state (activations, logits,
+    working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
+    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``)."""
+    out = []
+    for depth, c_mb, c_rot, moments in terms:
+        row = []
+        for b in micro_batches:
+            m_total = per_replica // b
+            extra = moments[0][0] * b + moments[0][1]
+            for c, k in moments:
+                v = b * c + k
+                if v > extra:
+                    extra = v
+            in_flight = m_total if m_total < depth else depth
+            row.append((in_flight if in_flight > 1 else 1) * (b * c_mb) + c_rot + extra)
+        out.append(row)
+    return tuple(out)
+
+
+def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[int], ...]) -> list[int]:
+    """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
+    stage the static bytes plus the larger of the activation peak and Adam's temporary, the
+    worst stage."""
+    (s0, adam0), row0 = static[0], peaks[0]
+    out = [s0 + (v if v > adam0 else adam0) for v in row0]
+    for (s1, adam1), row1 in zip(static[1:], peaks[1:], strict=True):
+        for i, v in enumerate(row1):
+            v = s1 + (v if v > adam1 else adam1)
+            if v > out[i]:
+                out[i] = v
+    return out
+
+
+def peak_tensors(model: ModelSpec, train: TrainingSpec, par: ParallelConfig) -> int:
+    """``estimate_memory(model, train, par).tensors`` through the split form the planner
+    searches with (the check that both agree)."""
+    per_replica = par.micro_batch * max(1, par.micro_batches(train.global_batch))
+    peaks = activation_peaks(
+        activation_terms(model, train, par.tp, par.pp, par.recompute,
+                         par.sequence_parallel, par.flash_attention),
+        per_replica, (par.micro_batch,))
+    return peak_tensor_curve(
+        static_terms(model, train, par.tp, par.pp, par.dp, par.zero_stage), peaks)[0]
 
 
 @functools.lru_cache(maxsize=1024)

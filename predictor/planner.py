@@ -18,16 +18,31 @@ sorted by a named, swappable ranking (``RANKINGS``), each with the reason for it
 
 from __future__ import annotations
 
+import functools
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
-from predictor.memory import MemoryBreakdown, estimate_memory
+from predictor.memory import (
+    ActivationTerms,
+    MemoryBreakdown,
+    StaticTerms,
+    activation_peaks,
+    activation_terms,
+    estimate_memory,
+    peak_tensor_curve,
+    static_terms,
+)
 from predictor.plan import Plan
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
-from predictor.step_time import compute_lower_bound, default_topology, estimate_step_time
+from predictor.step_time import (
+    StepTimeModel,
+    default_topology,
+    lower_bound_per_micro_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +121,14 @@ class PlanResult:
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
     """Divisors of ``n`` in ascending order, at most ``limit``."""
+    return list(_divisors(n, limit))
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
+    """``divisors`` as a cached tuple (the search asks for the same few many times)."""
     top = n if limit is None else min(n, limit)
-    return [d for d in range(1, top + 1) if n % d == 0]
+    return tuple(d for d in range(1, top + 1) if n % d == 0)
 
 
 def _tp_options(model: ModelSpec, train: TrainingSpec, per_node: int) -> list[int]:
@@ -134,28 +155,60 @@ class _MemoryTable:
     types: only the runtime overhead differs between GPUs (a bf16 plan re-planned in fp16 on
     a GPU without bf16 has the same bytes), so it is added per GPU at lookup.
 
-    The memo key drops what the memory does not depend on: without ZeRO the data-parallel
-    size only matters through the micro-batches in flight on the first pipeline stage,
-    ``min(m, pp)`` (1F1B), so layouts that differ only in ``dp`` share one entry.
+    The search only compares peaks with budgets, so it asks ``curve``: the exact integer form
+    of ``estimate_memory(...).tensors`` at every micro-batch of a layout, from a static part
+    (per tp, pp, ZeRO stage, and dp under ZeRO) and an activation part (per tp, pp,
+    recomputation; dp only through the micro-batches in flight), each computed once. The
+    full breakdown (``get``) is built only for the plans the planner keeps.
     """
 
     def __init__(self, model: ModelSpec, train: TrainingSpec) -> None:
         self.model, self.train = model, train
+        self.activation: dict[tuple[int, ...], ActivationTerms] = {}
+        self.peaks: dict[tuple[int, ...], tuple[list[int], ...]] = {}
+        self.static: dict[tuple[int, ...], StaticTerms] = {}
+        self.curves: dict[tuple[int, ...], list[int]] = {}
         self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
         self.floor = 1 << 62  # smallest tensor memory seen (for the infeasible answer)
-        self.calls = 0
+
+    def curve(self, tp: int, pp: int, dp: int, recompute: Recompute, zero: int
+              ) -> list[int]:
+        """Tensor bytes of the worst stage (``estimate_memory(...).tensors``) at each
+        micro-batch of the layout (the ascending divisors of the per-replica batch); they
+        never decrease with the micro-batch."""
+        key = (tp, pp, dp, _RC_INDEX[recompute], zero)
+        out = self.curves.get(key)
+        if out is None:
+            pkey = key[:4]
+            peaks = self.peaks.get(pkey)
+            if peaks is None:
+                akey = (tp, pp, key[3])
+                act = self.activation.get(akey)
+                if act is None:
+                    act = self.activation[akey] = activation_terms(
+                        self.model, self.train, tp, pp, recompute,
+                        self.train.sequence_parallel and tp > 1, self.train.flash_attention)
+                per_replica = self.train.global_batch // dp
+                peaks = self.peaks[pkey] = activation_peaks(act, per_replica,
+                                                            _divisors(per_replica))
+            skey = (tp, pp, dp if zero else 0, zero)
+            static = self.static.get(skey)
+            if static is None:
+                static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp,
+                                                          zero)
+            out = self.curves[key] = peak_tensor_curve(static, peaks)
+            if out[0] < self.floor:
+                self.floor = out[0]
+        return out
 
     def get(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
             ) -> MemoryBreakdown:
-        in_flight = min(self.train.global_batch // (dp * mb), pp)
-        key = (tp, pp, dp if zero else 0, mb, _RC_INDEX[recompute], zero, in_flight)
+        """The full breakdown of a configuration (memoised)."""
+        key = (tp, pp, dp, mb, _RC_INDEX[recompute], zero)
         mem = self.table.get(key)
         if mem is None:
-            mem = estimate_memory(self.model, self.train, self.par(tp, pp, dp, mb, recompute,
-                                                                    zero), None)
-            self.calls += 1
-            self.floor = min(self.floor, mem.tensors)
-            self.table[key] = mem
+            mem = self.table[key] = estimate_memory(
+                self.model, self.train, self.par(tp, pp, dp, mb, recompute, zero), None)
         return mem
 
     def par(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
@@ -179,37 +232,24 @@ def _best_for_layout(
     micro-batch, the cheapest memory saver that fits.
 
     Memory grows with the micro-batch under any saver, so each saver fits a prefix of the
-    (sorted) micro-batches; a binary search finds where it ends, and a saver only adds the
-    micro-batches that no cheaper saver fits. Without pipelining (pp = 1) a larger micro-batch
-    with the same saver does the same work in fewer, larger GEMMs, so only the largest one of
-    each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B bubble, so all are.
+    (sorted) micro-batches, found by bisecting the saver's memory curve; a saver only adds
+    the micro-batches that no cheaper saver fits. Without pipelining (pp = 1) a larger
+    micro-batch with the same saver does the same work in fewer, larger GEMMs, so only the
+    largest one of each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B
+    bubble, so all are.
     """
-    mbs = divisors(table.train.global_batch // dp)
+    mbs = _divisors(table.train.global_batch // dp)
     last = len(mbs) - 1
-
-    def fits(j: int, recompute: Recompute, zero: int) -> bool:
-        return table.get(tp, pp, dp, mbs[j], recompute, zero).tensors <= budget
-
-    if not fits(0, Recompute.FULL, 3 if dp > 1 else 0):
+    if table.curve(tp, pp, dp, Recompute.FULL, 3 if dp > 1 else 0)[0] > budget:
         return []  # not even the most frugal saver fits one sequence
     out: list[Config] = []
     covered = 0  # micro-batches [0, covered) fit a cheaper saver
     for recompute, zero in _SAVERS:
         if zero and dp == 1:
             continue
-        if not fits(covered, recompute, zero):
-            continue
-        if fits(last, recompute, zero):
-            j = last
-        else:  # largest j in [covered, last) that fits
-            lo, hi = covered, last
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if fits(mid, recompute, zero):
-                    lo = mid
-                else:
-                    hi = mid
-            j = lo
+        j = bisect_right(table.curve(tp, pp, dp, recompute, zero), budget) - 1
+        if j < covered:
+            continue  # fits nothing that a cheaper saver does not
         picks = (j,) if pp == 1 else range(covered, j + 1)
         out.extend((tp, pp, dp, mbs[x], recompute, zero) for x in picks)
         covered = j + 1
@@ -259,19 +299,31 @@ def plan_job(
         by_count: dict[int, list[tuple[float, Config]]] = {}
         flash, sp_knob = train.flash_attention, train.sequence_parallel
         budget = gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
+        per_micro: dict[tuple[int, int, int, Recompute], float] = {}
         for tp in _tp_options(model, train, min(gpus_per_node, max_gpus)):
-            for pp in divisors(model.num_layers, min(max_pp, max_gpus // tp)):
-                for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
+            for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp)):
+                for dp in _divisors(train.global_batch, max_gpus // (tp * pp)):
                     lkey = (budget, tp, pp, dp)
-                    if lkey not in layouts:
-                        layouts[lkey] = _best_for_layout(table, budget, tp, pp, dp)
-                    for cfg in layouts[lkey]:
-                        lb = compute_lower_bound(
-                            model, gtrain, gpu, tp=tp, pp=pp, dp=dp, micro_batch=cfg[3],
-                            recompute=cfg[4], flash=flash, sequence_parallel=sp_knob)
-                        by_count.setdefault(tp * pp * dp, []).append((lb, cfg))
+                    cfgs = layouts.get(lkey)
+                    if cfgs is None:
+                        cfgs = layouts[lkey] = _best_for_layout(table, budget, tp, pp, dp)
+                    if not cfgs:
+                        continue
+                    bucket = by_count.setdefault(tp * pp * dp, [])
+                    per_replica = train.global_batch // dp
+                    for cfg in cfgs:
+                        # compute_lower_bound, its dp-free part computed once
+                        mb, recompute = cfg[3], cfg[4]
+                        pkey = (tp, pp, mb, recompute)
+                        pm = per_micro.get(pkey)
+                        if pm is None:
+                            pm = per_micro[pkey] = lower_bound_per_micro_batch(
+                                model, gtrain, gpu, tp=tp, pp=pp, micro_batch=mb,
+                                recompute=recompute, flash=flash, sequence_parallel=sp_knob)
+                        bucket.append(((max(1, per_replica // mb) + pp - 1) * pm, cfg))
         for n, cands in by_count.items():
-            topo = default_topology(gpu, n, gpus_per_node)
+            step_model = StepTimeModel(model, gtrain, gpu,
+                                       default_topology(gpu, n, gpus_per_node))
             cands.sort(key=lambda c: c[0])
             k = (gpu.name, n)
             for lb, cfg in cands:
@@ -279,7 +331,7 @@ def plan_job(
                     break  # sorted by bound: nothing after this can be faster
                 considered += 1
                 par = table.par(*cfg)
-                step = estimate_step_time(model, gtrain, par, gpu, topo)
+                step = step_model.estimate(par)
                 if not keep_all and k in best and step.total_s >= best[k].step_time_s:
                     continue
                 mem = table.get(*cfg)

@@ -320,14 +320,20 @@ def _head_times(
 
 def _stage_params(model: ModelSpec, par: ParallelConfig) -> float:
     """Parameters held by one rank of the largest pipeline stage."""
-    layers = model.num_layers / par.pp * model.layer_params()
-    if par.pp == 1:
+    return _stage_params_of(model, par.tp, par.pp)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_params_of(model: ModelSpec, tp: int, pp: int) -> float:
+    """``_stage_params`` by the values it depends on (cached: asked once per layout)."""
+    layers = model.num_layers / pp * model.layer_params()
+    if pp == 1:
         edge = model.embedding_params() + model.head_params()
     else:  # the first stage holds the embeddings, the last the head (+ tied copy)
         head = model.head_params() + (model.vocab_size * model.hidden_size
                                       if model.tie_embeddings else 0)
         edge = max(model.embedding_params(), head)
-    return (layers + edge) / par.tp
+    return (layers + edge) / tp
 
 
 def compute_lower_bound(
@@ -338,7 +344,22 @@ def compute_lower_bound(
     topology: the step's compute and pipeline bubble without communication (every other
     term is >= 0; the planner never interleaves stages). Cheap (cached layer
     times, no ``ParallelConfig`` needed), so a search can skip configurations that cannot
-    beat the best one found."""
+    beat the best one found. It is ``(m + pp − 1) · lower_bound_per_micro_batch(...)`` with
+    ``m`` micro-batches per replica."""
+    per_micro = lower_bound_per_micro_batch(
+        model, train, gpu, tp=tp, pp=pp, micro_batch=micro_batch, recompute=recompute,
+        flash=flash, sequence_parallel=sequence_parallel)
+    m = max(1, train.global_batch // (dp * micro_batch))
+    return (m + pp - 1) * per_micro  # compute + the 1F1B bubble without its communication
+
+
+def lower_bound_per_micro_batch(
+    model: ModelSpec, train: TrainingSpec, gpu: GpuType, *, tp: int, pp: int,
+    micro_batch: int, recompute: Recompute, flash: bool, sequence_parallel: bool,
+) -> float:
+    """The part of ``compute_lower_bound`` that does not depend on ``dp``: one micro-batch's
+    forward and backward (with recomputation) on the slowest stage, without communication.
+    A search over data-parallel sizes computes it once per (tp, pp, micro-batch, saver)."""
     rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
     mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
     lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch, tp,
@@ -347,9 +368,7 @@ def compute_lower_bound(
     v_local = model.vocab_size / tp
     gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
     loss = 2 * 3 * tokens * v_local * 4 / mem_bps
-    m = max(1, train.global_batch // (dp * micro_batch))
-    per_micro = model.num_layers / pp * (lf + lb + lr) + 3.0 * gemm + loss
-    return (m + pp - 1) * per_micro  # compute + the 1F1B bubble without its communication
+    return model.num_layers / pp * (lf + lb + lr) + 3.0 * gemm + loss
 
 
 def estimate_step_time(
@@ -366,85 +385,141 @@ def estimate_step_time(
     per replica are ``global_batch / (dp · micro_batch)``, at least one.
     """
     topo = topology or default_topology(gpu, par.num_gpus)
-    links = _links(gpu, topo)
-    rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
-    mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
-    t, p, d = par.tp, par.pp, par.dp
-    m = max(1, par.micro_batches(train.global_batch))
-    virtual = max(1, int(par.extra.get("virtual_pp", 1)))
-    nbytes = _act_bytes(train.precision)
-    g = topo.node_size(par.num_gpus)
+    return StepTimeModel(model, train, gpu, topo).estimate(par)
 
-    # -- compute of the slowest (last) stage, per micro-batch ---------------------------
-    lf, lb, lr = _layer_times(model, train, par, rate, mem_bps)
-    hf, hb = _head_times(model, train, par, rate, mem_bps)
-    layers = model.num_layers / p
-    t_f = layers * lf + hf
-    t_b = layers * (lb + lr) + hb
 
-    # -- tensor-parallel collectives per micro-batch --------------------------------------
-    act = par.micro_batch * train.seq_len * model.hidden_size * nbytes
-    tp_nodes = topo.nodes_spanned(par, "tp")
-    one_ar = _group_collective_s(
-        act, t, tp_nodes, max(1, g // max(1, t // tp_nodes)), links.intra_bus_gbs,
-        links.inter_gbs, links.latency_s,
+class StepTimeModel:
+    """``estimate_step_time`` of many plans of one job on one GPU type and placement.
+
+    The planner estimates hundreds of plans per (GPU type, GPU count) that share a layout
+    (tp, pp, dp) and differ in micro-batch and memory savers; what depends only on the layout
+    (group spans, the data-parallel collectives, the optimizer step) is computed once per
+    layout. Each estimate is the same arithmetic as a fresh ``estimate_step_time`` call, so
+    the results are identical.
+    """
+
+    __slots__ = (
+        "_grad_bytes",
+        "_layouts",
+        "_links",
+        "_mem_bps",
+        "_nbytes",
+        "_opt_bytes",
+        "_rate",
+        "gpu",
+        "model",
+        "topo",
+        "train",
     )
-    n_fwd = 2.0 + (2.0 if par.recompute is Recompute.FULL else 0.0)
-    c_tp = layers * one_ar * (n_fwd + 2.0 * (1.0 - TP_BWD_OVERLAP))
 
-    compute_s = m * (t_f + t_b)
-    tp_comm_s = m * c_tp
-    pp_bubble_s = (p - 1) / virtual * (t_f + t_b + c_tp) if p > 1 else 0.0
+    def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType,
+                 topology: Topology) -> None:
+        self.model, self.train, self.gpu, self.topo = model, train, gpu, topology
+        self._links = _links(gpu, topology)
+        self._rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
+        self._mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
+        self._nbytes = _act_bytes(train.precision)
+        self._grad_bytes = 4.0 if train.precision is Precision.FP32 else 2.0
+        self._opt_bytes = OPTIMIZER_BYTES.get(train.optimizer.value, 30.0)
+        self._layouts: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
-    # -- pipeline p2p: Pipette's bubble + hidden critical path ----------------------------
-    pp_p2p_s = 0.0
-    if p > 1:
-        msg = act / (t if par.sequence_parallel else 1)
-        crossing = topo.pp_crosses_nodes(par)
-        if crossing:
-            # boundaries crossing nodes share the NIC among the tp·dp ranks of a stage block
-            senders = min(g, t * d) if topo.rank_order == "tp-dp-pp" else min(g, t)
-            bw = links.inter_gbs / senders
-        else:
-            bw = links.intra_p2p_gbs
-        one = links.latency_s + msg / (bw * 1e9)
-        pp_p2p_s = max(1.0, m / p) * 2 * (p - 1) * virtual * one
+    def _layout(self, par: ParallelConfig) -> tuple[float, ...]:
+        """(nodes a tp group spans, tp groups per node, pipeline p2p bandwidth,
+        stage parameters, gradient all-reduce, ZeRO-3 parameter all-gather and gradient
+        reduce-scatter, optimizer step without and with ZeRO sharding) of a layout."""
+        t, p, d = par.tp, par.pp, par.dp
+        key = (t, p, d)
+        out = self._layouts.get(key)
+        if out is not None:
+            return out
+        topo, links = self.topo, self._links
+        g = topo.node_size(par.num_gpus)
+        tp_nodes = topo.nodes_spanned(par, "tp")
+        tp_groups = max(1, g // max(1, t // tp_nodes))
+        bw = 0.0
+        if p > 1:
+            if topo.pp_crosses_nodes(par):
+                # boundaries crossing nodes share the NIC among the tp·dp ranks of a stage block
+                senders = min(g, t * d) if topo.rank_order == "tp-dp-pp" else min(g, t)
+                bw = links.inter_gbs / senders
+            else:
+                bw = links.intra_p2p_gbs
+        params = _stage_params(self.model, par)
+        dp_nodes = topo.nodes_spanned(par, "dp")
+        groups_per_node = max(1, g // max(1, d // dp_nodes)) if dp_nodes > 1 else 1
 
-    # -- data parallel --------------------------------------------------------------------
-    params = _stage_params(model, par)
-    grad_bytes = 4.0 if train.precision is Precision.FP32 else 2.0
-    dp_nodes = topo.nodes_spanned(par, "dp")
-    groups_per_node = max(1, g // max(1, d // dp_nodes)) if dp_nodes > 1 else 1
+        def dp_coll(nb: float, factor: float) -> float:
+            return _group_collective_s(
+                nb, d, dp_nodes, groups_per_node, links.intra_bus_gbs, links.inter_gbs,
+                links.latency_s, factor,
+            )
 
-    def dp_coll(nb: float, factor: float) -> float:
-        return _group_collective_s(
-            nb, d, dp_nodes, groups_per_node, links.intra_bus_gbs, links.inter_gbs,
-            links.latency_s, factor,
+        all_reduce = dp_coll(params * self._grad_bytes, 2.0)  # = RS + AG for ZeRO-1/2
+        gather = dp_coll(params * self._nbytes, 1.0)
+        scatter = dp_coll(params * self._grad_bytes, 1.0)
+        opt_full = self._opt_bytes * params / 1 / self._mem_bps
+        opt_shard = self._opt_bytes * params / d / self._mem_bps
+        out = self._layouts[key] = (tp_nodes, tp_groups, bw, params, all_reduce, gather,
+                                    scatter, opt_full, opt_shard)
+        return out
+
+    def estimate(self, par: ParallelConfig) -> StepTime:
+        """The step time of ``par`` (see ``estimate_step_time``)."""
+        model, train, links = self.model, self.train, self._links
+        rate, mem_bps = self._rate, self._mem_bps
+        t, p = par.tp, par.pp
+        m = max(1, par.micro_batches(train.global_batch))
+        virtual = max(1, int(par.extra.get("virtual_pp", 1)))
+        tp_nodes, tp_groups, bw, _params, all_reduce, gather, scatter, opt_full, opt_shard \
+            = self._layout(par)
+
+        # -- compute of the slowest (last) stage, per micro-batch ---------------------------
+        lf, lb, lr = _layer_times(model, train, par, rate, mem_bps)
+        hf, hb = _head_times(model, train, par, rate, mem_bps)
+        layers = model.num_layers / p
+        t_f = layers * lf + hf
+        t_b = layers * (lb + lr) + hb
+
+        # -- tensor-parallel collectives per micro-batch ----------------------------------
+        act = par.micro_batch * train.seq_len * model.hidden_size * self._nbytes
+        one_ar = _group_collective_s(
+            act, t, tp_nodes, tp_groups, links.intra_bus_gbs, links.inter_gbs,
+            links.latency_s,
         )
+        n_fwd = 2.0 + (2.0 if par.recompute is Recompute.FULL else 0.0)
+        c_tp = layers * one_ar * (n_fwd + 2.0 * (1.0 - TP_BWD_OVERLAP))
 
-    if par.zero_stage >= 3:
-        # two parameter all-gathers per micro-batch (forward, backward) + grad reduce-scatter;
-        # prefetching hides them behind compute except the first layer's gather.
-        gathers = m * 2 * dp_coll(params * nbytes, 1.0)
-        scatter = dp_coll(params * grad_bytes, 1.0)
-        total_comm = gathers + scatter
-        dp_comm_s = max(total_comm - compute_s, total_comm / max(1.0, layers))
-    else:
-        raw = dp_coll(params * grad_bytes, 2.0)  # all-reduce (= RS + AG for ZeRO-1/2)
-        dp_comm_s = max(0.0, raw - t_b) if raw > 0 else 0.0
+        compute_s = m * (t_f + t_b)
+        tp_comm_s = m * c_tp
+        pp_bubble_s = (p - 1) / virtual * (t_f + t_b + c_tp) if p > 1 else 0.0
 
-    # -- optimizer step -------------------------------------------------------------------
-    shard = d if par.zero_stage >= 1 else 1
-    opt_bytes = OPTIMIZER_BYTES.get(train.optimizer.value, 30.0) * params / shard
-    optimizer_s = opt_bytes / mem_bps
+        # -- pipeline p2p: Pipette's bubble + hidden critical path ------------------------
+        pp_p2p_s = 0.0
+        if p > 1:
+            msg = act / (t if par.sequence_parallel else 1)
+            one = links.latency_s + msg / (bw * 1e9)
+            pp_p2p_s = max(1.0, m / p) * 2 * (p - 1) * virtual * one
 
-    total = compute_s + tp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s
-    return StepTime(
-        compute_s=compute_s,
-        tp_comm_s=tp_comm_s,
-        pp_bubble_s=pp_bubble_s,
-        pp_p2p_s=pp_p2p_s,
-        dp_comm_s=dp_comm_s,
-        optimizer_s=optimizer_s,
-        total_s=total,
-    )
+        # -- data parallel ----------------------------------------------------------------
+        if par.zero_stage >= 3:
+            # two parameter all-gathers per micro-batch (forward, backward) + grad
+            # reduce-scatter; prefetching hides them behind compute except the first
+            # layer's gather.
+            total_comm = m * 2 * gather + scatter
+            dp_comm_s = max(total_comm - compute_s, total_comm / max(1.0, layers))
+        else:
+            dp_comm_s = max(0.0, all_reduce - t_b) if all_reduce > 0 else 0.0
+
+        # -- optimizer step (memory-bound) ------------------------------------------------
+        optimizer_s = opt_shard if par.zero_stage >= 1 else opt_full
+
+        total = compute_s + tp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s
+        return StepTime(
+            compute_s=compute_s,
+            tp_comm_s=tp_comm_s,
+            pp_bubble_s=pp_bubble_s,
+            pp_p2p_s=pp_p2p_s,
+            dp_comm_s=dp_comm_s,
+            optimizer_s=optimizer_s,
+            total_s=total,
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -208,3 +209,57 @@ def test_estimate_is_fast() -> None:
         estimate_memory(m, tr, par)
     per_call = (time.perf_counter() - t0) / n
     assert per_call < 150e-6, per_call  # ~40-60 µs on a quiet core (two stages); CI slack
+
+
+def _random_configs(n: int, seed: int):
+    """Random (model, training, plan) triples over the catalog, incl. non-divisor batches."""
+    import random
+
+    from predictor.spec import MODEL_CATALOG, Recompute
+
+    rng = random.Random(seed)
+    names = sorted(MODEL_CATALOG)
+    for _ in range(n):
+        m = MODEL_CATALOG[rng.choice(names)]
+        gb = rng.choice([4, 12, 64, 512])
+        tr = _train(global_batch=gb, seq_len=rng.choice([128, 512, 1024]),
+                    precision=rng.choice(["bf16", "fp32"]), optimizer=rng.choice(["adamw", "sgd"]),
+                    sequence_parallel=rng.random() < 0.7, flash_attention=rng.random() < 0.7)
+        tp = rng.choice([t for t in (1, 2, 4, 8) if m.num_heads % t == 0
+                         and m.ffn_hidden_size % t == 0
+                         and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0)])
+        pp = rng.choice([p for p in (1, 2, 3, 4, 8) if m.num_layers % p == 0])
+        dp = rng.choice([d for d in (1, 2, 4) if gb % d == 0])
+        par = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch=rng.choice([1, 2, 4]),
+                             recompute=rng.choice(list(Recompute)),
+                             zero_stage=rng.choice([0, 1, 2, 3]),
+                             sequence_parallel=rng.random() < 0.8,
+                             flash_attention=rng.random() < 0.8)
+        yield m, tr, par
+
+
+def test_split_form_matches_estimate_memory() -> None:
+    # The planner searches with static + activation terms; they must give estimate_memory's
+    # tensor bytes exactly (integers), whatever the model, saver, stage count or flags.
+    from predictor.memory import peak_tensors
+
+    for m, tr, par in _random_configs(1500, seed=3):
+        assert peak_tensors(m, tr, par) == estimate_memory(m, tr, par).tensors, (m.name, par)
+
+
+def test_memory_never_decreases_with_the_micro_batch() -> None:
+    # The planner bisects each saver's curve over the micro-batches (divisors of the
+    # per-replica batch); that is only right if the peak is monotone in the micro-batch.
+    from predictor.memory import activation_peaks, activation_terms, peak_tensor_curve, static_terms
+
+    for m, tr, par in _random_configs(300, seed=4):
+        per_replica = tr.global_batch // par.dp
+        mbs = [b for b in range(1, per_replica + 1) if per_replica % b == 0]
+        peaks = activation_peaks(
+            activation_terms(m, tr, par.tp, par.pp, par.recompute, par.sequence_parallel,
+                             par.flash_attention), per_replica, mbs)
+        curve = peak_tensor_curve(static_terms(m, tr, par.tp, par.pp, par.dp, par.zero_stage),
+                                  peaks)
+        assert curve == sorted(curve)
+        for b, v in zip(mbs, curve, strict=True):
+            assert v == estimate_memory(m, tr, replace(par, micro_batch=b)).tensors

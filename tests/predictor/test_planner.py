@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from predictor.errors import SpecError
@@ -126,3 +128,60 @@ def test_compute_lower_bound_never_exceeds_the_step_time() -> None:
         for nodes in (1, 4):
             topo = default_topology(gpu, par.num_gpus, max(1, par.num_gpus // nodes))
             assert lb <= estimate_step_time(m, t, par, gpu, topo).total_s * (1 + 1e-9)
+
+
+def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
+    """Reference search without any of the planner's shortcuts: every (tp, pp, dp,
+    micro-batch) on each GPU type, the first memory saver in order of time cost whose
+    ``estimate_memory`` fits (95%), and of those (largest micro-batch per saver without
+    pipelining, as the planner's rule) the smallest ``estimate_step_time`` per (GPU type,
+    GPU count)."""
+    from predictor.planner import _SAVERS, _tp_options
+    from predictor.spec import ParallelConfig
+    from predictor.step_time import default_topology, estimate_step_time
+
+    best: dict[tuple[str, int], float] = {}
+    for gpu in gpus:
+        gtrain = train if gpu.supports(train.precision) else replace(train,
+                                                                    precision=Precision.FP16)
+        budget = gpu.memory_bytes * 0.95 - gpu.runtime_overhead_bytes
+        for tp in _tp_options(model, train, min(8, max_gpus)):
+            for pp in divisors(model.num_layers, min(8, max_gpus // tp)):
+                for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
+                    chosen = []  # (saver index, micro-batch)
+                    for mb in divisors(train.global_batch // dp):
+                        for i, (rc, zero) in enumerate(_SAVERS):
+                            if zero and dp == 1:
+                                continue
+                            par = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch=mb,
+                                                 recompute=rc, zero_stage=zero,
+                                                 sequence_parallel=train.sequence_parallel,
+                                                 flash_attention=train.flash_attention)
+                            if estimate_memory(model, train, par).tensors <= budget:
+                                chosen.append((i, par))
+                                break
+                    if pp == 1:  # only the largest micro-batch of each saver
+                        chosen = [c for j, c in enumerate(chosen)
+                                  if j + 1 == len(chosen) or chosen[j + 1][0] != c[0]]
+                    n = tp * pp * dp
+                    topo = default_topology(gpu, n, 8)
+                    for _, par in chosen:
+                        t = estimate_step_time(model, gtrain, par, gpu, topo).total_s
+                        key = (gpu.name, n)
+                        best[key] = min(best.get(key, t), t)
+    return best
+
+
+@pytest.mark.parametrize(("name", "batch", "seq", "gpu_names"), [
+    ("gpt2-medium", 32, 1024, ("A100-40G", "RTX2080Ti", "V100-32G")),
+    ("llama-2-7b", 16, 2048, ("A100-80G", "L40S")),
+])
+def test_search_shortcuts_find_the_exhaustive_optimum(name, batch, seq, gpu_names) -> None:
+    # Bisection over memory curves, bound pruning and the cached step-time parts must keep,
+    # per (GPU type, count), a plan as fast as the best one an exhaustive search finds.
+    model = ModelSpec.from_name(name)
+    train = TrainingSpec(global_batch=batch, seq_len=seq, steps=10)
+    gpus = [get_gpu(g) for g in gpu_names]
+    want = _exhaustive_best_step_times(model, train, gpus, max_gpus=16)
+    got = plan_job(model, train, gpus, max_gpus=16)
+    assert {(p.gpu_type, p.num_gpus): p.step_time_s for p in got.plans} == want

@@ -186,3 +186,22 @@ def test_validation_subsets_stay_within_reported_bounds() -> None:
     assert stats["gpt_pmp_rtx"].mape < 10
     assert stats["vtrain_multi"].mape < 15
     assert stats["vtrain_single"].mape < 15
+
+
+def test_one_model_reused_over_many_plans_matches_fresh_estimates() -> None:
+    # The planner keeps one StepTimeModel per (GPU type, placement) and estimates hundreds of
+    # plans with it; its per-layout cache must never leak one layout's parts into another.
+    import random
+
+    gpu = get_gpu("A100-40G")
+    model = ModelSpec.from_name("llama-2-7b")
+    train = TrainingSpec(global_batch=64, seq_len=2048, optimizer="sgd")
+    topo = Topology(num_nodes=2, rank_order="tp-pp-dp")
+    plans = [ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=rc, zero_stage=z,
+                            sequence_parallel=True)
+             for tp in (1, 4, 8) for pp in (1, 2, 4) for dp in (1, 2, 8) for mb in (1, 4)
+             for rc in Recompute for z in (0, 1, 3)]
+    random.Random(0).shuffle(plans)
+    shared = st.StepTimeModel(model, train, gpu, topo)
+    for par in plans:
+        assert shared.estimate(par) == estimate_step_time(model, train, par, gpu, topo), par
