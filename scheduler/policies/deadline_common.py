@@ -24,6 +24,14 @@ may run on, how GPUs are placed, and whether a resize must pay for itself:
 3. **Resizes cost a checkpoint-restart.** Any change of a running job's option is charged
    ``launch_delay_s + restart_delay_s`` in its predicted time, and with ``resize_guard`` a
    running job is only grown when the time saved exceeds ``resize_gain_factor`` × that cost.
+4. **Opportunity cost** (``elastic`` only). The deadline ratio counts jobs, so a booking is
+   worth one job; admitting a long job whose share holds most of a pool turns away the short
+   arrivals that needed it. With ``opportunity_cost`` set, an arrival whose every share would
+   turn away more than that many expected arrivals (observed arrival rate × the fraction of
+   recent arrivals that what the booking leaves free could no longer serve, integrated over
+   the booking) is kept best-effort instead of reserved (Moore–Hodgson's rule for counting
+   on-time jobs: give up the long job to keep many short ones), and shares are chosen to turn
+   away the fewest.
 
 The cost of an option, for choosing the minimum share across GPU types, is its GPU-seconds
 weighted by the type's value (dense FP16 TFLOP/s from the GPU catalog): "A100-equivalent
@@ -186,18 +194,12 @@ class Profile:
             i -= 1
         return None  # pragma: no cover  (ts[0] == now and e - dur >= now end the loop)
 
-    def mean_used(self, gpu_type: str, start_t: float, end_t: float) -> float:
-        """Time-averaged GPUs of ``gpu_type`` promised over ``[start_t, end_t)``."""
-        if end_t <= start_t:
-            return float(self.used_at(gpu_type, start_t))
-        ts, us = self._ts[gpu_type], self._us[gpu_type]
-        total = 0.0
-        for i, u in enumerate(us):
-            a = max(ts[i], start_t)
-            b = min(ts[i + 1] if i + 1 < len(ts) else math.inf, end_t)
-            if b > a:
-                total += u * (b - a)
-        return total / (end_t - start_t)
+    def breakpoints(self, gpu_type: str, start_t: float, end_t: float) -> list[float]:
+        """The times in ``(start_t, end_t)`` where the GPUs promised of ``gpu_type`` change."""
+        ts = self._ts.get(gpu_type, [])
+        i = bisect_right(ts, start_t)
+        j = bisect_left(ts, end_t)
+        return ts[i:j]
 
     def reserve(self, gpu_type: str, n: int, start_t: float, end_t: float) -> None:
         """Promise ``n`` GPUs of ``gpu_type`` over ``[start_t, end_t)``."""
@@ -249,7 +251,11 @@ class DeadlineEngine:
     ``resize_gain_factor`` × the restart cost; ``slack`` is the fraction of the time to the
     deadline kept as a safety margin in admission (prediction and placement error);
     ``fewest_now``: a running job books the fewest GPUs of a type that meet its deadline from
-    now (``now_share``), not the cheapest size."""
+    now (``now_share``), not the cheapest size; ``opportunity_cost`` (``None``: off, as in
+    ElasticFlow): an arrival whose every share would turn away more than this many expected
+    deadline arrivals (``displaced``, from the last ``arrival_window`` arrivals) is not
+    reserved for but kept best-effort (``costly_mode='best_effort'``) or rejected, and shares
+    are chosen to turn away the fewest."""
 
     def __init__(
         self,
@@ -294,9 +300,6 @@ class DeadlineEngine:
         self.fewest_now = fewest_now
         self.opportunity_cost = opportunity_cost
         self.costly_mode = costly_mode
-        self.oc_others = True
-        self.oc_choose = True
-        self.oc_marginal = True
         self._need_counts: list[tuple[tuple[tuple[str, int], ...], int]] | None = None
         self._cap: dict[str, int] = {}
         self._arrivals: deque[tuple[float, dict[str, int]]] = deque(maxlen=arrival_window)
@@ -348,8 +351,8 @@ class DeadlineEngine:
             return [c.fixed_type] if c.fixed_type in c.options else []
         return list(c.options)
 
-    def min_share(self, c: _Cand, profile: Profile, now: float,
-                  cap: Mapping[str, int] | None = None) -> Share | None:
+    def min_share(self, c: _Cand, profile: Profile, now: float, *,
+                  arrival: bool = False) -> Share | None:
         """The cheapest option (value-weighted GPU-seconds) that finishes ``c`` by its
         deadline within what ``profile`` leaves free; ties: the earlier finish.
 
@@ -359,11 +362,11 @@ class DeadlineEngine:
         needs a policy call by its start: one starting within ``wake_s`` (at least the tick
         interval) is reserved as early as possible instead.
 
-        With ``cap`` (an arrival being admitted) and ``opportunity_cost`` set, an option whose
-        booking would turn away more than ``opportunity_cost`` expected arrivals
-        (``displaced``) is passed over for more GPUs of its type (a shorter booking); if every
-        option does, the one turning away the fewest is returned (the caller then does not
-        reserve it)."""
+        With ``opportunity_cost`` set, the share that turns away the fewest expected arrivals
+        (``displaced``, to 0.1) is preferred, then the cheapest; for an ``arrival`` being
+        admitted, an option turning away more than ``opportunity_cost`` is passed over for
+        more GPUs of its type (a shorter booking), and if every option does, the one turning
+        away the fewest is returned (the caller then does not reserve it)."""
         job = c.job
         assert job.deadline is not None
         budget = job.deadline - now
@@ -393,11 +396,9 @@ class DeadlineEngine:
                 cost = w * o.num_gpus * dur
                 cand = Share(o, s, s + dur, cost)
                 lost = 0.0
-                if self.opportunity_cost is not None and self.oc_choose:
+                if self.opportunity_cost is not None:
                     lost = self.displaced(cand, self._cap, profile)
-                if cap is not None and self.opportunity_cost is not None:
-                    lost = self.displaced(cand, cap, profile)
-                    if lost > self.opportunity_cost:
+                    if arrival and lost > self.opportunity_cost:
                         if costly is None or lost < costly[0]:
                             costly = (lost, cand)
                         continue  # turns away too many arrivals: try more GPUs (shorter)
@@ -417,7 +418,8 @@ class DeadlineEngine:
         the fewest GPUs of each type that meet it are candidates (as in ``min_share``): when a
         job scales nearly linearly every size costs about the same GPU-seconds, and booking
         the largest one would hold GPUs an arrival needs (the job keeps them anyway while
-        nobody does)."""
+        nobody does). With ``opportunity_cost`` set, the option turning away the fewest
+        expected arrivals comes first (``displaced``)."""
         job = c.job
         assert job.deadline is not None and c.current is not None
         budget = job.deadline - now
@@ -438,7 +440,7 @@ class DeadlineEngine:
                     continue
                 cost = w * o.num_gpus * dur
                 lost = 0.0
-                if self.opportunity_cost is not None and self.oc_choose:
+                if self.opportunity_cost is not None:
                     lost = self.displaced(Share(o, now, now + dur, cost), self._cap, profile)
                 key = (round(lost, 1), cost, now + dur, not o.same_shape(c.current))
                 if best is None or key < best[0]:
@@ -531,9 +533,8 @@ class DeadlineEngine:
         arrivals.sort(key=lambda c: (c.job.submit_time, c.job.id))
         for c in arrivals:
             if self.opportunity_cost is not None:
-                self._arrivals.append((c.job.submit_time, self._needs(c, cap, now)))
-                self._need_counts = None
-            share = self.min_share(c, profile, now, cap)
+                self.record_arrival(c.job.submit_time, self._needs(c, cap, now))
+            share = self.min_share(c, profile, now, arrival=True)
             how = self.mode
             if share is None:
                 why = self._infeasible_reason(c, now)
@@ -642,36 +643,35 @@ class DeadlineEngine:
                     break
         return out
 
-    def displaced(self, share: Share, cap: Mapping[str, int],
-                  profile: Profile | None = None) -> float:
-        """Expected deadline arrivals that ``share``'s booking would turn away: the observed
-        arrival rate (over the last ``arrival_window`` arrivals) × the booking's length × the
-        fraction of those arrivals that some option could satisfy on the whole cluster but
-        none on what the booking leaves of its GPU type. The deadline ratio counts jobs, so
-        a booking worth one job that costs several is a bad trade (Moore–Hodgson: drop the
-        long job to keep many short ones). 0 until 8 arrivals have been seen."""
+    def record_arrival(self, submit_time: float, need: Mapping[str, int]) -> None:
+        """Remember a deadline arrival for the opportunity cost: when it came and, per GPU
+        type, the fewest GPUs that met its deadline (empty: none did)."""
+        self._arrivals.append((submit_time, dict(need)))
+        self._need_counts = None
+
+    def displaced(self, share: Share, cap: Mapping[str, int], profile: Profile) -> float:
+        """Expected deadline arrivals that ``share``'s booking would turn away, beyond those
+        already turned away by what ``profile`` holds: the observed arrival rate (over the
+        last ``arrival_window`` arrivals) times, integrated over the booking's interval
+        segment by segment, the fraction of those arrivals that the GPUs left free could serve
+        without the booking and not with it. The deadline ratio counts jobs, so a booking
+        worth one job that costs several is a bad trade (Moore–Hodgson: drop the long job to
+        keep many short ones). Future arrivals' own bookings are not known, so this is a lower
+        bound. 0 until 8 arrivals have been seen."""
         obs = self._arrivals
         if len(obs) < 8:
             return 0.0
+        lost = self._marginal_blocked(share, cap, profile)
+        if lost <= 0:
+            return 0.0
         span = obs[-1][0] - obs[0][0]
         if span <= 0:
-            return math.inf if share.end_t > share.start_t else 0.0
-        rate = (len(obs) - 1) / span
-        t, n = share.option.gpu_type, share.option.num_gpus
-        if profile is None or not self.oc_others:
-            left = {t2: float(c) for t2, c in cap.items()}
-        else:
-            left = {t2: c - profile.mean_used(t2, share.start_t, share.end_t)
-                    for t2, c in cap.items()}
-        if profile is not None and self.oc_marginal:
-            return rate * self._marginal_blocked(share, cap, profile) / len(obs)
-        left[t] = left.get(t, 0.0) - n
-        blocked = sum(1 for _, need in obs
-                      if need and all(k > left.get(t2, 0.0) for t2, k in need.items()))
-        return rate * (share.end_t - share.start_t) * blocked / len(obs)
+            return math.inf
+        return (len(obs) - 1) / span * lost / len(obs)
 
     def _blocked(self, left: Mapping[str, float]) -> int:
-        """Recent arrivals that no GPU type could serve with ``left`` GPUs free."""
+        """Recent arrivals that no GPU type could serve with ``left`` GPUs free (an arrival
+        none of whose options met its deadline is never counted)."""
         if self._need_counts is None:
             counts: dict[tuple[tuple[str, int], ...], int] = {}
             for _, need in self._arrivals:
@@ -683,22 +683,17 @@ class DeadlineEngine:
                    if all(k > left.get(t, 0.0) for t, k in need))
 
     def _marginal_blocked(self, share: Share, cap: Mapping[str, int], profile: Profile) -> float:
-        """Seconds × recent arrivals blocked because of ``share`` and not before it, summed
+        """Seconds × recent arrivals blocked because of ``share`` and not without it, summed
         over the profile's segments in the booking's interval."""
         t, n = share.option.gpu_type, share.option.num_gpus
         cuts = {share.start_t, share.end_t}
         for t2 in cap:
-            ts = profile._ts[t2]
-            i = bisect_right(ts, share.start_t)
-            while i < len(ts) and ts[i] < share.end_t:
-                cuts.add(ts[i])
-                i += 1
-        pts = sorted(cuts)
+            cuts.update(profile.breakpoints(t2, share.start_t, share.end_t))
         total = 0.0
-        for a, b in pairwise(pts):
+        for a, b in pairwise(sorted(cuts)):
             left = {t2: float(c - profile.used_at(t2, a)) for t2, c in cap.items()}
             before = self._blocked(left)
-            left[t] -= n
+            left[t] = left.get(t, 0.0) - n
             total += (b - a) * (self._blocked(left) - before)
         return total
 

@@ -16,6 +16,12 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   not the size with the fewest GPU-seconds (near-linear scaling makes every size cost about
   the same): a job keeps what it holds while nobody needs it, and an arrival can take the
   rest (a shrink, charged the restart, that still meets the deadline).
+* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 1):
+  the deadline ratio counts jobs, so an arrival whose every share would turn away more than
+  one expected deadline arrival (observed arrival rate × the share of recent arrivals that
+  the GPUs it leaves could no longer serve, over the booking) is kept best-effort on
+  leftovers instead of reserved, and every share is chosen to turn away the fewest.
+  ``None`` turns it off (ElasticFlow's admission).
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs
@@ -46,7 +52,10 @@ class ElasticPolicy:
     """Ours. ``mode``: what happens to a job whose deadline cannot be met ('reject' ends it
     with the reason, 'best_effort' keeps it queued without a guarantee); ``slack``: fraction of
     the time to the deadline held back as a safety margin; ``resize_gain_factor``: how many
-    times its own cost a resize must save; ``seed``: accepted for a uniform interface."""
+    times its own cost a resize must save; ``opportunity_cost``: the most expected deadline
+    arrivals a new job's booking may turn away (``None``: no limit); ``costly_mode``: what
+    happens to a job over that limit ('best_effort' or 'reject'); ``arrival_window``: how
+    many recent arrivals the estimate uses; ``seed``: accepted for a uniform interface."""
 
     name = "elastic"
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from scheduler.cluster import Allocation, ClusterState
 from scheduler.decision import DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.deadline_common import Profile
+from scheduler.policies.deadline_common import Option, Profile, Share
 from scheduler.policy import make_policy
 
 POLICIES = ["elastic", "elasticflow"]
@@ -160,6 +160,65 @@ def test_a_running_job_on_time_keeps_its_gpus_when_an_earlier_deadline_waits() -
         assert {"j0", "j1"} <= pol.engine.admitted
 
 
+def _share(gpu_type: str, n: int, start: float, end: float) -> Share:
+    return Share(Option(gpu_type, n, make_plan(gpu_type, n)), start, end, 0.0)
+
+
+def test_displaced_counts_the_arrivals_a_booking_turns_away() -> None:
+    """9 arrivals 10 s apart (rate 8/80 s = 0.1/s), each needing 8 of the 16 A100s: a 100 s
+    booking of all 16 turns away 0.1 × 100 = 10 expected arrivals, one of 8 none; while 8 are
+    already promised for its first 50 s, an 8-GPU booking turns away 0.1 × 50 = 5."""
+    eng = make_policy("elastic", perf=IdentityPerf()).engine
+    for i in range(9):
+        eng.record_arrival(10.0 * i, {"A100-40G": 8})
+    cap = {"A100-40G": 16}
+    empty = Profile(100.0, cap)
+    assert eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, empty) == 10.0
+    assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, empty) == 0.0
+    busy = Profile(100.0, cap)
+    busy.reserve("A100-40G", 8, 100.0, 150.0)
+    assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, busy) == 5.0
+
+
+def test_displaced_leaves_out_arrivals_another_type_could_serve() -> None:
+    """4 of 9 arrivals could also run on 8 free RTX GPUs: only 5/9 of 10 are turned away."""
+    eng = make_policy("elastic", perf=IdentityPerf()).engine
+    for i in range(9):
+        eng.record_arrival(10.0 * i, {"A100-40G": 8, **({"RTX2080Ti": 8} if i < 4 else {})})
+    cap = {"A100-40G": 16, "RTX2080Ti": 8}
+    got = eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(100.0, cap))
+    assert abs(got - 0.1 * 100.0 * 5 / 9) < 1e-9
+    few = make_policy("elastic", perf=IdentityPerf()).engine
+    for i in range(7):  # fewer than 8 arrivals seen: no estimate
+        few.record_arrival(10.0 * i, {"A100-40G": 8})
+    assert few.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(100.0, cap)) == 0.0
+
+
+def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_arrive() -> None:
+    """Ten short jobs arrive 10 s apart, each met only by 8 of the 16 A100s (8 GPUs: 10 s of
+    steps + 10 s launch within a 25 s deadline; 4 GPUs: 30 s). Then a long job whose only
+    satisfying share is all 16 for 1,010 s: that booking would turn away 0.1/s × 1,010 s of
+    arrivals, so it runs best-effort instead of being reserved. Without the opportunity cost
+    (ElasticFlow's admission) it is admitted."""
+    state = a100(n=2)
+    shorts = scaling("A100-40G", counts=(1, 2, 4, 8), base=8.0, eff=1.0)
+    longs = scaling("A100-40G", counts=(1, 2, 4, 8, 16), base=8.0, eff=1.0)
+    long_job = job("long", longs, deadline=1200.0, steps=2000, submit=100.0)
+    for oc, admitted in ((1.0, False), (None, True)):
+        pol = make_policy("elastic", perf=IdentityPerf(), opportunity_cost=oc)
+        for i in range(10):
+            t = 10.0 * i
+            (d,) = pol.decide(state, [job(f"s{i}", shorts, deadline=t + 25.0, steps=10,
+                                          submit=t)], [], t)
+            assert d.kind is DecisionKind.START and "admitted: minimum" in d.reason, d
+            assert d.allocation.num_gpus >= 8
+        (d,) = pol.decide(state, [long_job], [], 100.0)
+        assert d.kind is DecisionKind.START
+        assert ("long" in pol.engine.admitted) is admitted
+        if not admitted:
+            assert "best-effort" in d.reason and "turn away ~101.0 expected" in d.reason, d
+
+
 def test_elasticflow_uses_power_of_two_data_parallel_options_on_one_type() -> None:
     plans = ranked(*(make_plan("A100-40G", n, step_s=8.0 / n) for n in (1, 2, 3, 4, 6, 8)),
                    make_plan("A100-40G", 4, tp=2, step_s=0.5))
@@ -207,13 +266,20 @@ def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: boo
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(sc=scenario(), name=st.sampled_from(POLICIES))
-def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name) -> None:
+@given(sc=scenario(), name=st.sampled_from([*POLICIES, "elastic+history"]),
+       history=st.lists(st.tuples(st.sampled_from([t for t, _ in TYPES]),
+                                  st.sampled_from([1, 2, 4, 8])), min_size=8, max_size=12))
+def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> None:
     """Drive the policy over a few calls (jobs progressing between them, as the controller
     would): every decision list applies within capacity, and an admitted job that was running
-    on time is never stopped, nor resized onto something that misses its deadline."""
+    on time is never stopped, nor resized onto something that misses its deadline.
+    ``elastic+history``: ``elastic`` having seen earlier arrivals, so that its opportunity
+    cost is at work (some arrivals kept best-effort, shares chosen by it)."""
     state, jobs, gaps = sc
-    pol = make_policy(name, perf=IdentityPerf())
+    pol = make_policy(name.split("+")[0], perf=IdentityPerf())
+    if name.endswith("+history"):
+        for i, (t, n) in enumerate(history):
+            pol.engine.record_arrival(-10.0 * (len(history) - i), {t: n})
     pending = list(jobs)
     running: list[RunningJob] = []
     now = 0.0
