@@ -103,6 +103,7 @@ def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path
                            "--docs", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     res = out["results"]
+    assert out["slack"] == 0.05  # both deadline policies' default margin
     assert set(res) == {"elasticflow@phoebe", "sia-philly:1@phoebe"}
     for per in res.values():
         assert set(per) == {"elastic", "elasticflow", "has", "opportunistic"}
