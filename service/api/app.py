@@ -23,6 +23,7 @@ from service.api.routes import admin, cluster, jobs, plans
 from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
+from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.writer import JobWriter
 from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from service.metrics import render_metrics
@@ -46,6 +47,10 @@ def create_app(
         pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow,
     )
     factory = make_session_factory(engine)
+    # PostgreSQL: the hot paths (GET a job, the submission batches) run on the event loop
+    # with async psycopg (service.db.pg_async); SQLite keeps its writer thread.
+    pg = (AsyncPg(settings.database_url, size=settings.db_pool_size)
+          if engine.dialect.name == "postgresql" else None)
     provider = cluster_provider or DbClusterProvider(factory)
     ctx = AppContext(
         settings=settings,
@@ -61,7 +66,8 @@ def create_app(
         inventory=InventoryCache(provider, settings.inventory_ttl_s),
         clock=clock or utcnow,
         tokens=TokenCache(settings.token_cache_ttl_s),
-        writer=JobWriter(engine),
+        writer=AsyncJobWriter(pg) if pg is not None else JobWriter(engine),
+        pg=pg,
     )
 
     @asynccontextmanager
@@ -71,6 +77,8 @@ def create_app(
         yield
         if ctx.writer is not None:
             ctx.writer.close()
+        if pg is not None:
+            await pg.close()
         engine.dispose()
 
     app = FastAPI(

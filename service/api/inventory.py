@@ -99,6 +99,14 @@ class InventoryCache:
         self._value: Inventory | None = None
         self._at = 0.0
 
+    def peek(self) -> Inventory | None:
+        """The cached value while it is fresh, else None (call ``get``, which reads the
+        provider: the async routes do that in the thread pool)."""
+        with self._lock:
+            if self._value is not None and time.monotonic() - self._at < self._ttl:
+                return self._value
+        return None
+
     def get(self) -> Inventory:
         now = time.monotonic()
         with self._lock:

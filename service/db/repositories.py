@@ -124,8 +124,16 @@ def _raw_json_table(table: sa.Table) -> sa.TableClause:
 
 
 _JOBS_RAW = _raw_json_table(Job.__table__)  # type: ignore[arg-type]
-_INSERT_JOB = sa.insert(_JOBS_RAW)
-_INSERT_EVENT = sa.insert(Event.__table__)
+INSERT_JOB = sa.insert(_JOBS_RAW)
+INSERT_EVENT = sa.insert(Event.__table__)
+JOB_INSERT_KEYS = (
+    "id", "owner", "name", "state", "state_reason", "model_name", "model_spec", "training",
+    "request", "request_hash", "idempotency_key", "priority", "deadline_s", "deadline_at",
+    "entrypoint", "total_steps", "steps_done", "chosen_plan_rank", "created_at", "updated_at",
+    "placed_at", "started_at", "finished_at", "plans", "plan_count",
+)
+"""The columns a submission writes (the keys of ``job_insert_rows``' job rows)."""
+EVENT_INSERT_KEYS = ("job_id", "at", "kind", "state", "message")
 
 
 def insert_job(
@@ -163,9 +171,11 @@ def insert_job(
     }])[0]
 
 
-def insert_jobs(*, conn: sa.Connection, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Many ``insert_job`` (its keyword arguments, one mapping per job) in two
-    ``executemany`` INSERTs on the caller's transaction; the rows' values, in order."""
+def job_insert_rows(
+    jobs: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The job rows (``JOB_INSERT_KEYS``) and ``submitted`` event rows
+    (``EVENT_INSERT_KEYS``) of ``insert_job`` keyword arguments, one mapping per job."""
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     for j in jobs:
@@ -191,9 +201,16 @@ def insert_jobs(*, conn: sa.Connection, jobs: Sequence[Mapping[str, Any]]) -> li
             "message": f"submitted {j['model_name']} with {j['plan_count']} ranked plan(s); "
                        f"{reason}",
         })
+    return rows, events
+
+
+def insert_jobs(*, conn: sa.Connection, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Many ``insert_job`` (its keyword arguments, one mapping per job) in two
+    ``executemany`` INSERTs on the caller's transaction; the rows' values, in order."""
+    rows, events = job_insert_rows(jobs)
     if rows:
-        conn.execute(_INSERT_JOB, rows)
-        conn.execute(_INSERT_EVENT, events)
+        conn.execute(INSERT_JOB, rows)
+        conn.execute(INSERT_EVENT, events)
     return rows
 
 
@@ -217,9 +234,10 @@ JOB_PUBLIC_COLUMNS = tuple(
 )
 """A job row as the API shows it, its JSON documents as text (parsed, once per distinct
 document, by ``service.api.views.stored_job_public``)."""
-_SELECT_JOB_ROW = sa.select(*JOB_PUBLIC_COLUMNS).where(Job.id == sa.bindparam("job_id"))
-_SELECT_HELD = (
-    sa.select(AllocationRow.__table__)
+SELECT_JOB_ROW = sa.select(*JOB_PUBLIC_COLUMNS).where(Job.id == sa.bindparam("job_id"))
+ALLOCATION_COLUMNS = tuple(AllocationRow.__table__.columns)
+SELECT_HELD = (
+    sa.select(*ALLOCATION_COLUMNS)
     .where(AllocationRow.job_id == sa.bindparam("job_id"), AllocationRow.released_at.is_(None))
     .order_by(AllocationRow.id)
 )
@@ -227,12 +245,12 @@ _SELECT_HELD = (
 
 def get_job_row(*, conn: sa.Connection, job_id: str) -> sa.Row[Any] | None:
     """One job as a Core row of ``JOB_PUBLIC_COLUMNS`` (no ORM objects: the GET path)."""
-    return conn.execute(_SELECT_JOB_ROW, {"job_id": job_id}).first()
+    return conn.execute(SELECT_JOB_ROW, {"job_id": job_id}).first()
 
 
 def held_allocation_rows(*, conn: sa.Connection, job_id: str) -> list[sa.Row[Any]]:
     """``active_allocations`` of one job as Core rows."""
-    return list(conn.execute(_SELECT_HELD, {"job_id": job_id}))
+    return list(conn.execute(SELECT_HELD, {"job_id": job_id}))
 
 
 def get_job_by_idempotency_key(*, session: Session, owner: str, key: str) -> Job | None:

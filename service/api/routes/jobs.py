@@ -7,7 +7,7 @@ import logging
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -126,7 +126,7 @@ def _replay(ctx: ContextDep, job: Job, request_hash: str, shown: int | None) -> 
 async def submit_job(
     body: JobCreate,
     user: CurrentUser,
-    ctx: ContextDep,
+    request: Request,
     idempotency_key: IdempotencyKey = None,
     plans: PlansParam = None,
 ) -> Response:
@@ -135,8 +135,11 @@ async def submit_job(
     carries the best ``plans`` plans (default 5; ``?plans=all``).
 
     ``async``: the cached path runs on the event loop and the row is written by the
-    process's group-commit writer (``service.db.writer``); planning a new body, the
-    idempotency lookups and a blocking runner run in the thread pool."""
+    process's group-commit writer (``service.db.writer``; on PostgreSQL
+    ``service.db.pg_async``, on the event loop too); planning a new body, the
+    idempotency lookups and a blocking runner run in the thread pool. (The context comes
+    from the request rather than ``ContextDep``: one dependency less on the hot path.)"""
+    ctx: AppContext = request.app.state.ctx
     shown = _shown(ctx, plans)
     request = body.model_dump(mode="json", exclude_none=True)
     request_hash = canonical_hash(request)
@@ -146,7 +149,9 @@ async def submit_job(
         if replay is not None:
             return replay
 
-    inventory = ctx.inventory.get()
+    inventory = ctx.inventory.peek()
+    if inventory is None:  # stale (once per TTL): the refresh reads the database
+        inventory = await run_in_threadpool(ctx.inventory.get)
     planned = ctx.planning.cached_request(inventory, request_hash)
     if planned is None:
         planned = await run_in_threadpool(ctx.planning.plan_request, body, inventory,
@@ -257,17 +262,20 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
 async def get_job(
-    job_id: str, user: CurrentUser, ctx: ContextDep,
+    job_id: str, user: CurrentUser, request: Request,
     plans: PlansParam = None,
 ) -> Response:
     """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``).
 
     ``async``: one or two reads by key, on the event loop for SQLite (no thread-pool round
-    trip), in the thread pool for a server database; the parts of the answer shared between
-    jobs come from caches (``stored_job_public``)."""
-    if ctx.engine.dialect.name == "sqlite":  # a local file read: microseconds
+    trip) and for PostgreSQL (async psycopg, ``service.db.pg_async``); the parts of the
+    answer shared between jobs come from caches (``stored_job_public``)."""
+    ctx: AppContext = request.app.state.ctx
+    if ctx.pg is not None:  # PostgreSQL: async, on this event loop (one round trip)
+        row, held = await ctx.pg.read_job(job_id)
+    elif ctx.engine.dialect.name == "sqlite":  # a local file read: microseconds
         row, held = _read_job(ctx, job_id)
-    else:  # network round trips: keep the event loop free
+    else:  # another server database: keep the event loop free
         row, held = await run_in_threadpool(_read_job, ctx, job_id)
     if row is None:
         raise ApiError(404, "job_id", f"no job {job_id!r}")
