@@ -23,6 +23,11 @@ Choices the paper leaves open, and why:
   for the head of the queue would only add queueing delay, and MARP's smallest plans are small
   enough that large jobs are not starved in practice (each job has many plan sizes to fall back
   to). ``backfill=False`` stops at the first job that cannot be placed (strict FCFS).
+* **Plan order** (``plan_order="knee"``, default): a job starts on the fastest of its plans
+  at the knee of its cost curve (within 80% of the fewest GPU-seconds on that GPU type), the
+  first one the free GPUs satisfy, then on MARP's ranked list. The ranking alone (``"ranked"``,
+  fewest GPU-seconds first) starts a 4-minute job on one A100 when four would run it in a
+  quarter of the time at 5% more GPU-seconds; measured in docs/jct.md.
 * **Queue order** (``queue_order="shortest"``, default): waiting jobs are walked by their
   predicted remaining time on their fastest plan, shortest first (MARP makes that known; for
   average JCT it beats FCFS, which ``queue_order="fcfs"`` keeps). Backfilling bounds the wait
@@ -34,7 +39,14 @@ Choices the paper leaves open, and why:
   place) to a smaller plan of no more GPU-seconds, and a long job is shrunk for a much
   shorter waiting one when its own delay stays below ``shrink_delay`` times the short job's run
   time (``shrink_long``, ``shrink_delay``; tuned on the Sia philly/saturn workloads — see
-  docs/jct.md). Without it (``grow=False``) HAS is the
+  docs/jct.md).
+* **Loans** (``loans=True``, default): shrinking a long job for a short one is a loan, not a
+  demotion: its cost is what the long job loses while the short one runs (the slowdown over
+  the short job's run time plus two checkpoint-restarts), and as soon as the borrower has
+  ended the lender gets its plan back before any waiting job may take the GPUs. Without the
+  repayment the freed GPUs went to the next arrivals and the long job stayed small for good,
+  so the loan had to be priced as permanent and was rarely worth taking.
+  Without growth (``grow=False``) HAS is the
   paper's start-only Algorithm 1. Measured in ``docs/jct.md``: growth cut the average JCT on
   every workload set (e.g. NewWorkload-30: 1.52 h -> 0.73 h).
 
@@ -83,7 +95,7 @@ class HasPolicy:
         perf: PerfModel | None = None,
         *,
         backfill: bool = True,
-        plan_order: str = "ranked",
+        plan_order: str = "knee",
         queue_order: str = "shortest",
         grow: bool = True,
         restart_cost_s: float = 70.0,
@@ -91,10 +103,12 @@ class HasPolicy:
         min_hold_s: float = 300.0,
         shrink_long: float = 4.0,
         shrink_delay: float = 10.0,
+        loans: bool = True,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
-            raise ValueError(f"plan_order must be 'ranked' or 'share', got {plan_order!r}")
+            raise ValueError("plan_order must be one of 'ranked', 'share', 'knee', "
+                             f"'knee-share', got {plan_order!r}")
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.backfill = backfill
         self.plan_order = plan_order
@@ -107,8 +121,11 @@ class HasPolicy:
         self.min_hold_s = min_hold_s
         self.shrink_long = shrink_long
         self.shrink_delay = shrink_delay
+        self.loans = loans
         self.seed = seed
         self._plans = PlanIndexCache()
+        self._loans: dict[str, tuple[str, Plan]] = {}
+        """lender job id -> (borrower job id, the lender's plan before the loan)"""
 
     def decide(
         self,
@@ -120,7 +137,7 @@ class HasPolicy:
         """Start every waiting job whose best satisfiable plan fits the free GPUs (shortest
         predicted first, or FCFS); then grow running jobs onto idle GPUs, or shrink grown ones
         for the first job that cannot start."""
-        full = not any(n.free_gpus for n in state.nodes)
+        full = state.free_gpus == 0
         if full and not (self.grow and pending and running):
             return []
         if not pending and not (self.grow and running):
@@ -136,6 +153,12 @@ class HasPolicy:
             self._plans.prune([*pending, *(rj.job for rj in running)])
             return out
         out: list[Decision] = []
+        if self._loans:
+            repaid = self._repay(running, pending, free, state)
+            if repaid:
+                out.extend(repaid)
+                moved = {d.job_id for d in repaid}
+                running = [r for r in running if r.job.id not in moved]
         waiting = 0
         first_waiting: JobView | None = None
         entries = cache.entries
@@ -190,6 +213,12 @@ class HasPolicy:
         jobs that hold more GPUs than their cheapest plan of the same type back to it (in
         place, on a subset of their GPUs) if that frees enough for ``job``'s best plan."""
         index = self._plans.get(job)
+        # the running jobs of each type, most GPUs first, and when the first of them ends
+        of_type: dict[str, list[RunningJob]] = {}
+        for rj in sorted(running, key=lambda r: -r.allocation.num_gpus):
+            of_type.setdefault(rj.allocation.plan.gpu_type, []).append(rj)
+        first_end = {t: min(r.job.remaining_steps * r.allocation.plan.step_time_s for r in rs)
+                     for t, rs in of_type.items()}
         for plan in index.plans:
             t, need = plan.gpu_type, plan.num_gpus - free.free(plan.gpu_type, plan.required_bytes)
             if need <= 0:
@@ -198,13 +227,9 @@ class HasPolicy:
             freed = 0
             wait_s = plan.job_time_s * job.remaining_fraction
             # until then the first running job of this type ends and frees its GPUs
-            expected_wait = min((r.job.remaining_steps * r.allocation.plan.step_time_s
-                                 for r in running if r.allocation.plan.gpu_type == t),
-                                default=0.0)
-            for rj in sorted(running, key=lambda r: -r.allocation.num_gpus):
+            expected_wait = first_end.get(t, 0.0)
+            for rj in of_type.get(t, ()):
                 cur = rj.allocation.plan
-                if cur.gpu_type != t:
-                    continue
                 keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
                                                 expected_wait, state)
                 if base is None or keep is None:
@@ -221,6 +246,8 @@ class HasPolicy:
                 released = _minus(rj.allocation.placement, keep)
                 free.give(released)
                 placed = self.perf.placed_plan(rj.job, base, keep, state)
+                if self.loans and base.gpu_seconds > rj.allocation.plan.gpu_seconds:
+                    self._loans.setdefault(rj.job.id, (job.id, rj.allocation.plan))
                 out.append(resize(
                     Allocation(rj.job.id, placed, keep),
                     f"HAS shrink: {job.id} (predicted {wait_s / 60:.0f} min) waits for "
@@ -229,6 +256,35 @@ class HasPolicy:
                 ))
             return out
         return []
+
+    def _repay(self, running: Sequence[RunningJob], pending: Sequence[JobView],
+               free: FreeGpus, state: ClusterState) -> list[Decision]:
+        """Give lenders their GPUs back as soon as their borrower has ended, before any
+        waiting job can take them (a loan is only worth it if it is short)."""
+        out: list[Decision] = []
+        by_id = {r.job.id: r for r in running}
+        for lender, (borrower, before) in list(self._loans.items()):
+            rj = by_id.get(lender)
+            if rj is None:
+                del self._loans[lender]  # the lender ended (or was stopped)
+                continue
+            if borrower in by_id or any(j.id == borrower for j in pending):
+                continue
+            del self._loans[lender]
+            own = rj.allocation.placement
+            free.give(own)
+            placement = free.best_fit(before.gpu_type, before.num_gpus, before.required_bytes,
+                                      before.parallel.tp)
+            if placement is None:
+                free.take(own)
+                continue
+            free.take(placement)
+            placed = self.perf.placed_plan(rj.job, before, placement, state)
+            out.append(resize(
+                Allocation(lender, placed, placement),
+                f"HAS loan repaid: {borrower} ended; {rj.allocation.plan.label()} -> "
+                f"{placed.label()} again"))
+        return out
 
     def _smaller_plan(self, rj: RunningJob, cur: Plan, t: str, need: int, wait_s: float,
                       expected_wait_s: float, state: ClusterState
@@ -250,7 +306,7 @@ class HasPolicy:
                 return None
             return keep
 
-        for cand in sorted(plans.values(), key=lambda p: p.gpu_seconds):
+        for cand in ridx.cheapest(t):
             if cand.num_gpus < cur.num_gpus and cand.gpu_seconds <= cur.gpu_seconds:
                 keep = fitting(cand)
                 if keep is not None:
@@ -267,8 +323,13 @@ class HasPolicy:
             if keep is None:
                 continue
             # the shrunk job's delay must stay below what the waiting job would otherwise wait
-            delay = rj.job.remaining_steps * (cand.step_time_s - cur.step_time_s) \
-                + self.restart_cost_s
+            if self.loans:
+                # a loan: the job runs smaller while the short one runs, then grows back
+                delay = wait_s * (cand.step_time_s / cur.step_time_s - 1.0) \
+                    + 2 * self.restart_cost_s
+            else:
+                delay = rj.job.remaining_steps * (cand.step_time_s - cur.step_time_s) \
+                    + self.restart_cost_s
             if delay < max(expected_wait_s, self.shrink_delay * wait_s):
                 return keep, cand
         return None, None
@@ -280,26 +341,35 @@ class HasPolicy:
         and by more than twice the checkpoint-restart cost. Longest remaining work first;
         a job holds its allocation at least ``min_hold_s`` (no thrashing)."""
         out: list[Decision] = []
-        order = sorted(
-            running,
-            key=lambda rj: -rj.job.remaining_steps * rj.allocation.plan.step_time_s,
-        )
-        for rj in order:
-            if free.total_free == 0:
-                break
+        # jobs held long enough with enough work left, longest remaining work first (the
+        # filters do not depend on the free GPUs, so they may run before the stable sort)
+        order: list[tuple[float, RunningJob]] = []
+        for rj in running:
             if now - rj.started_at < self.min_hold_s:
                 continue
+            left = rj.job.remaining_steps * rj.allocation.plan.step_time_s
+            if left >= 2 * self.restart_cost_s:
+                order.append((left, rj))
+        order.sort(key=lambda lr: -lr[0])
+        free_by_type = free.free_by_type
+        for left, rj in order:
+            if free.total_free == 0:
+                break
             job, cur = rj.job, rj.allocation.plan
-            left = job.remaining_steps * cur.step_time_s
-            if left < 2 * self.restart_cost_s:
-                continue
             index = self._plans.get(job)
+            # the plans fast enough to be worth a move lead ``efficient_by_speed``; skip the
+            # job at once when no type has enough free GPUs (its own included) for any of them
+            faster = index.faster_than(cur.job_time_s * (1.0 - self.min_gain))
+            own_type, own_n = cur.gpu_type, rj.allocation.num_gpus
+            for t, n in index.efficient_min_gpus[faster]:
+                if free_by_type.get(t, 0) + (own_n if t == own_type else 0) >= n:
+                    break
+            else:
+                continue
             own = rj.allocation.placement
             free.give(own)
             best: tuple[float, Plan, Placement] | None = None
-            for plan in index.efficient_by_speed:
-                if plan.job_time_s >= cur.job_time_s * (1.0 - self.min_gain):
-                    break  # sorted by speed: nothing faster follows
+            for plan in index.efficient_by_speed[:faster]:
                 n = plan.num_gpus
                 if free.free(plan.gpu_type, plan.required_bytes) < n:
                     continue

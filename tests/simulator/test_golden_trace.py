@@ -23,8 +23,10 @@ DATA = Path(__file__).parent / "data"
 GOLDEN = {
     # policy: (avg JCT s, p99 JCT s, avg queue s, makespan s)
     # re-pinned when HAS gained shortest-predicted-first ordering, grow/shrink on idle GPUs
-    # and shrinking long jobs for short ones (avg JCT 6303 s -> 4073 s on this trace)
-    "has": (4073.1105432886866, 40438.33105570247, 12.203282119762616, 51614.27553338472),
+    # and shrinking long jobs for short ones (avg JCT 6303 s -> 4073 s on this trace), then
+    # when it started jobs on their fastest plan at the knee and priced shrinks as loans
+    # repaid first (4073 s -> 3059 s)
+    "has": (3059.121167339782, 32186.98683892069, 15.337463831519184, 39567.047306066306),
     "opportunistic": (4838.344013291584, 43955.28807186785, 248.3854423589441,
                       51614.27553338472),
 }
