@@ -10,6 +10,15 @@ the training workers run on the CPU with gloo) and its type and name as the node
 small object store so the paper's 5-node testbed fits a 2-core, 24 GiB machine; workers use
 ``num_cpus=0``. Ray's files go under a private temporary folder removed on ``shutdown``.
 
+Crash safety. The emulated cluster lives and dies with the process that started it: its
+GCS, raylets and monitors are Ray's direct children and get SIGKILL when that process dies
+(Ray's kernel fate sharing), the workers exit when their raylet goes. What is left after a
+SIGKILL is the temporary folder and each raylet's agents (dashboard and runtime-env agent),
+which linger about a minute trying to report to the dead GCS. So the folder records its
+owner (pid and start time) and every ``start_emulated`` first reaps the clusters of dead
+owners (``reap_stale_clusters``): it kills the processes started for them (recognised by
+the log files they hold open in the folder) and removes their folders.
+
 ``connect`` is what the service calls: ``RAY_ADDRESS`` set → ``ray.init(address=...)`` to
 that cluster (its nodes started with ``ray start ... --labels=...``, see
 ``ray_start_command``); otherwise the emulated cluster.
@@ -17,9 +26,11 @@ that cluster (its nodes started with ``ray start ... --labels=...``, see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -36,6 +47,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTER = "frenzy-testbed"
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+TEMP_PREFIX = "frz-"
+OWNER_FILE = "owner"
+"""In an emulated cluster's temporary folder: ``<pid> <start time>`` of the process that
+started it (the start time tells a reused pid apart)."""
 
 
 def node_labels(node: Node) -> dict[str, str]:
@@ -114,7 +129,9 @@ def start_emulated(cluster: str | Path = DEFAULT_CLUSTER, *,
     spec = load_cluster(cluster)
     nodes = list(spec.state.nodes)
     t0 = time.monotonic()
-    base = Path(tempfile.mkdtemp(prefix="frz-"))  # short: Ray's socket paths have a limit
+    reap_stale_clusters()
+    base = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))  # short: Ray's socket paths have a limit
+    _write_owner(base)
     (base / "ray").mkdir()
     os.environ["RAY_TMPDIR"] = str(base)  # where cluster_utils writes its address file
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -130,9 +147,90 @@ def start_emulated(cluster: str | Path = DEFAULT_CLUSTER, *,
     c.wait_for_nodes()
     out = RayCluster(address=c.address, emulated=True, spec=spec, temp_dir=base,
                      startup_s=time.monotonic() - t0, _cluster=c)
-    log.info("emulated cluster %s up in %.1f s: %s", spec.name, out.startup_s,
+    log.info("emulated cluster %s up in %.1f s at %s (files in %s): %s", spec.name,
+             out.startup_s, c.address, base,
              ", ".join(f"{n.id}={n.total_gpus}x{n.gpu_type}" for n in nodes))
     return out
+
+
+# -- crash safety: clusters whose owner died -------------------------------------------------
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone.
+    Linux only; elsewhere "unknown" for a live pid (no reuse check)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "unknown"
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+def _write_owner(base: Path) -> None:
+    (base / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid()) or 'unknown'}\n")
+
+
+def _owner_dead(base: Path) -> bool:
+    """True when ``base`` records an owner and that process is gone (a folder without an
+    owner file is someone else's, or being set up: never reaped)."""
+    try:
+        pid_s, started = (base / OWNER_FILE).read_text().split()
+    except (OSError, ValueError):
+        return False
+    now = _start_time(int(pid_s))
+    return now is None or (started != "unknown" and now != "unknown" and now != started)
+
+
+def cluster_processes(base: Path) -> list[int]:
+    """Pids of the live processes started for the emulated cluster in ``base`` (Linux: read
+    from ``/proc``; elsewhere nothing is found). Ray's GCS, raylets, agents and workers all
+    have a file open under ``base`` (their logs) or, until ``setproctitle`` overwrites it,
+    ``RAY_TMPDIR=<base>`` in their environment, inherited from the process that started it."""
+    marker = f"RAY_TMPDIR={base}".encode()
+    prefix = f"{base}{os.sep}"
+    pids: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return pids
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0") or any(
+                    os.readlink(fd).startswith(prefix) for fd in (entry / "fd").iterdir()):
+                pids.append(int(entry.name))
+        except OSError:  # gone, or not ours
+            continue
+    return sorted(pids)
+
+
+def reap_stale_clusters(root: str | Path | None = None, *, timeout_s: float = 5.0) -> int:
+    """Kill what is left of emulated clusters whose owner died (a SIGKILLed service) and
+    remove their folders; clusters of live owners are not touched. Returns the number of
+    processes killed."""
+    killed: set[int] = set()
+    for base in sorted(Path(root or tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*")):
+        if not base.is_dir() or not _owner_dead(base):
+            continue
+        deadline = time.monotonic() + timeout_s
+        while (pids := cluster_processes(base)) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+            time.sleep(0.05)
+        if pids:
+            log.warning("could not reap processes %s of the dead cluster in %s", pids, base)
+        shutil.rmtree(base, ignore_errors=True)
+        log.info("reaped the emulated cluster left in %s by a dead owner", base)
+    return len(killed)
 
 
 def connect(cluster: str | Path = DEFAULT_CLUSTER, *, namespace: str = "frenzy") -> RayCluster:

@@ -34,6 +34,7 @@ import itertools
 import logging
 import shlex
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -171,6 +172,10 @@ class RayBackend:
         self._runs: dict[str, _Run] = {}
         self._events: list[BackendEvent] = []
         self._gen = itertools.count()
+        self._incarnation = uuid.uuid4().hex[:8]
+        """In every placement group's name: a restarted service on a long-lived Ray cluster
+        must not collide with the names of its predecessor's groups (Ray removes those when
+        it notices the old driver is gone, which may be after the new one starts)."""
         self._selectors: dict[str, dict[str, str]] = {}
         self._worker_cls = ray.remote(TrainingWorker)
         self.pg_ready_s: list[float] = []
@@ -220,7 +225,7 @@ class RayBackend:
             selectors += [self._selectors[node]] * n
         gen = next(self._gen)
         pg = placement_group(bundles, strategy="PACK", bundle_label_selector=selectors,
-                             name=f"{PG_PREFIX}{job.id}-{gen}")
+                             name=f"{PG_PREFIX}{job.id}-{self._incarnation}-{gen}")
         workers = [
             self._worker_cls.options(
                 num_cpus=0, num_gpus=1, max_concurrency=2, max_restarts=0,
@@ -392,6 +397,8 @@ class RayBackend:
             if not run.started and steps > first:
                 run.started = True
                 self._events.append(Started(run.job.id, now))
+                log.info("job %s: first step made (launch resumed from step %d)",
+                         run.job.id, first)
             history = self.losses.setdefault(run.job.id, [])
             recent = status.get("recent_losses") or ()
             seen = self._loss_step.get(run.job.id, 0)

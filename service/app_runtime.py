@@ -12,11 +12,14 @@ not thread-safe) and one loop thread that
   ``schedule_every_s``.
 
 Restart safety (``recover``): on start, every live job in the database is handed back to the
-Controller. A job that held GPUs is first recorded as requeued (its GPUs released), then
-started again on the same placement when those nodes still have room — the backend resumes
-it from its last checkpoint (or re-attaches to live workers, if it can) — and otherwise left
-in the queue for the policy. Pending jobs are queued again in their original order. So the
-database and the Controller agree on every GPU before the first request is served.
+Controller. A job that held GPUs is first recorded as requeued (its GPUs released) at the
+step the driver says it resumes from (``Driver.resume_step``: its last checkpoint on Ray,
+not the last progress written, which may be ahead of it), then started again on the same
+placement when those nodes still have room, and otherwise left in the queue for the policy.
+Its old workers are gone: an emulated Ray cluster dies with the service, and on a long-lived
+one Ray kills the actors and removes the placement groups of a dead driver. Pending jobs are
+queued again in their original order. So the database and the Controller agree on every GPU
+before the first request is served.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
@@ -78,6 +81,11 @@ class Driver(Protocol):
     def inventory(self) -> ClusterState: ...
 
     def pump(self, controller: Controller) -> None: ...
+
+    def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
+        """Where a job that held GPUs when the service died resumes, given the last progress
+        recorded (``steps_done``): its newest checkpoint where the backend keeps them."""
+        ...
 
     def close(self) -> None: ...
 
@@ -144,6 +152,10 @@ class SimDriver:
                     controller.on_event(
                         Progress(rec.view.id, now, self.backend.steps_done(rec.view.id))
                     )
+
+    def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
+        """Simulated jobs keep no checkpoints: they resume from the progress recorded."""
+        return steps_done
 
     def close(self) -> None:
         return None
@@ -277,15 +289,21 @@ class Runtime:
             held: dict[str, list[tuple[str, int]]] = {}
             for row in repo.active_allocations(session=session):
                 held.setdefault(row.job_id, []).append((row.node_id, row.gpus))
+        driver = self.driver
+        assert driver is not None
         with ctl.batch():
             for job in live:
                 self._note_created(job.created_at)
                 placement = held.get(job.id, [])
+                resume = float(job.steps_done)
                 if job.state.holds_gpus:
-                    self._requeue_in_db(job, placement)
+                    resume = driver.resume_step(job.id, resume, entrypoint=bool(job.entrypoint))
+                    self._requeue_in_db(job, placement, resume)
                 view = self._view_of(job)
                 if view is None:
                     continue
+                if view.steps_done != resume:
+                    view = replace(view, steps_done=resume)
                 ctl.submit(view)
                 if not job.state.holds_gpus:
                     self.stats.recovered_pending += 1
@@ -298,17 +316,21 @@ class Runtime:
                  len(live), self.stats.recovered_pending, self.stats.recovered_requeued,
                  self.stats.recovered_reattached)
 
-    def _requeue_in_db(self, job: Job, placement: list[tuple[str, int]]) -> None:
+    def _requeue_in_db(self, job: Job, placement: list[tuple[str, int]], resume: float) -> None:
+        """Back to PENDING (GPUs released) at ``resume``, the step it restarts from."""
         where = ", ".join(f"{g}@{n}" for n, g in placement) or "no GPUs"
         with write_session(self._factory) as session:
             row = repo.get_job(session=session, job_id=job.id, for_update=True)
             if row is None or row.state.terminal:
                 return
+            now = utcnow()
+            progress = row.steps_done
+            repo.record_progress(session=session, job=row, steps_done=resume, now=now)
             repo.transition_job(
-                session=session, job=row, to=JobState.PENDING, now=utcnow(),
+                session=session, job=row, to=JobState.PENDING, now=now,
                 reason=f"service restarted: requeued from its last checkpoint at step "
-                       f"{row.steps_done:.0f} (held {where})",
-                kind="requeued",
+                       f"{resume:.0f} (progress was {progress:.0f}; held {where})",
+                kind="requeued", data={"steps_done": resume, "progress": progress},
             )
 
     def _restart_on(self, view: JobView, job: Job, placement: list[tuple[str, int]]) -> bool:

@@ -18,6 +18,7 @@ from orchestrator.backend import WallClock
 from orchestrator.controller import Controller
 from orchestrator.emulated import RayCluster, connect
 from orchestrator.ray_backend import RayBackend, RayBackendConfig
+from orchestrator.trainer.checkpoint import latest_step
 from scheduler.cluster import ClusterState
 
 if TYPE_CHECKING:
@@ -49,6 +50,14 @@ class RayDriver:
 
     def pump(self, controller: Controller) -> None:
         self.backend.poll()
+
+    def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
+        """The built-in trainer resumes from its newest checkpoint, whatever progress was
+        recorded after it; an entrypoint keeps its own checkpoints, unknown here, and is told
+        the progress recorded (``FRENZY_RESUME_STEP``)."""
+        if entrypoint:
+            return steps_done
+        return float(latest_step(self.backend.config.checkpoint_dir, job_id))
 
     def close(self) -> None:
         try:

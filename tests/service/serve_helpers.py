@@ -76,13 +76,15 @@ class Served:
 
 
 def serve(tmp: Path, db_url: str, *, port: int | None = None, backend: str = "sim",
-          extra: list[str] | None = None, timeout_s: float = 90.0) -> Served:
-    """Start ``frenzy serve`` on a free loopback port and wait until it answers."""
+          extra: list[str] | None = None, timeout_s: float = 90.0,
+          env_extra: dict[str, str] | None = None) -> Served:
+    """Start ``frenzy serve`` on a free loopback port and wait until it answers
+    (``env_extra``: more environment variables for it, e.g. ``FRENZY_CHECKPOINT_DIR``)."""
     port = port or free_port()
     token_file = tmp / "admin-token"
     log_path = tmp / f"serve-{port}-{time.monotonic_ns()}.log"
     env = {**os.environ, "FRENZY_TOKEN_FILE": str(token_file), "PYTHONUNBUFFERED": "1",
-           "RAY_AUTH_MODE": "disabled"}
+           "RAY_AUTH_MODE": "disabled", **(env_extra or {})}
     env.pop("DATABASE_URL", None)
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
