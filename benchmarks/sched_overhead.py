@@ -1,18 +1,25 @@
 """Scheduling overhead: wall time per policy call of ``has`` and ``sia`` as the cluster and the
 queue grow (Frenzy paper Fig. 5a; Sia Fig. 9).
 
-* Cluster size (Sia's scale_Nx method): Sia's 64-GPU heterogeneous cluster scaled N× (64 →
-  2,048 GPUs) replaying the matching ``scale_Nx`` Saturn workload (every job issued N×) for
-  the first ``--window`` hours of virtual time, at most ``--calls`` policy calls.
-Only calls made while at least one job waits are timed (an empty queue is trivial for HAS).
+* Cluster size (Sia's scale_Nx method: the cluster AND the workload scale): Sia's 64-GPU
+  heterogeneous cluster scaled N× (64 → 2,048 GPUs) replaying the matching ``scale_Nx``
+  Saturn workload (every job issued N×) for the first ``--window`` hours of virtual time
+  (default 4: the ramp-up and the busy hours with a full cluster, hundreds of running jobs
+  and a standing queue; every call of that window, so the sample grows with the cluster —
+  at 2,048 GPUs several hundred calls per policy). The percentiles are over the calls made
+  while at least one job waits (the scheduling decisions proper); the calls with an empty
+  queue are counted in the total policy time per replay, reported beside them, since
+  neither policy is free then (HAS grows running jobs, Sia re-solves at round boundaries).
 
 * Queue length (Frenzy's method): a NewWorkload queue of 10 → 1,000 jobs all submitted at
-  time 0 on the 64-GPU cluster; the first ``--calls`` policy calls are timed.
+  time 0 on the 64-GPU cluster; the first ``--calls`` policy calls are timed (a short queue
+  is served in one or a few calls, so its sample is that small).
 
 Every call is the real ``Controller`` → ``policy.decide`` call of a replay (what a production
-controller pays). Prints a table; ``--json`` one JSON object on the last line with has_p50_ms,
-has_p95_ms, sia_p50_ms, sia_p95_ms at the largest cluster and speedup (sia / has medians).
-Writes ``docs/sched_overhead.png`` and ``docs/sched_overhead.md``.
+controller pays), caches warming up as they would. Prints a table; ``--json`` one JSON object
+on the last line with has_p50_ms, has_p95_ms, sia_p50_ms, sia_p95_ms at the largest cluster,
+speedup (sia / has medians) and the load average before and after. Writes
+``docs/sched_overhead.png`` and ``docs/sched_overhead.md``.
 
     python -m benchmarks.sched_overhead [--quick] [--json]
 """
@@ -23,6 +30,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,9 +52,9 @@ def _scale_workload(n: int) -> str:
 
 
 def measure(jobs_spec: str | None, queue: int | None, scale: int, policy: str, *,
-            calls: int, window_s: float | None) -> list[float]:
-    """Wall seconds of each policy call of one bounded replay that had a job waiting (calls
-    with an empty queue are trivial for a queue-driven policy and would flatter it)."""
+            calls: int | None, window_s: float | None) -> tuple[list[float], list[float]]:
+    """Wall seconds of each policy call of one bounded replay: (calls that had a job
+    waiting, every call)."""
     cluster = load_cluster("sia-64", scale=scale).state
     cache = PlanCache(cluster)
     if queue is not None:
@@ -57,30 +65,34 @@ def measure(jobs_spec: str | None, queue: int | None, scale: int, policy: str, *
     views = [job_view(mj, cache) for mj in mapped]
     res = replay(views, cluster, policy,
                  config=SimConfig(max_policy_calls=calls, until_s=window_s))
-    return [w for pending, _, w in res.controller.policy_calls if pending]
+    calls_made = res.controller.policy_calls
+    return [w for pending, _, w in calls_made if pending], [w for _, _, w in calls_made]
+
+
+def _stats(waiting: list[float], every: list[float]) -> dict[str, Any]:
+    ms = [w * 1e3 for w in waiting]
+    return {"p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
+            "max_ms": max(ms) if ms else math.nan, "calls": len(ms),
+            "all_calls": len(every), "total_s": sum(every)}
 
 
 def run(scales: tuple[int, ...], queues: tuple[int, ...], *, calls: int,
         window_h: float) -> dict[str, Any]:
     t0 = time.perf_counter()
+    load_before = os.getloadavg()
     by_size: list[dict[str, Any]] = []
     for n in scales:
         row: dict[str, Any] = {"gpus": 64 * n, "scale": n}
         for pol in POLICIES:
-            walls = measure(_scale_workload(n), None, n, pol, calls=calls,
-                            window_s=window_h * 3600)
-            ms = [w * 1e3 for w in walls]
-            row[pol] = {"p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
-                        "max_ms": max(ms) if ms else math.nan, "calls": len(ms)}
+            row[pol] = _stats(*measure(_scale_workload(n), None, n, pol, calls=None,
+                                       window_s=window_h * 3600))
         by_size.append(row)
         logging.info("scale %dx done", n)
     by_queue: list[dict[str, Any]] = []
     for q in queues:
         row = {"queue": q, "gpus": 64}
         for pol in POLICIES:
-            ms = [w * 1e3 for w in measure(None, q, 1, pol, calls=calls, window_s=None)]
-            row[pol] = {"p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
-                        "max_ms": max(ms) if ms else math.nan, "calls": len(ms)}
+            row[pol] = _stats(*measure(None, q, 1, pol, calls=calls, window_s=None))
         by_queue.append(row)
     last = by_size[-1]
     out = {
@@ -89,14 +101,20 @@ def run(scales: tuple[int, ...], queues: tuple[int, ...], *, calls: int,
         "sia_p50_ms": last["sia"]["p50_ms"], "sia_p95_ms": last["sia"]["p95_ms"],
         "speedup": last["sia"]["p50_ms"] / last["has"]["p50_ms"]
         if last["has"]["p50_ms"] else math.inf,
+        "has_calls": last["has"]["calls"], "sia_calls": last["sia"]["calls"],
+        "window_h": window_h, "queue_calls": calls,
         "by_size": by_size, "by_queue": by_queue,
         "wall_s": round(time.perf_counter() - t0, 1),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
     }
     return out
 
 
 def table(out: dict[str, Any]) -> str:
-    lines = ["policy wall time per call (ms): median / p95 / max (calls timed)", ""]
+    lines = ["policy wall time per call with a job waiting (ms): median / p95 / max (calls)",
+             f"cluster sweep: every call of the first {out['window_h']:g} virtual hours; "
+             f"queue sweep: the first {out['queue_calls']} calls", ""]
     head = f"{'GPUs':>6}  " + "".join(f"{p:>34}" for p in POLICIES) + f"{'sia/has p50':>13}"
     lines += [head, "-" * len(head)]
     for row in out["by_size"]:
@@ -112,9 +130,22 @@ def table(out: dict[str, Any]) -> str:
             f" ({row[p]['calls']:>3})" for p in POLICIES)
         ratio = row["sia"]["p50_ms"] / row["has"]["p50_ms"] if row["has"]["p50_ms"] else math.inf
         lines.append(f"{row['queue']:>6}  {cells}{ratio:>12.0f}x")
-    lines += ["", f"at {out['largest_gpus']} GPUs: has p50 {out['has_p50_ms']:.3f} ms, "
-              f"sia p50 {out['sia_p50_ms']:.3f} ms, speedup {out['speedup']:.0f}x "
-              f"({out['wall_s']} s wall)"]
+    lines += ["", "every call of the cluster sweep (an empty queue included): calls / total "
+              "policy time (ms)", "",
+              f"{'GPUs':>6}  " + "".join(f"{p:>24}" for p in POLICIES) + f"{'sia/has total':>15}",
+              "-" * 69]
+    for row in out["by_size"]:
+        cells = "".join(f"{row[p]['all_calls']:>10} /{row[p]['total_s'] * 1e3:>12.1f}"
+                        for p in POLICIES)
+        ratio = row["sia"]["total_s"] / row["has"]["total_s"] if row["has"]["total_s"] \
+            else math.inf
+        lines.append(f"{row['gpus']:>6}  {cells}{ratio:>14.0f}x")
+    lb, la = out["load_before"], out["load_after"]
+    lines += ["", f"at {out['largest_gpus']} GPUs: has p50 {out['has_p50_ms']:.3f} ms "
+              f"({out['has_calls']} calls), sia p50 {out['sia_p50_ms']:.3f} ms "
+              f"({out['sia_calls']} calls), speedup {out['speedup']:.0f}x "
+              f"({out['wall_s']} s wall; load average {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f} "
+              f"before, {la[0]:.2f} {la[1]:.2f} {la[2]:.2f} after)"]
     return "\n".join(lines)
 
 
@@ -147,7 +178,14 @@ def plot(out: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+NOTES = "## Notes"
+"""The heading of the hand-written part of ``sched_overhead.md``, kept when it is rewritten."""
+
+
 def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
+    path = docs / "sched_overhead.md"
+    old = path.read_text() if path.exists() else ""
+    notes = old[old.index(NOTES):] if NOTES in old else ""
     text = "\n".join([
         "# Scheduling overhead benchmark",
         "",
@@ -164,9 +202,8 @@ def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
         "",
         "![overhead](sched_overhead.png)",
         "",
-    ])
-    (docs / "sched_overhead.md").write_text(text)
-
+    ]) + ("\n" + notes if notes else "")
+    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,16 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="64 and 128 GPUs; a 10-job queue")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--calls", type=int, default=None,
-                    help="policy calls per point (default 40; quick 6)")
-    ap.add_argument("--window", type=float, default=2.0,
-                    help="virtual hours of the scale_Nx replay (default 2)")
+                    help="policy calls per queue-sweep point (default 40; quick 6)")
+    ap.add_argument("--window", type=float, default=None,
+                    help="virtual hours of the scale_Nx replays (default 4; quick 1)")
     ap.add_argument("--docs", default=None,
                     help="folder for the plot and the report (default docs/; none for --quick)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     calls = args.calls or (6 if args.quick else 40)
+    window = args.window or (1.0 if args.quick else 4.0)
     out = run(QUICK_SCALES if args.quick else FULL_SCALES,
-              QUICK_QUEUES if args.quick else FULL_QUEUES, calls=calls, window_h=args.window)
+              QUICK_QUEUES if args.quick else FULL_QUEUES, calls=calls, window_h=window)
     print(table(out))
     docs = args.docs or (None if args.quick else "docs")
     if docs:
