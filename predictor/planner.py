@@ -23,6 +23,7 @@ import logging
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from operator import mul
 
 from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
@@ -41,6 +42,7 @@ from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, Trai
 from predictor.step_time import (
     StepTimeModel,
     default_topology,
+    device_rates,
     lower_bound_per_micro_batch,
 )
 
@@ -74,6 +76,8 @@ _SAVERS: tuple[tuple[Recompute, int], ...] = (
     (Recompute.FULL, 2),
     (Recompute.FULL, 3),
 )
+
+_SAVERS_NO_ZERO = tuple(sv for sv in _SAVERS if sv[1] == 0)  # ZeRO needs dp > 1
 
 RankKey = Callable[[Plan], tuple[float, ...]]
 
@@ -167,7 +171,6 @@ class _MemoryTable:
         self.activation: dict[tuple[int, ...], ActivationTerms] = {}
         self.peaks: dict[tuple[int, ...], tuple[list[int], ...]] = {}
         self.static: dict[tuple[int, ...], StaticTerms] = {}
-        self.curves: dict[tuple[int, ...], list[int]] = {}
         self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
         self.floor = 1 << 62  # smallest tensor memory seen (for the infeasible answer)
 
@@ -176,29 +179,26 @@ class _MemoryTable:
         """Tensor bytes of the worst stage (``estimate_memory(...).tensors``) at each
         micro-batch of the layout (the ascending divisors of the per-replica batch); they
         never decrease with the micro-batch."""
-        key = (tp, pp, dp, _RC_INDEX[recompute], zero)
-        out = self.curves.get(key)
-        if out is None:
-            pkey = key[:4]
-            peaks = self.peaks.get(pkey)
-            if peaks is None:
-                akey = (tp, pp, key[3])
-                act = self.activation.get(akey)
-                if act is None:
-                    act = self.activation[akey] = activation_terms(
-                        self.model, self.train, tp, pp, recompute,
-                        self.train.sequence_parallel and tp > 1, self.train.flash_attention)
-                per_replica = self.train.global_batch // dp
-                peaks = self.peaks[pkey] = activation_peaks(act, per_replica,
-                                                            _divisors(per_replica))
-            skey = (tp, pp, dp if zero else 0, zero)
-            static = self.static.get(skey)
-            if static is None:
-                static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp,
-                                                          zero)
-            out = self.curves[key] = peak_tensor_curve(static, peaks)
-            if out[0] < self.floor:
-                self.floor = out[0]
+        rc = _RC_INDEX[recompute]
+        pkey = (tp, pp, dp, rc)
+        peaks = self.peaks.get(pkey)
+        if peaks is None:
+            akey = (tp, pp, rc)
+            act = self.activation.get(akey)
+            if act is None:
+                act = self.activation[akey] = activation_terms(
+                    self.model, self.train, tp, pp, recompute,
+                    self.train.sequence_parallel and tp > 1, self.train.flash_attention)
+            per_replica = self.train.global_batch // dp
+            peaks = self.peaks[pkey] = activation_peaks(act, per_replica,
+                                                        _divisors(per_replica))
+        skey = (tp, pp, dp if zero else 0, zero)
+        static = self.static.get(skey)
+        if static is None:
+            static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp, zero)
+        out = peak_tensor_curve(static, peaks)
+        if out[0] < self.floor:
+            self.floor = out[0]
         return out
 
     def get(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
@@ -225,9 +225,48 @@ _RC_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 Config = tuple[int, int, int, int, Recompute, int]  # tp, pp, dp, micro-batch, recompute, zero
 
 
-def _best_for_layout(
-    table: _MemoryTable, budget: float, tp: int, pp: int, dp: int
-) -> list[Config]:
+BoundKey = tuple[int, int, int, Recompute]  # tp, pp, micro-batch, recompute
+Item = tuple[int, BoundKey, Config]
+"""A fitting configuration as the search carries it: ``m + pp - 1`` (micro-batches per
+replica plus the 1F1B fill, the lower bound's multiplier), the key of the lower bound's
+dp-free part (tp, pp, micro-batch, recompute), and the configuration."""
+
+
+class _Layout:
+    """One (tp, pp, dp) layout's memory savers (in order of time cost), with each saver's
+    memory curve over the micro-batches and its configurations, built on first use and shared
+    by all budgets."""
+
+    __slots__ = ("curves", "dp", "items", "last", "pp", "savers", "table", "tp")
+
+    def __init__(self, table: _MemoryTable, tp: int, pp: int, dp: int) -> None:
+        self.table, self.tp, self.pp, self.dp = table, tp, pp, dp
+        self.savers = _SAVERS if dp > 1 else _SAVERS_NO_ZERO
+        self.curves: list[list[int] | None] = [None] * len(self.savers)
+        self.items: list[list[Item] | None] = [None] * len(self.savers)
+        self.last = len(_divisors(table.train.global_batch // dp)) - 1
+
+    def curve(self, i: int) -> list[int]:
+        out = self.curves[i]
+        if out is None:
+            recompute, zero = self.savers[i]
+            out = self.curves[i] = self.table.curve(self.tp, self.pp, self.dp, recompute, zero)
+        return out
+
+    def saver_items(self, i: int) -> list[Item]:
+        out = self.items[i]
+        if out is None:
+            recompute, zero = self.savers[i]
+            tp, pp, dp = self.tp, self.pp, self.dp
+            per_replica = self.table.train.global_batch // dp
+            out = self.items[i] = [
+                (max(1, per_replica // mb) + pp - 1, (tp, pp, mb, recompute),
+                 (tp, pp, dp, mb, recompute, zero))
+                for mb in _divisors(per_replica)]
+        return out
+
+
+def _best_for_layout(layout: _Layout, budget: float) -> list[Item]:
     """Fitting configurations of one (tp, pp, dp) layout within ``budget`` tensor bytes: per
     micro-batch, the cheapest memory saver that fits.
 
@@ -238,24 +277,68 @@ def _best_for_layout(
     largest one of each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B
     bubble, so all are.
     """
-    mbs = _divisors(table.train.global_batch // dp)
-    last = len(mbs) - 1
-    if table.curve(tp, pp, dp, Recompute.FULL, 3 if dp > 1 else 0)[0] > budget:
-        return []  # not even the most frugal saver fits one sequence
-    out: list[Config] = []
+    if layout.curve(len(layout.savers) - 1)[0] > budget:
+        return []  # not even the most frugal saver (full recompute, ZeRO-3) fits one sequence
+    out: list[Item] = []
     covered = 0  # micro-batches [0, covered) fit a cheaper saver
-    for recompute, zero in _SAVERS:
-        if zero and dp == 1:
-            continue
-        j = bisect_right(table.curve(tp, pp, dp, recompute, zero), budget) - 1
+    last, pipelined = layout.last, layout.pp > 1
+    for i in range(len(layout.savers)):
+        j = bisect_right(layout.curve(i), budget) - 1
         if j < covered:
             continue  # fits nothing that a cheaper saver does not
-        picks = (j,) if pp == 1 else range(covered, j + 1)
-        out.extend((tp, pp, dp, mbs[x], recompute, zero) for x in picks)
+        items = layout.saver_items(i)
+        if pipelined:
+            out.extend(items[covered:j + 1])
+        else:
+            out.append(items[j])
         covered = j + 1
         if covered > last:
             break
     return out
+
+
+_Group = tuple[int, list[int], list[BoundKey], list[Config]]
+"""The fitting configurations of one GPU count: ``m + pp - 1`` of each (the lower bound's
+multiplier), the key of its lower bound's dp-free part, the configurations."""
+
+
+def _fitting_groups(table: _MemoryTable, layouts: dict[tuple[int, int, int], _Layout],
+                    shapes: list[tuple[int, int, int]], budget: float
+                    ) -> tuple[list[_Group], list[BoundKey]]:
+    """Every configuration that fits ``budget`` tensor bytes, by GPU count (in search order:
+    counts by first appearance, configurations by layout then ``_best_for_layout``), and the
+    distinct lower-bound keys among them."""
+    by_count: dict[int, _Group] = {}
+    for shape in shapes:
+        layout = layouts.get(shape)
+        if layout is None:
+            layout = layouts[shape] = _Layout(table, *shape)
+        items = _best_for_layout(layout, budget)
+        if not items:
+            continue
+        n = shape[0] * shape[1] * shape[2]
+        group = by_count.get(n)
+        if group is None:
+            group = by_count[n] = (n, [], [], [])
+        fills, keys, cfgs = zip(*items, strict=True)
+        group[1].extend(fills)
+        group[2].extend(keys)
+        group[3].extend(cfgs)
+    all_keys = list(dict.fromkeys(k for group in by_count.values() for k in group[2]))
+    return list(by_count.values()), all_keys
+
+
+def _plan(table: _MemoryTable, gpu: GpuType, step_model: StepTimeModel, cfg: Config,
+          precision: Precision, notes: tuple[str, ...], margin: float) -> Plan:
+    """The ``Plan`` of a search point: its full memory breakdown and step time."""
+    par = table.par(*cfg)
+    mem = table.get(*cfg)
+    return Plan(
+        gpu_type=gpu.name, parallel=par, precision=precision,
+        memory=replace(mem, overhead=gpu.runtime_overhead_bytes),
+        step=step_model.estimate(par), num_steps=table.train.num_steps, notes=notes,
+        required_bytes=int((mem.tensors + gpu.runtime_overhead_bytes) / (1.0 - margin)),
+    )
 
 
 def plan_job(
@@ -285,67 +368,53 @@ def plan_job(
     if not gpu_list:
         raise SpecError("gpus", "no GPU types to plan for")
 
-    best: dict[tuple[str, int], Plan] = {}
+    best: dict[tuple[str, int], Plan] = {}  # the fastest plan per (GPU type, count)
     every: list[Plan] = []
     table = _MemoryTable(model, train)
-    layouts: dict[tuple[float, int, int, int], list[Config]] = {}  # GPUs of equal budget share
+    layouts: dict[tuple[int, int, int], _Layout] = {}
+    fitting: dict[float, tuple[list[_Group], list[BoundKey]]] = {}  # shared by equal budgets
+    bounds: dict[tuple[float, float, Precision], dict[BoundKey, float]] = {}
+    shapes = [(tp, pp, dp) for tp in _tp_options(model, train, min(gpus_per_node, max_gpus))
+              for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp))
+              for dp in _divisors(train.global_batch, max_gpus // (tp * pp))]
+    flash, sp_knob = train.flash_attention, train.sequence_parallel
     considered = 0
-    steps = train.num_steps
     for gpu in gpu_list:
         precision, notes = _precision_for(gpu, train.precision)
         gtrain = train if precision is train.precision else replace(train, precision=precision)
-        # every fitting configuration of this GPU type, by GPU count, with a compute-only
-        # lower bound of its step time
-        by_count: dict[int, list[tuple[float, Config]]] = {}
-        flash, sp_knob = train.flash_attention, train.sequence_parallel
         budget = gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
-        per_micro: dict[tuple[int, int, int, Recompute], float] = {}
-        for tp in _tp_options(model, train, min(gpus_per_node, max_gpus)):
-            for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp)):
-                for dp in _divisors(train.global_batch, max_gpus // (tp * pp)):
-                    lkey = (budget, tp, pp, dp)
-                    cfgs = layouts.get(lkey)
-                    if cfgs is None:
-                        cfgs = layouts[lkey] = _best_for_layout(table, budget, tp, pp, dp)
-                    if not cfgs:
-                        continue
-                    bucket = by_count.setdefault(tp * pp * dp, [])
-                    per_replica = train.global_batch // dp
-                    for cfg in cfgs:
-                        # compute_lower_bound, its dp-free part computed once
-                        mb, recompute = cfg[3], cfg[4]
-                        pkey = (tp, pp, mb, recompute)
-                        pm = per_micro.get(pkey)
-                        if pm is None:
-                            pm = per_micro[pkey] = lower_bound_per_micro_batch(
-                                model, gtrain, gpu, tp=tp, pp=pp, micro_batch=mb,
-                                recompute=recompute, flash=flash, sequence_parallel=sp_knob)
-                        bucket.append(((max(1, per_replica // mb) + pp - 1) * pm, cfg))
-        for n, cands in by_count.items():
+        fits = fitting.get(budget)
+        if fits is None:
+            fits = fitting[budget] = _fitting_groups(table, layouts, shapes, budget)
+        groups, all_keys = fits
+        # the lower bound's dp-free part depends on the GPU only through its rates
+        per_micro = bounds.setdefault(
+            (*device_rates(gpu, gtrain.precision), gtrain.precision), {})
+        for key in all_keys:
+            if key not in per_micro:
+                per_micro[key] = lower_bound_per_micro_batch(
+                    model, gtrain, gpu, tp=key[0], pp=key[1], micro_batch=key[2],
+                    recompute=key[3], flash=flash, sequence_parallel=sp_knob)
+        for n, fills, keys, cfgs in groups:
+            # compute_lower_bound = (m + pp - 1) x its dp-free part, for each configuration;
+            # candidates in increasing bound (ties: in search order)
+            bounds_n = list(map(mul, fills, map(per_micro.__getitem__, keys)))
             step_model = StepTimeModel(model, gtrain, gpu,
                                        default_topology(gpu, n, gpus_per_node))
-            cands.sort(key=lambda c: c[0])
-            k = (gpu.name, n)
-            for lb, cfg in cands:
-                if not keep_all and k in best and lb >= best[k].step_time_s:
+            best_total, best_cfg = 0.0, None
+            for i in sorted(range(len(bounds_n)), key=bounds_n.__getitem__):
+                if not keep_all and best_cfg is not None and bounds_n[i] >= best_total:
                     break  # sorted by bound: nothing after this can be faster
                 considered += 1
-                par = table.par(*cfg)
-                step = step_model.estimate(par)
-                if not keep_all and k in best and step.total_s >= best[k].step_time_s:
-                    continue
-                mem = table.get(*cfg)
-                plan = Plan(
-                    gpu_type=gpu.name, parallel=par, precision=precision,
-                    memory=replace(mem, overhead=gpu.runtime_overhead_bytes),
-                    step=step, num_steps=steps, notes=notes,
-                    required_bytes=int((mem.tensors + gpu.runtime_overhead_bytes)
-                                       / (1.0 - margin)),
-                )
+                cfg = cfgs[i]
+                total = step_model.total_s(*cfg, sp_knob, flash)
                 if keep_all:
-                    every.append(plan)
-                if k not in best or plan.step_time_s < best[k].step_time_s:
-                    best[k] = plan
+                    every.append(_plan(table, gpu, step_model, cfg, precision, notes, margin))
+                if best_cfg is None or total < best_total:
+                    best_total, best_cfg = total, cfg
+            if best_cfg is not None and not keep_all:  # built once, for the fastest only
+                best[(gpu.name, n)] = _plan(table, gpu, step_model, best_cfg, precision, notes,
+                                            margin)
 
     candidates = every if keep_all else list(best.values())
     if not candidates:

@@ -119,21 +119,28 @@ class Topology:
             return max(self.gpus_per_node)
         return max(1, math.ceil(num_gpus / self.num_nodes))
 
-    def _strides(self, par: ParallelConfig) -> dict[str, int]:
-        if self.rank_order == "tp-dp-pp":
-            return {"tp": 1, "dp": par.tp, "pp": par.tp * par.dp}
-        return {"tp": 1, "pp": par.tp, "dp": par.tp * par.pp}
-
     def nodes_spanned(self, par: ParallelConfig, axis: str) -> int:
         """How many nodes one group of ``axis`` ("tp", "dp" or "pp") spans."""
-        size = getattr(par, axis)
-        if size == 1 or self.num_nodes == 1:
-            return 1
-        stride = self._strides(par)[axis]
-        g = self.node_size(par.num_gpus)
-        if stride >= g:  # every member on its own node
-            return min(size, self.num_nodes)
-        return min(size, math.ceil(size * stride / g), self.num_nodes)
+        return self.spans(par.tp, par.pp, par.dp)[("tp", "pp", "dp").index(axis)]
+
+    def spans(self, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
+        """Nodes spanned by one tensor-, pipeline- and data-parallel group of that layout."""
+        if self.num_nodes == 1:
+            return 1, 1, 1
+        g = self.node_size(tp * pp * dp)
+        if self.rank_order == "tp-dp-pp":
+            strides = (1, tp * dp, tp)
+        else:
+            strides = (1, tp, tp * pp)
+        out = []
+        for size, stride in zip((tp, pp, dp), strides, strict=True):
+            if size == 1:
+                out.append(1)
+            elif stride >= g:  # every member on its own node
+                out.append(min(size, self.num_nodes))
+            else:
+                out.append(min(size, math.ceil(size * stride / g), self.num_nodes))
+        return out[0], out[1], out[2]
 
     def tp_crosses_nodes(self, par: ParallelConfig) -> bool:
         return self.nodes_spanned(par, "tp") > 1
@@ -245,27 +252,14 @@ def _links(gpu: GpuType, topo: Topology) -> _Links:
     )
 
 
-def _layer_times(
-    model: ModelSpec,
-    train: TrainingSpec,
-    par: ParallelConfig,
-    rate: float,
-    mem_bps: float,
-) -> tuple[float, float, float]:
-    """(forward, backward, recompute-forward) seconds of one layer for one micro-batch on one
-    tensor-parallel rank."""
-    return _layer_times_of(model, train.seq_len, train.precision, par.micro_batch, par.tp,
-                           par.recompute, par.flash_attention, par.sequence_parallel, rate,
-                           mem_bps)
-
-
 @functools.lru_cache(maxsize=65536)
 def _layer_times_of(
     model: ModelSpec, s: int, precision: Precision, b: int, t: int, recompute: Recompute,
     flash: bool, sp_knob: bool, rate: float, mem_bps: float,
 ) -> tuple[float, float, float]:
-    """``_layer_times`` by the few values it depends on; cached because the planner asks for
-    the same layer shape under many (pp, dp) layouts."""
+    """(forward, backward, recompute-forward) seconds of one layer for one micro-batch of
+    ``b`` sequences on one tensor-parallel rank; cached because the planner asks for the same
+    layer shape under many (pp, dp) layouts."""
     h, f, kv, a = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.num_heads
     tokens = b * s
     nbytes = _act_bytes(precision)
@@ -307,25 +301,10 @@ def _layer_times_of(
     return fwd, bwd, redo
 
 
-def _head_times(
-    model: ModelSpec, train: TrainingSpec, par: ParallelConfig, rate: float, mem_bps: float
-) -> tuple[float, float]:
-    """(forward, backward) of the logits GEMM and the fp32 cross-entropy on the last stage."""
-    tokens = par.micro_batch * train.seq_len
-    v_local = model.vocab_size / par.tp
-    gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
-    loss = 3 * tokens * v_local * 4 / mem_bps  # fp32 logits: cast, softmax, grad
-    return gemm + loss, 2.0 * gemm + loss
-
-
-def _stage_params(model: ModelSpec, par: ParallelConfig) -> float:
-    """Parameters held by one rank of the largest pipeline stage."""
-    return _stage_params_of(model, par.tp, par.pp)
-
-
 @functools.lru_cache(maxsize=4096)
 def _stage_params_of(model: ModelSpec, tp: int, pp: int) -> float:
-    """``_stage_params`` by the values it depends on (cached: asked once per layout)."""
+    """Parameters held by one rank of the largest pipeline stage (cached: asked once per
+    layout)."""
     layers = model.num_layers / pp * model.layer_params()
     if pp == 1:
         edge = model.embedding_params() + model.head_params()
@@ -334,6 +313,13 @@ def _stage_params_of(model: ModelSpec, tp: int, pp: int) -> float:
                                       if model.tie_embeddings else 0)
         edge = max(model.embedding_params(), head)
     return (layers + edge) / tp
+
+
+def device_rates(gpu: GpuType, precision: Precision) -> tuple[float, float]:
+    """(asymptotic matmul FLOP/s, achievable memory bytes/s) of ``gpu`` in ``precision``: all
+    that the compute terms of a step depend on from the GPU."""
+    return (gpu.peak_tflops(precision) * 1e12 * gpu.matmul_efficiency,
+            gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY)
 
 
 def compute_lower_bound(
@@ -360,8 +346,7 @@ def lower_bound_per_micro_batch(
     """The part of ``compute_lower_bound`` that does not depend on ``dp``: one micro-batch's
     forward and backward (with recomputation) on the slowest stage, without communication.
     A search over data-parallel sizes computes it once per (tp, pp, micro-batch, saver)."""
-    rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
-    mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
+    rate, mem_bps = device_rates(gpu, train.precision)
     lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch, tp,
                                  recompute, flash, sequence_parallel, rate, mem_bps)
     tokens = micro_batch * train.seq_len
@@ -416,77 +401,98 @@ class StepTimeModel:
                  topology: Topology) -> None:
         self.model, self.train, self.gpu, self.topo = model, train, gpu, topology
         self._links = _links(gpu, topology)
-        self._rate = gpu.peak_tflops(train.precision) * 1e12 * gpu.matmul_efficiency
-        self._mem_bps = gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY
+        self._rate, self._mem_bps = device_rates(gpu, train.precision)
         self._nbytes = _act_bytes(train.precision)
         self._grad_bytes = 4.0 if train.precision is Precision.FP32 else 2.0
         self._opt_bytes = OPTIMIZER_BYTES.get(train.optimizer.value, 30.0)
         self._layouts: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
-    def _layout(self, par: ParallelConfig) -> tuple[float, ...]:
-        """(nodes a tp group spans, tp groups per node, pipeline p2p bandwidth,
-        stage parameters, gradient all-reduce, ZeRO-3 parameter all-gather and gradient
-        reduce-scatter, optimizer step without and with ZeRO sharding) of a layout."""
-        t, p, d = par.tp, par.pp, par.dp
+    def _layout(self, t: int, p: int, d: int) -> tuple[float, ...]:
+        """(nodes a tp group spans, tp groups per node, pipeline p2p bandwidth, nodes a dp
+        group spans, dp groups per node, stage parameters, gradient all-reduce, optimizer
+        step without and with ZeRO sharding) of a layout."""
         key = (t, p, d)
         out = self._layouts.get(key)
         if out is not None:
             return out
         topo, links = self.topo, self._links
-        g = topo.node_size(par.num_gpus)
-        tp_nodes = topo.nodes_spanned(par, "tp")
+        g = topo.node_size(t * p * d)
+        tp_nodes, pp_nodes, dp_nodes = topo.spans(t, p, d)
         tp_groups = max(1, g // max(1, t // tp_nodes))
         bw = 0.0
         if p > 1:
-            if topo.pp_crosses_nodes(par):
+            if pp_nodes > 1:
                 # boundaries crossing nodes share the NIC among the tp·dp ranks of a stage block
                 senders = min(g, t * d) if topo.rank_order == "tp-dp-pp" else min(g, t)
                 bw = links.inter_gbs / senders
             else:
                 bw = links.intra_p2p_gbs
-        params = _stage_params(self.model, par)
-        dp_nodes = topo.nodes_spanned(par, "dp")
+        params = _stage_params_of(self.model, t, p)
         groups_per_node = max(1, g // max(1, d // dp_nodes)) if dp_nodes > 1 else 1
-
-        def dp_coll(nb: float, factor: float) -> float:
-            return _group_collective_s(
-                nb, d, dp_nodes, groups_per_node, links.intra_bus_gbs, links.inter_gbs,
-                links.latency_s, factor,
-            )
-
-        all_reduce = dp_coll(params * self._grad_bytes, 2.0)  # = RS + AG for ZeRO-1/2
-        gather = dp_coll(params * self._nbytes, 1.0)
-        scatter = dp_coll(params * self._grad_bytes, 1.0)
+        all_reduce = _group_collective_s(  # = RS + AG for ZeRO-1/2
+            params * self._grad_bytes, d, dp_nodes, groups_per_node, links.intra_bus_gbs,
+            links.inter_gbs, links.latency_s, 2.0)
         opt_full = self._opt_bytes * params / 1 / self._mem_bps
         opt_shard = self._opt_bytes * params / d / self._mem_bps
-        out = self._layouts[key] = (tp_nodes, tp_groups, bw, params, all_reduce, gather,
-                                    scatter, opt_full, opt_shard)
+        out = self._layouts[key] = (tp_nodes, tp_groups, bw, dp_nodes, groups_per_node,
+                                    params, all_reduce, opt_full, opt_shard)
         return out
+
+    def _zero3(self, d: int, dp_nodes: int, groups_per_node: int, params: float
+               ) -> tuple[float, float]:
+        """ZeRO-3's parameter all-gather and gradient reduce-scatter of a layout."""
+        links = self._links
+        gather = _group_collective_s(
+            params * self._nbytes, d, dp_nodes, groups_per_node, links.intra_bus_gbs,
+            links.inter_gbs, links.latency_s, 1.0)
+        scatter = _group_collective_s(
+            params * self._grad_bytes, d, dp_nodes, groups_per_node, links.intra_bus_gbs,
+            links.inter_gbs, links.latency_s, 1.0)
+        return gather, scatter
 
     def estimate(self, par: ParallelConfig) -> StepTime:
         """The step time of ``par`` (see ``estimate_step_time``)."""
+        return StepTime(*self._parts(
+            par.tp, par.pp, par.dp, par.micro_batch, par.recompute, par.zero_stage,
+            par.sequence_parallel, par.flash_attention,
+            max(1, int(par.extra.get("virtual_pp", 1)))))
+
+    def total_s(self, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
+                zero_stage: int, sequence_parallel: bool, flash_attention: bool) -> float:
+        """``estimate(...).total_s`` of a plan given by its knobs (no interleaving), without
+        building the ``ParallelConfig`` or the ``StepTime``: what a search compares."""
+        return self._parts(tp, pp, dp, micro_batch, recompute, zero_stage,
+                           sequence_parallel and tp > 1, flash_attention, 1)[6]
+
+    def _parts(self, t: int, p: int, d: int, mb: int, recompute: Recompute, zero: int,
+               sp: bool, flash: bool, virtual: int
+               ) -> tuple[float, float, float, float, float, float, float]:
+        """(compute, tp comm, pipeline bubble, pipeline p2p, dp comm, optimizer, total)."""
         model, train, links = self.model, self.train, self._links
         rate, mem_bps = self._rate, self._mem_bps
-        t, p = par.tp, par.pp
-        m = max(1, par.micro_batches(train.global_batch))
-        virtual = max(1, int(par.extra.get("virtual_pp", 1)))
-        tp_nodes, tp_groups, bw, _params, all_reduce, gather, scatter, opt_full, opt_shard \
-            = self._layout(par)
+        m = max(1, train.global_batch // (d * mb))
+        tp_nodes, tp_groups, bw, dp_nodes, groups_per_node, params, all_reduce, opt_full, \
+            opt_shard = self._layout(t, p, d)
 
         # -- compute of the slowest (last) stage, per micro-batch ---------------------------
-        lf, lb, lr = _layer_times(model, train, par, rate, mem_bps)
-        hf, hb = _head_times(model, train, par, rate, mem_bps)
+        lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t, recompute,
+                                     flash, sp, rate, mem_bps)
+        # logits GEMM and fp32 cross-entropy on the last stage
+        tokens = mb * train.seq_len
+        v_local = model.vocab_size / t
+        gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
+        loss = 3 * tokens * v_local * 4 / mem_bps
         layers = model.num_layers / p
-        t_f = layers * lf + hf
-        t_b = layers * (lb + lr) + hb
+        t_f = layers * lf + (gemm + loss)
+        t_b = layers * (lb + lr) + (2.0 * gemm + loss)
 
         # -- tensor-parallel collectives per micro-batch ----------------------------------
-        act = par.micro_batch * train.seq_len * model.hidden_size * self._nbytes
+        act = mb * train.seq_len * model.hidden_size * self._nbytes
         one_ar = _group_collective_s(
             act, t, tp_nodes, tp_groups, links.intra_bus_gbs, links.inter_gbs,
             links.latency_s,
         )
-        n_fwd = 2.0 + (2.0 if par.recompute is Recompute.FULL else 0.0)
+        n_fwd = 2.0 + (2.0 if recompute is Recompute.FULL else 0.0)
         c_tp = layers * one_ar * (n_fwd + 2.0 * (1.0 - TP_BWD_OVERLAP))
 
         compute_s = m * (t_f + t_b)
@@ -496,30 +502,23 @@ class StepTimeModel:
         # -- pipeline p2p: Pipette's bubble + hidden critical path ------------------------
         pp_p2p_s = 0.0
         if p > 1:
-            msg = act / (t if par.sequence_parallel else 1)
+            msg = act / (t if sp else 1)
             one = links.latency_s + msg / (bw * 1e9)
             pp_p2p_s = max(1.0, m / p) * 2 * (p - 1) * virtual * one
 
         # -- data parallel ----------------------------------------------------------------
-        if par.zero_stage >= 3:
+        if zero >= 3:
             # two parameter all-gathers per micro-batch (forward, backward) + grad
             # reduce-scatter; prefetching hides them behind compute except the first
             # layer's gather.
+            gather, scatter = self._zero3(d, dp_nodes, groups_per_node, params)
             total_comm = m * 2 * gather + scatter
             dp_comm_s = max(total_comm - compute_s, total_comm / max(1.0, layers))
         else:
             dp_comm_s = max(0.0, all_reduce - t_b) if all_reduce > 0 else 0.0
 
         # -- optimizer step (memory-bound) ------------------------------------------------
-        optimizer_s = opt_shard if par.zero_stage >= 1 else opt_full
+        optimizer_s = opt_shard if zero >= 1 else opt_full
 
         total = compute_s + tp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s
-        return StepTime(
-            compute_s=compute_s,
-            tp_comm_s=tp_comm_s,
-            pp_bubble_s=pp_bubble_s,
-            pp_p2p_s=pp_p2p_s,
-            dp_comm_s=dp_comm_s,
-            optimizer_s=optimizer_s,
-            total_s=total,
-        )
+        return compute_s, tp_comm_s, pp_bubble_s, pp_p2p_s, dp_comm_s, optimizer_s, total
