@@ -15,6 +15,7 @@ from datetime import datetime
 
 from fastapi import FastAPI, Response
 
+from predictor.gpus import load_gpu_catalog
 from service.api.deps import AppContext, TokenCache
 from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
@@ -74,6 +75,9 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if settings.auto_migrate:
             migrate(settings.database_url)
+        # The GPU catalog (a YAML file) is read before the first request, not by the
+        # first submission that needs planning (it is cached for the process).
+        load_gpu_catalog()
         yield
         if ctx.writer is not None:
             ctx.writer.close()
