@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.states import IllegalTransition, JobEvent, JobState
@@ -173,8 +174,12 @@ class EventRecorder:
     def _write_all(self, events: list[JobEvent]) -> None:
         try:
             with write_session(self._factory) as session:
+                # The batch's jobs in one locked read, not one per event: on SQLite every
+                # writer (the API's submissions too) waits while this transaction runs.
+                jobs = _jobs_for_update(session, {e.job_id for e in events
+                                                  if e.from_state is not None})
                 for event in events:
-                    self.apply(session=session, event=event)
+                    self.apply(session=session, event=event, job=jobs.get(event.job_id))
                     session.flush()
         except Exception:
             log.exception("writing %d events in one transaction failed; one by one",
@@ -186,11 +191,13 @@ class EventRecorder:
                     log.exception("event %s of job %s not recorded", event.reason,
                                   event.job_id)
 
-    def apply(self, *, session: Session, event: JobEvent) -> None:
-        """Write one event inside the caller's transaction."""
+    def apply(self, *, session: Session, event: JobEvent, job: Job | None = None) -> None:
+        """Write one event inside the caller's transaction (``job``: its row, already
+        read for update in this transaction; else it is read here)."""
         if event.from_state is None:
             return
-        job = repo.get_job(session=session, job_id=event.job_id, for_update=True)
+        if job is None or job.id != event.job_id:
+            job = repo.get_job(session=session, job_id=event.job_id, for_update=True)
         if job is None:
             log.warning("event %s for unknown job %s dropped", event.reason, event.job_id)
             return
@@ -227,6 +234,17 @@ class EventRecorder:
             session=session, job_id=job.id, kind=event.to_state.value, message=event.reason,
             state=job.state.value, data=data or None, now=now,
         )
+
+
+def _jobs_for_update(session: Session, ids: set[str]) -> dict[str, Job]:
+    """The rows of ``ids`` read (and locked, on PostgreSQL) in one statement."""
+    found: dict[str, Job] = {}
+    ordered = sorted(ids)  # one lock order for every writer
+    for k in range(0, len(ordered), 500):
+        stmt = sa.select(Job).where(Job.id.in_(ordered[k:k + 500])).order_by(Job.id)
+        for job in session.scalars(stmt.with_for_update()):
+            found[job.id] = job
+    return found
 
 
 def _held(session: Session, job_id: str) -> list[tuple[str, int]]:

@@ -157,3 +157,34 @@ def test_event_for_unknown_job_is_dropped(env: Env) -> None:
     assert env.count("events") == 0
     with write_session(env.factory) as s:
         assert repo.active_allocations(session=s) == []
+
+
+def test_batched_events_of_several_jobs_in_one_transaction(env: Env) -> None:
+    """``EventRecorder.batched``: two jobs' whole lives in one transaction (their rows read
+    once, up front) end as the same rows and event logs as event-by-event writing."""
+    h = env.headers("alice")
+    ids = [env.client.post("/v1/jobs", json=job_body(), headers=h).json()["id"]
+           for _ in range(2)]
+    plan = _plan()
+    rec = _recorder(env)
+    with rec.batched():
+        for job_id, node in zip(ids, ("a100-0", "a100-1"), strict=True):
+            alloc = Allocation(job_id, plan, ((node, 4),))
+            rec(JobEvent(job_id, 10, JobState.PENDING, JobState.PLACED, "fit", alloc))
+            rec(JobEvent(job_id, 11, JobState.PLACED, JobState.STARTING, "launch", alloc))
+            rec(JobEvent(job_id, 12, JobState.STARTING, JobState.RUNNING, "running", alloc))
+            rec(JobEvent(job_id, 30, JobState.RUNNING, JobState.RUNNING, "progress", alloc,
+                         {"steps_done": 25.0}))
+        # nothing is written before the block ends
+        assert env.client.get(f"/v1/jobs/{ids[0]}", headers=h).json()["state"] == "pending"
+        rec(JobEvent(ids[0], 60, JobState.RUNNING, JobState.SUCCEEDED, "all steps done"))
+    first, second = (env.client.get(f"/v1/jobs/{i}", headers=h).json() for i in ids)
+    assert first["state"] == "succeeded" and first["allocation"] == []
+    assert first["progress"]["steps_done"] == 100.0
+    assert second["state"] == "running" and second["progress"]["steps_done"] == 25.0
+    assert [(a["node_id"], a["gpus"]) for a in second["allocation"]] == [("a100-1", 4)]
+    kinds = {i: [e["kind"] for e in env.client.get(f"/v1/jobs/{i}/events", headers=h).json()[
+        "data"]] for i in ids}
+    assert kinds[ids[0]] == ["submitted", "placed", "starting", "running", "succeeded"]
+    assert kinds[ids[1]] == ["submitted", "placed", "starting", "running"]
+    assert env.client.get("/v1/cluster", headers=h).json()["free_gpus"] == 16
