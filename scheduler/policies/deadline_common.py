@@ -255,7 +255,10 @@ class DeadlineEngine:
     ElasticFlow): an arrival whose every share would turn away more than this many expected
     deadline arrivals (``displaced``, from the last ``arrival_window`` arrivals) is not
     reserved for but kept best-effort (``costly_mode='best_effort'``) or rejected, and shares
-    are chosen to turn away the fewest."""
+    are chosen to turn away the fewest; ``stay_type``: a running job's share from now stays on
+    its current GPU type when one there meets its deadline (moving it to a slower, cheaper
+    type lengthens its run); ``cross_type_grow``: the leftovers may move a running job onto a
+    faster option of another type (under the same restart guard as a grow)."""
 
     def __init__(
         self,
@@ -278,6 +281,8 @@ class DeadlineEngine:
         opportunity_cost: float | None = None,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
+        stay_type: bool = False,
+        cross_type_grow: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -300,6 +305,8 @@ class DeadlineEngine:
         self.fewest_now = fewest_now
         self.opportunity_cost = opportunity_cost
         self.costly_mode = costly_mode
+        self.stay_type = stay_type
+        self.cross_type_grow = cross_type_grow
         self._need_counts: list[tuple[tuple[tuple[str, int], ...], int]] | None = None
         self._cap: dict[str, int] = {}
         self._arrivals: deque[tuple[float, dict[str, int]]] = deque(maxlen=arrival_window)
@@ -426,7 +433,7 @@ class DeadlineEngine:
         if budget <= 0:
             return None
         latest = now + budget * (1.0 - self.slack)
-        best: tuple[tuple[float, float, float, bool], Share] | None = None
+        best: tuple[tuple[float, bool, float, float, bool], Share] | None = None
         for t in self._types(c):
             if t not in profile.cap:
                 continue
@@ -442,7 +449,8 @@ class DeadlineEngine:
                 lost = 0.0
                 if self.opportunity_cost is not None:
                     lost = self.displaced(Share(o, now, now + dur, cost), self._cap, profile)
-                key = (round(lost, 1), cost, now + dur, not o.same_shape(c.current))
+                key = (round(lost, 1), self.stay_type and t != c.current.gpu_type, cost, now + dur,
+                       not o.same_shape(c.current))
                 if best is None or key < best[0]:
                     best = (key, Share(o, now, now + dur, cost))
                 if self.fewest_now:
@@ -725,7 +733,8 @@ class DeadlineEngine:
         """Completion-rate gain per added GPU of moving ``c`` from ``frm`` to ``to``; 0 when
         the move does not pay for its restart."""
         t_to = self.remaining_s(c, to)
-        added = to.num_gpus - (frm.num_gpus if frm is not None else 0)
+        added = to.num_gpus - (frm.num_gpus if frm is not None and
+                               frm.gpu_type == to.gpu_type else 0)
         if added <= 0 or t_to <= 0:
             return 0.0
         if frm is None:
@@ -747,16 +756,19 @@ class DeadlineEngine:
                 types = [c.current.gpu_type] if c.current.gpu_type in c.options else []
         else:
             types = [frm.gpu_type]
+            if self.cross_type_grow and c.fixed_type is None and c.current is not None and \
+                    frm.same_shape(c.current):
+                types = list(c.options)  # a running job may move onto faster free GPUs
         # an admitted job waiting for a later reservation starts early only on an option that
         # meets its deadline by itself: otherwise it would have to move (and restart) later
         need_meet = frm is None and c.reserved is not None
         now = self._now
         for t in types:
-            room = free.get(t, 0) + (frm.num_gpus if frm is not None else 0)
+            room = self._room(free, frm, t)
             for o in c.options.get(t, ()):
                 if o.num_gpus > room:
                     break
-                if frm is not None and o.num_gpus <= frm.num_gpus:
+                if not self._is_grow(frm, o):
                     continue
                 if need_meet and not self._meets(c, o, now):
                     continue
@@ -764,6 +776,20 @@ class DeadlineEngine:
                 if g > 0 and (best is None or g > best[0]):
                     best = (g, o)
         return best
+
+    @staticmethod
+    def _room(free: Mapping[str, int], frm: Option | None, t: str) -> int:
+        """GPUs of type ``t`` a job now on ``frm`` could move onto."""
+        return free.get(t, 0) + (frm.num_gpus if frm is not None and frm.gpu_type == t else 0)
+
+    @staticmethod
+    def _is_grow(frm: Option | None, o: Option) -> bool:
+        """More GPUs of the same type, or a faster option on another type."""
+        if frm is None:
+            return True
+        if o.gpu_type == frm.gpu_type:
+            return o.num_gpus > frm.num_gpus
+        return o.step_s < frm.step_s
 
     def _fill(self, cands: Mapping[str, _Cand], free: dict[str, int], now: float) -> None:
         heap: list[tuple[float, str, Option]] = []
@@ -774,8 +800,8 @@ class DeadlineEngine:
         while heap:
             _, jid, o = heapq.heappop(heap)
             c = cands[jid]
-            room = free.get(o.gpu_type, 0) + (c.target.num_gpus if c.target is not None else 0)
-            if o.num_gpus > room or (c.target is not None and o.num_gpus <= c.target.num_gpus):
+            if o.num_gpus > self._room(free, c.target, o.gpu_type) or \
+                    not self._is_grow(c.target, o):
                 mv = self._best_move(c, free)  # stale: recompute against what is left
                 if mv is not None:
                     heapq.heappush(heap, (-mv[0], jid, mv[1]))

@@ -22,6 +22,10 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   the GPUs it leaves could no longer serve, over the booking) is kept best-effort on
   leftovers instead of reserved, and every share is chosen to turn away the fewest.
   ``None`` turns it off (ElasticFlow's admission).
+* **Running jobs stay on their GPU type** when a share there meets their deadline, and the
+  leftovers may move a running job onto faster GPUs of another type when the time saved pays
+  for the restart (cheap types for minimum shares alone pushed long jobs onto slow GPUs and
+  kept them there: average JCT above ``has`` on the ElasticFlow trace at hetero-128).
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs
@@ -89,7 +93,8 @@ class ElasticPolicy:
             pin_type=False, resize_guard=True, resize_gain_factor=resize_gain_factor,
             slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
             type_value=type_value, fewest_now=True, opportunity_cost=opportunity_cost,
-            costly_mode=costly_mode, arrival_window=arrival_window,
+            costly_mode=costly_mode, arrival_window=arrival_window, stay_type=True,
+            cross_type_grow=True,
         )
 
     def decide(

@@ -139,6 +139,28 @@ def test_moves_a_job_to_another_gpu_type_when_that_meets_its_deadline() -> None:
     assert d.kind is DecisionKind.RESIZE and d.allocation.plan.gpu_type == "A100-40G"
 
 
+def test_leftovers_move_a_running_job_onto_faster_idle_gpus_when_that_pays() -> None:
+    """A job on 2 RTX GPUs (4 s/step) with idle A100s (0.5 s/step on 2): with 1,000 steps
+    left it needs 4,000 s where it is and 500 s + a 70 s restart on the A100s, so ``elastic``
+    moves it; with 20 steps left both take 80 s and it stays. ``elasticflow`` keeps a job on
+    the type it started on."""
+    slow = [make_plan("RTX2080Ti", n, step_s=8.0 / n) for n in (1, 2)]
+    fast = [make_plan("A100-40G", n, step_s=1.0 / n) for n in (1, 2)]
+    state = cluster(make_node("r0", "RTX2080Ti", 2), make_node("a0", "A100-40G", 2))
+    for steps, moved in ((1000, True), (20, False)):
+        j = job("j", ranked(*slow, *fast), deadline=None, steps=steps)
+        alloc = Allocation("j", slow[1], (("r0", 2),))
+        run = state.allocate(alloc)
+        out = make_policy("elastic", perf=IdentityPerf()).decide(
+            run, [], [RunningJob(j, alloc, 0.0)], 0.0)
+        got = [d.allocation.plan.gpu_type for d in out if d.kind is DecisionKind.RESIZE]
+        assert got == (["A100-40G"] if moved else []), out
+        ef = make_policy("elasticflow", perf=IdentityPerf()).decide(
+            run, [], [RunningJob(j, alloc, 0.0)], 0.0)
+        assert all(d.allocation is None or d.allocation.plan.gpu_type == "RTX2080Ti"
+                   for d in ef), ef
+
+
 def test_a_running_job_on_time_keeps_its_gpus_when_an_earlier_deadline_waits() -> None:
     """Regression (hypothesis): j0 runs on the whole node on leftovers, admitted with a 1-GPU
     share; j1 (earlier deadline) waits for its reservation after j0's. Re-reserving in
