@@ -465,24 +465,51 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     return tuple(out)
 
 
-def activation_peaks(terms: ActivationTerms, per_replica: int,
-                     micro_batches: Sequence[int]) -> tuple[list[int], ...]:
-    """Per candidate stage, the peak bytes on top of the static state (activations, logits,
-    working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
-    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``)."""
+ActivationRows = tuple[tuple[int, dict[int, tuple[int, int]]], ...]
+"""Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
+micro-batch in flight, constant activations plus the largest peak moment))."""
+
+
+def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
+    """The parts of ``activation_peaks`` that do not depend on the micro-batches in flight,
+    at each size of ``micro_batches``: shared by every data-parallel size."""
     out = []
     for depth, c_mb, c_rot, moments in terms:
-        row = []
+        row = {}
         for b in micro_batches:
-            m_total = per_replica // b
             extra = moments[0][0] * b + moments[0][1]
             for c, k in moments:
                 v = b * c + k
                 if v > extra:
                     extra = v
-            in_flight = m_total if m_total < depth else depth
-            row.append((in_flight if in_flight > 1 else 1) * (b * c_mb) + c_rot + extra)
-        out.append(row)
+            row[b] = (b * c_mb, c_rot + extra)
+        out.append((depth, row))
+    return tuple(out)
+
+
+def activation_peaks(terms: ActivationTerms, per_replica: int,
+                     micro_batches: Sequence[int]) -> tuple[list[int], ...]:
+    """Per candidate stage, the peak bytes on top of the static state (activations, logits,
+    working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
+    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``)."""
+    return peaks_in_flight(activation_rows(terms, micro_batches), per_replica, micro_batches)
+
+
+def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Sequence[int]
+                    ) -> tuple[list[int], ...]:
+    """``activation_peaks`` from ``activation_rows`` (which must hold every size of
+    ``micro_batches``): 1F1B keeps ``min(m, pp - stage)`` micro-batches in flight, at least
+    one."""
+    out = []
+    for depth, row in rows:
+        peaks = []
+        for b in micro_batches:
+            per_mb, rest = row[b]
+            in_flight = per_replica // b
+            if in_flight > depth:
+                in_flight = depth
+            peaks.append((in_flight if in_flight > 1 else 1) * per_mb + rest)
+        out.append(peaks)
     return tuple(out)
 
 

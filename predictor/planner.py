@@ -28,22 +28,23 @@ from operator import mul
 from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
 from predictor.memory import (
-    ActivationTerms,
+    ActivationRows,
     MemoryBreakdown,
     StaticTerms,
-    activation_peaks,
+    activation_rows,
     activation_terms,
     estimate_memory,
     peak_tensor_curve,
+    peaks_in_flight,
     static_terms,
 )
 from predictor.plan import Plan
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
 from predictor.step_time import (
+    ComputeBound,
     StepTimeModel,
     default_topology,
     device_rates,
-    lower_bound_per_micro_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class _MemoryTable:
 
     def __init__(self, model: ModelSpec, train: TrainingSpec) -> None:
         self.model, self.train = model, train
-        self.activation: dict[tuple[int, ...], ActivationTerms] = {}
+        self.activation: dict[tuple[int, ...], ActivationRows] = {}
         self.peaks: dict[tuple[int, ...], tuple[list[int], ...]] = {}
         self.static: dict[tuple[int, ...], StaticTerms] = {}
         self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
@@ -184,14 +185,16 @@ class _MemoryTable:
         peaks = self.peaks.get(pkey)
         if peaks is None:
             akey = (tp, pp, rc)
-            act = self.activation.get(akey)
-            if act is None:
-                act = self.activation[akey] = activation_terms(
-                    self.model, self.train, tp, pp, recompute,
-                    self.train.sequence_parallel and tp > 1, self.train.flash_attention)
+            rows = self.activation.get(akey)
+            if rows is None:  # at every micro-batch size of any dp: the global batch's divisors
+                rows = self.activation[akey] = activation_rows(
+                    activation_terms(self.model, self.train, tp, pp, recompute,
+                                     self.train.sequence_parallel and tp > 1,
+                                     self.train.flash_attention),
+                    _divisors(self.train.global_batch))
             per_replica = self.train.global_batch // dp
-            peaks = self.peaks[pkey] = activation_peaks(act, per_replica,
-                                                        _divisors(per_replica))
+            peaks = self.peaks[pkey] = peaks_in_flight(rows, per_replica,
+                                                       _divisors(per_replica))
         skey = (tp, pp, dp if zero else 0, zero)
         static = self.static.get(skey)
         if static is None:
@@ -373,7 +376,7 @@ def plan_job(
     table = _MemoryTable(model, train)
     layouts: dict[tuple[int, int, int], _Layout] = {}
     fitting: dict[float, tuple[list[_Group], list[BoundKey]]] = {}  # shared by equal budgets
-    bounds: dict[tuple[float, float, Precision], dict[BoundKey, float]] = {}
+    bounds: dict[tuple[float, float, Precision], tuple[ComputeBound, dict[BoundKey, float]]] = {}
     shapes = [(tp, pp, dp) for tp in _tp_options(model, train, min(gpus_per_node, max_gpus))
               for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp))
               for dp in _divisors(train.global_batch, max_gpus // (tp * pp))]
@@ -388,19 +391,21 @@ def plan_job(
             fits = fitting[budget] = _fitting_groups(table, layouts, shapes, budget)
         groups, all_keys = fits
         # the lower bound's dp-free part depends on the GPU only through its rates
-        per_micro = bounds.setdefault(
-            (*device_rates(gpu, gtrain.precision), gtrain.precision), {})
+        rates = (*device_rates(gpu, gtrain.precision), gtrain.precision)
+        bound = bounds.get(rates)
+        if bound is None:
+            bound = bounds[rates] = (ComputeBound(model, gtrain, gpu, flash, sp_knob), {})
+        per_micro = bound[1]
         for key in all_keys:
             if key not in per_micro:
-                per_micro[key] = lower_bound_per_micro_batch(
-                    model, gtrain, gpu, tp=key[0], pp=key[1], micro_batch=key[2],
-                    recompute=key[3], flash=flash, sequence_parallel=sp_knob)
+                per_micro[key] = bound[0].per_micro_batch(*key)
+        compute: dict = {}  # per-micro-batch compute times of this GPU type (any count)
         for n, fills, keys, cfgs in groups:
             # compute_lower_bound = (m + pp - 1) x its dp-free part, for each configuration;
             # candidates in increasing bound (ties: in search order)
             bounds_n = list(map(mul, fills, map(per_micro.__getitem__, keys)))
             step_model = StepTimeModel(model, gtrain, gpu,
-                                       default_topology(gpu, n, gpus_per_node))
+                                       default_topology(gpu, n, gpus_per_node), compute)
             best_total, best_cfg = 0.0, None
             for i in sorted(range(len(bounds_n)), key=bounds_n.__getitem__):
                 if not keep_all and best_cfg is not None and bounds_n[i] >= best_total:

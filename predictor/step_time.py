@@ -125,22 +125,16 @@ class Topology:
 
     def spans(self, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
         """Nodes spanned by one tensor-, pipeline- and data-parallel group of that layout."""
-        if self.num_nodes == 1:
+        nodes = self.num_nodes
+        if nodes == 1:
             return 1, 1, 1
         g = self.node_size(tp * pp * dp)
         if self.rank_order == "tp-dp-pp":
-            strides = (1, tp * dp, tp)
+            pp_stride, dp_stride = tp * dp, tp
         else:
-            strides = (1, tp, tp * pp)
-        out = []
-        for size, stride in zip((tp, pp, dp), strides, strict=True):
-            if size == 1:
-                out.append(1)
-            elif stride >= g:  # every member on its own node
-                out.append(min(size, self.num_nodes))
-            else:
-                out.append(min(size, math.ceil(size * stride / g), self.num_nodes))
-        return out[0], out[1], out[2]
+            pp_stride, dp_stride = tp, tp * pp
+        return (_span(tp, 1, g, nodes), _span(pp, pp_stride, g, nodes),
+                _span(dp, dp_stride, g, nodes))
 
     def tp_crosses_nodes(self, par: ParallelConfig) -> bool:
         return self.nodes_spanned(par, "tp") > 1
@@ -150,6 +144,15 @@ class Topology:
 
     def pp_crosses_nodes(self, par: ParallelConfig) -> bool:
         return self.nodes_spanned(par, "pp") > 1
+
+
+def _span(size: int, stride: int, node_size: int, nodes: int) -> int:
+    """Nodes spanned by a group of ``size`` ranks ``stride`` apart, ``node_size`` per node."""
+    if size == 1:
+        return 1
+    if stride >= node_size:  # every member on its own node
+        return min(size, nodes)
+    return min(size, math.ceil(size * stride / node_size), nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,14 +349,42 @@ def lower_bound_per_micro_batch(
     """The part of ``compute_lower_bound`` that does not depend on ``dp``: one micro-batch's
     forward and backward (with recomputation) on the slowest stage, without communication.
     A search over data-parallel sizes computes it once per (tp, pp, micro-batch, saver)."""
-    rate, mem_bps = device_rates(gpu, train.precision)
-    lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch, tp,
-                                 recompute, flash, sequence_parallel, rate, mem_bps)
-    tokens = micro_batch * train.seq_len
-    v_local = model.vocab_size / tp
-    gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
-    loss = 2 * 3 * tokens * v_local * 4 / mem_bps
-    return model.num_layers / pp * (lf + lb + lr) + 3.0 * gemm + loss
+    return ComputeBound(model, train, gpu, flash, sequence_parallel).per_micro_batch(
+        tp, pp, micro_batch, recompute)
+
+
+class ComputeBound:
+    """``lower_bound_per_micro_batch`` for many configurations of one job on one GPU type:
+    the per-layer and head times of a (tp, micro-batch, recompute) are looked up once and
+    shared by every pipeline depth."""
+
+    __slots__ = ("_cache", "_flash", "_mem_bps", "_rate", "_sp", "model", "train")
+
+    def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType, flash: bool,
+                 sequence_parallel: bool) -> None:
+        self.model, self.train = model, train
+        self._rate, self._mem_bps = device_rates(gpu, train.precision)
+        self._flash, self._sp = flash, sequence_parallel
+        self._cache: dict[tuple[int, int, Recompute], tuple[float, float, float]] = {}
+
+    def per_micro_batch(self, tp: int, pp: int, micro_batch: int, recompute: Recompute
+                        ) -> float:
+        """One micro-batch's compute on the slowest of ``pp`` stages (see
+        ``lower_bound_per_micro_batch``)."""
+        key = (tp, micro_batch, recompute)
+        parts = self._cache.get(key)
+        if parts is None:
+            model, train, rate = self.model, self.train, self._rate
+            lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch,
+                                         tp, recompute, self._flash, self._sp, rate,
+                                         self._mem_bps)
+            tokens = micro_batch * train.seq_len
+            v_local = model.vocab_size / tp
+            gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
+            loss = 2 * 3 * tokens * v_local * 4 / self._mem_bps
+            parts = self._cache[key] = (lf + lb + lr, 3.0 * gemm, loss)
+        layer, head, loss = parts
+        return self.model.num_layers / pp * layer + head + loss
 
 
 def estimate_step_time(
@@ -384,6 +415,7 @@ class StepTimeModel:
     """
 
     __slots__ = (
+        "_compute",
         "_grad_bytes",
         "_layouts",
         "_links",
@@ -398,8 +430,12 @@ class StepTimeModel:
     )
 
     def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType,
-                 topology: Topology) -> None:
+                 topology: Topology, compute_cache: dict | None = None) -> None:
+        """``compute_cache`` (optional) holds the per-micro-batch compute times, which do not
+        depend on the placement: models of the same job, GPU type and precision (differing
+        only in ``topology``) may share one dict."""
         self.model, self.train, self.gpu, self.topo = model, train, gpu, topology
+        self._compute = {} if compute_cache is None else compute_cache
         self._links = _links(gpu, topology)
         self._rate, self._mem_bps = device_rates(gpu, train.precision)
         self._nbytes = _act_bytes(train.precision)
@@ -475,16 +511,21 @@ class StepTimeModel:
             opt_shard = self._layout(t, p, d)
 
         # -- compute of the slowest (last) stage, per micro-batch ---------------------------
-        lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t, recompute,
-                                     flash, sp, rate, mem_bps)
-        # logits GEMM and fp32 cross-entropy on the last stage
-        tokens = mb * train.seq_len
-        v_local = model.vocab_size / t
-        gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
-        loss = 3 * tokens * v_local * 4 / mem_bps
+        ckey = (t, mb, recompute, sp, flash)
+        per_mb = self._compute.get(ckey)
+        if per_mb is None:
+            lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t,
+                                         recompute, flash, sp, rate, mem_bps)
+            # logits GEMM and fp32 cross-entropy on the last stage
+            tokens = mb * train.seq_len
+            v_local = model.vocab_size / t
+            gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
+            loss = 3 * tokens * v_local * 4 / mem_bps
+            per_mb = self._compute[ckey] = (lf, lb + lr, gemm + loss, 2.0 * gemm + loss)
+        lf, lb_lr, hf, hb = per_mb
         layers = model.num_layers / p
-        t_f = layers * lf + (gemm + loss)
-        t_b = layers * (lb + lr) + (2.0 * gemm + loss)
+        t_f = layers * lf + hf
+        t_b = layers * lb_lr + hb
 
         # -- tensor-parallel collectives per micro-batch ----------------------------------
         act = mb * train.seq_len * model.hidden_size * self._nbytes
