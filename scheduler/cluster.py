@@ -143,6 +143,7 @@ class ClusterState:
         if unknown:
             raise CapacityError(f"unknown node(s): {', '.join(unknown)}")
         nodes = []
+        changed: list[Node] = []
         for node in self.nodes:
             d = delta.get(node.id, 0)
             if not d:
@@ -157,9 +158,10 @@ class ClusterState:
                 raise CapacityError(
                     f"node {node.id}: releasing {d} GPUs would exceed its {node.total_gpus}"
                 )
-            nodes.append(replace(node, free_gpus=free))
+            changed.append(replace(node, free_gpus=free))
+            nodes.append(changed[-1])
         out = replace(self, nodes=tuple(nodes))
-        _inherit_memo(self, out, delta, -sign)
+        _inherit_memo(self, out, delta, -sign, changed)
         return out
 
     def allocate(self, alloc: Allocation) -> ClusterState:
@@ -180,11 +182,17 @@ class ClusterState:
 
 
 def _inherit_memo(parent: ClusterState, child: ClusterState, delta: Mapping[str, int],
-                  sign: int) -> None:
+                  sign: int, changed: list[Node]) -> None:
     """Carry what stays valid from ``parent`` to ``child`` (same nodes; ``delta`` GPUs per
-    node changed hands, ``sign`` +1 freed / -1 taken): the placement index's base — the
-    nearest ancestor's index, opaque here — and the free-GPU change per node since it."""
+    node changed hands, ``sign`` +1 freed / -1 taken, ``changed`` the child's new nodes):
+    ``by_id`` and the free total, updated; the placement index's base — the nearest
+    ancestor's index, opaque here — and the free-GPU change per node since it."""
     memo = parent.memo
+    by_id = memo.get("by_id")
+    if by_id is not None:
+        by_id = child.memo["by_id"] = dict(by_id)
+        for node in changed:
+            by_id[node.id] = node
     if "free_gpus" in memo:
         child.memo["free_gpus"] = memo["free_gpus"] + sign * sum(delta.values())
     base = memo.get("free_index")

@@ -164,10 +164,11 @@ class _Index:
 class FreeGpus:
     """Free GPUs by GPU type and node, updated in place as a policy places jobs."""
 
-    __slots__ = ("_types", "_where", "free_by_type", "total_free")
+    __slots__ = ("_own", "_types", "_where", "free_by_type", "total_free")
 
     def __init__(self, types: dict[str, _TypeFree], where: Mapping[str, tuple[str, int]]) -> None:
-        self._types = types
+        self._types = types  # a type's entry is the state's own until first changed here
+        self._own: set[str] = set()  # the types copied for this working view
         self._where = where
         self.free_by_type: dict[str, int] = {k: t.free_sum for k, t in types.items()}
         """Free GPUs per type, kept current by ``take``/``give`` (read-only for callers)."""
@@ -179,7 +180,15 @@ class FreeGpus:
         The index is built once per state (or updated from the previous state's) and cached
         on it; each call only copies it."""
         index = _Index.of(state)
-        return cls({t: tf.copy() for t, tf in index.types.items()}, index.where)
+        return cls(dict(index.types), index.where)
+
+    def _mutable(self, gpu_type: str) -> _TypeFree:
+        """``gpu_type``'s entry, copied from the state's index on the first change (copy on
+        write: most calls change one or two types, or none)."""
+        if gpu_type not in self._own:
+            self._types[gpu_type] = self._types[gpu_type].copy()
+            self._own.add(gpu_type)
+        return self._types[gpu_type]
 
     # -- queries ---------------------------------------------------------------------------
     def gpu_types(self) -> list[str]:
@@ -246,10 +255,10 @@ class FreeGpus:
     # -- updates ---------------------------------------------------------------------------
     def take(self, placement: Iterable[tuple[str, int]]) -> None:
         """Mark ``placement``'s GPUs used; raises ``ValueError`` if a node lacks them."""
-        types, where, by_type = self._types, self._where, self.free_by_type
+        where, by_type, own = self._where, self.free_by_type, self._own
         for node_id, n in placement:
             name, i = where[node_id]
-            t = types[name]
+            t = self._types[name] if name in own else self._mutable(name)
             if n <= 0 or n > t.free[i]:
                 raise ValueError(f"node {node_id}: cannot take {n} GPUs, {t.free[i]} free")
             t.free[i] -= n
@@ -261,10 +270,10 @@ class FreeGpus:
 
     def give(self, placement: Iterable[tuple[str, int]]) -> None:
         """Return ``placement``'s GPUs (a job stopped or moved within this call)."""
-        types, where, by_type = self._types, self._where, self.free_by_type
+        where, by_type, own = self._where, self.free_by_type, self._own
         for node_id, n in placement:
             name, i = where[node_id]
-            t = types[name]
+            t = self._types[name] if name in own else self._mutable(name)
             if n <= 0 or t.free[i] + n > t.layout.total[i]:
                 raise ValueError(f"node {node_id}: cannot return {n} GPUs")
             t.free[i] += n

@@ -145,6 +145,13 @@ class PlanIndexCache:
             return template
         return template if template.plans is plans else template.restamp(plans)
 
+    def prune_for(self, pending: Sequence[JobView], running: Sequence[RunningJob],
+                  slack: int = 4096) -> None:
+        """``prune`` to the pending and running jobs, without listing them unless it prunes
+        (policies call it on every decision)."""
+        if len(self.entries) > len(pending) + len(running) + slack:
+            self.prune([*pending, *(r.job for r in running)], slack)
+
     def prune(self, keep: Sequence[JobView], slack: int = 4096) -> None:
         """Forget finished jobs once the cache holds ``slack`` more entries than ``keep``."""
         if len(self.entries) > len(keep) + slack:

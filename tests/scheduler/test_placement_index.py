@@ -93,6 +93,9 @@ def test_index_follows_allocate_and_release() -> None:
     rng = random.Random(7)
     state = random_cluster(rng)
     FreeGpus.from_state(state).take([(n.id, n.free_gpus) for n in state.nodes if n.free_gpus])
+    # a working view's changes stay in it (copy on write)
+    assert FreeGpus.from_state(state).total_free == state.free_gpus
+    assert all(FreeGpus.from_state(state).free_on(n.id) == n.free_gpus for n in state.nodes)
     plan = make_plan("A", 1)
     held: list[Allocation] = []
     for step in range(80):
