@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import statistics
 import sys
@@ -50,6 +51,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(n_jobs: int, seed: int = 0) -> dict:
+    load_before = os.getloadavg()[0]
     gpus = list(load_gpu_catalog().values())
     jobs = make_jobs(n_jobs, seed)
     plan_job(MODEL_CATALOG["gpt2"], jobs[0][1], gpus)  # warm caches/imports
@@ -71,6 +73,8 @@ def run(n_jobs: int, seed: int = 0) -> dict:
         "feasible_jobs": feasible,
         "fitting_plans_evaluated_p50": statistics.median(counts),
         "target_p99_ms": 50,
+        # 1-minute load average before and after: the figures are wall time on a shared host
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'p50 ms/job':>12} {'p99 ms/job':>12} {'max ms':>10} {'feasible':>9}")
     print(f"{res['ms_per_job_p50']:>12.2f} {res['ms_per_job_p99']:>12.2f} "
           f"{res['ms_per_job_max']:>10.2f} {res['feasible_jobs']:>9}")
+    print(f"load average (1 min) before / after: {res['load_avg_1m'][0]:.2f} / "
+          f"{res['load_avg_1m'][1]:.2f}")
     if args.json:
         print(json.dumps(res))
     return 0

@@ -280,16 +280,18 @@ def _best_for_layout(layout: _Layout, budget: float) -> list[Item]:
     largest one of each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B
     bubble, so all are.
     """
-    if layout.curve(len(layout.savers) - 1)[0] > budget:
+    curves, saver_items = layout.curves, layout.items
+    k = len(curves) - 1
+    if (curves[k] or layout.curve(k))[0] > budget:
         return []  # not even the most frugal saver (full recompute, ZeRO-3) fits one sequence
     out: list[Item] = []
     covered = 0  # micro-batches [0, covered) fit a cheaper saver
     last, pipelined = layout.last, layout.pp > 1
-    for i in range(len(layout.savers)):
-        j = bisect_right(layout.curve(i), budget) - 1
+    for i in range(k + 1):
+        j = bisect_right(curves[i] or layout.curve(i), budget) - 1
         if j < covered:
             continue  # fits nothing that a cheaper saver does not
-        items = layout.saver_items(i)
+        items = saver_items[i] or layout.saver_items(i)
         if pipelined:
             out.extend(items[covered:j + 1])
         else:
@@ -338,7 +340,9 @@ def _plan(table: _MemoryTable, gpu: GpuType, step_model: StepTimeModel, cfg: Con
     mem = table.get(*cfg)
     return Plan(
         gpu_type=gpu.name, parallel=par, precision=precision,
-        memory=replace(mem, overhead=gpu.runtime_overhead_bytes),
+        memory=MemoryBreakdown(mem.parameters, mem.gradients, mem.optimizer_states,
+                               mem.activations, mem.logits, gpu.runtime_overhead_bytes,
+                               mem.transient, mem.stage),
         step=step_model.estimate(par), num_steps=table.train.num_steps, notes=notes,
         required_bytes=int((mem.tensors + gpu.runtime_overhead_bytes) / (1.0 - margin)),
     )
