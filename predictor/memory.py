@@ -517,13 +517,14 @@ def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[int], ...]) -> list
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
     stage the static bytes plus the larger of the activation peak and Adam's temporary, the
     worst stage."""
-    (s0, adam0), row0 = static[0], peaks[0]
-    out = [s0 + (v if v > adam0 else adam0) for v in row0]
-    for (s1, adam1), row1 in zip(static[1:], peaks[1:], strict=True):
-        for i, v in enumerate(row1):
-            v = s1 + (v if v > adam1 else adam1)
-            if v > out[i]:
-                out[i] = v
+    out: list[int] | None = None
+    for (fixed, adam), row in zip(static, peaks, strict=True):
+        if adam <= min(row):  # the usual case: Adam's temporary is never the peak
+            cur = [v + fixed for v in row]
+        else:
+            cur = [fixed + (v if v > adam else adam) for v in row]
+        out = cur if out is None else list(map(max, out, cur))
+    assert out is not None
     return out
 
 

@@ -229,25 +229,27 @@ Config = tuple[int, int, int, int, Recompute, int]  # tp, pp, dp, micro-batch, r
 
 
 BoundKey = tuple[int, int, int, Recompute]  # tp, pp, micro-batch, recompute
-Item = tuple[int, BoundKey, Config]
-"""A fitting configuration as the search carries it: ``m + pp - 1`` (micro-batches per
-replica plus the 1F1B fill, the lower bound's multiplier), the key of the lower bound's
-dp-free part (tp, pp, micro-batch, recompute), and the configuration."""
 
 
 class _Layout:
     """One (tp, pp, dp) layout's memory savers (in order of time cost), with each saver's
     memory curve over the micro-batches and its configurations, built on first use and shared
-    by all budgets."""
+    by all budgets; per micro-batch also ``m + pp - 1`` (the lower bound's multiplier) and,
+    per recomputation mode, the key of the lower bound's dp-free part."""
 
-    __slots__ = ("curves", "dp", "items", "last", "pp", "savers", "table", "tp")
+    __slots__ = ("cfgs", "curves", "dp", "fills", "keys", "last", "pp", "savers", "table",
+                 "tp")
 
     def __init__(self, table: _MemoryTable, tp: int, pp: int, dp: int) -> None:
         self.table, self.tp, self.pp, self.dp = table, tp, pp, dp
         self.savers = _SAVERS if dp > 1 else _SAVERS_NO_ZERO
         self.curves: list[list[int] | None] = [None] * len(self.savers)
-        self.items: list[list[Item] | None] = [None] * len(self.savers)
-        self.last = len(_divisors(table.train.global_batch // dp)) - 1
+        self.cfgs: list[list[Config] | None] = [None] * len(self.savers)
+        per_replica = table.train.global_batch // dp
+        mbs = _divisors(per_replica)
+        self.last = len(mbs) - 1
+        self.fills = [max(1, per_replica // mb) + pp - 1 for mb in mbs]
+        self.keys = {rc: [(tp, pp, mb, rc) for mb in mbs] for rc in Recompute}
 
     def curve(self, i: int) -> list[int]:
         out = self.curves[i]
@@ -256,22 +258,20 @@ class _Layout:
             out = self.curves[i] = self.table.curve(self.tp, self.pp, self.dp, recompute, zero)
         return out
 
-    def saver_items(self, i: int) -> list[Item]:
-        out = self.items[i]
+    def saver_cfgs(self, i: int) -> list[Config]:
+        out = self.cfgs[i]
         if out is None:
             recompute, zero = self.savers[i]
             tp, pp, dp = self.tp, self.pp, self.dp
-            per_replica = self.table.train.global_batch // dp
-            out = self.items[i] = [
-                (max(1, per_replica // mb) + pp - 1, (tp, pp, mb, recompute),
-                 (tp, pp, dp, mb, recompute, zero))
-                for mb in _divisors(per_replica)]
+            out = self.cfgs[i] = [(tp, pp, dp, mb, recompute, zero)
+                                  for mb in _divisors(self.table.train.global_batch // dp)]
         return out
 
 
-def _best_for_layout(layout: _Layout, budget: float) -> list[Item]:
+def _best_for_layout(layout: _Layout, budget: float) -> list[tuple[int, int, int]]:
     """Fitting configurations of one (tp, pp, dp) layout within ``budget`` tensor bytes: per
-    micro-batch, the cheapest memory saver that fits.
+    micro-batch, the cheapest memory saver that fits, as (saver index, first and one past the
+    last micro-batch index) runs.
 
     Memory grows with the micro-batch under any saver, so each saver fits a prefix of the
     (sorted) micro-batches, found by bisecting the saver's memory curve; a saver only adds
@@ -280,22 +280,18 @@ def _best_for_layout(layout: _Layout, budget: float) -> list[Item]:
     largest one of each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B
     bubble, so all are.
     """
-    curves, saver_items = layout.curves, layout.items
+    curves = layout.curves
     k = len(curves) - 1
     if (curves[k] or layout.curve(k))[0] > budget:
         return []  # not even the most frugal saver (full recompute, ZeRO-3) fits one sequence
-    out: list[Item] = []
+    out = []
     covered = 0  # micro-batches [0, covered) fit a cheaper saver
     last, pipelined = layout.last, layout.pp > 1
     for i in range(k + 1):
         j = bisect_right(curves[i] or layout.curve(i), budget) - 1
         if j < covered:
             continue  # fits nothing that a cheaper saver does not
-        items = saver_items[i] or layout.saver_items(i)
-        if pipelined:
-            out.extend(items[covered:j + 1])
-        else:
-            out.append(items[j])
+        out.append((i, covered if pipelined else j, j + 1))
         covered = j + 1
         if covered > last:
             break
@@ -318,17 +314,18 @@ def _fitting_groups(table: _MemoryTable, layouts: dict[tuple[int, int, int], _La
         layout = layouts.get(shape)
         if layout is None:
             layout = layouts[shape] = _Layout(table, *shape)
-        items = _best_for_layout(layout, budget)
-        if not items:
+        runs = _best_for_layout(layout, budget)
+        if not runs:
             continue
         n = shape[0] * shape[1] * shape[2]
         group = by_count.get(n)
         if group is None:
             group = by_count[n] = (n, [], [], [])
-        fills, keys, cfgs = zip(*items, strict=True)
-        group[1].extend(fills)
-        group[2].extend(keys)
-        group[3].extend(cfgs)
+        _, fills, keys, cfgs = group
+        for i, lo, hi in runs:
+            fills.extend(layout.fills[lo:hi])
+            keys.extend(layout.keys[layout.savers[i][0]][lo:hi])
+            cfgs.extend((layout.cfgs[i] or layout.saver_cfgs(i))[lo:hi])
     all_keys = list(dict.fromkeys(k for group in by_count.values() for k in group[2]))
     return list(by_count.values()), all_keys
 
