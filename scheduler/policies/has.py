@@ -447,6 +447,7 @@ def _minus(placement: Placement, keep: Placement) -> Placement:
 def paper_has(perf: PerfModel | None = None, *, seed: int = 0, **kwargs: object) -> HasPolicy:
     """HAS exactly as Algorithm 1 publishes it: FCFS walk, start-only (no growth, no
     shrinking). Kept as a named policy so benchmarks measure what our additions bring."""
-    policy = HasPolicy(perf, grow=False, queue_order="fcfs", seed=seed, **kwargs)  # type: ignore[arg-type]
+    policy = HasPolicy(perf, grow=False, queue_order="fcfs", plan_order="ranked", loans=False,
+                       seed=seed, **kwargs)  # type: ignore[arg-type]
     policy.name = "has-paper"
     return policy

@@ -183,3 +183,16 @@ def test_without_loans_the_shrink_is_priced_as_permanent() -> None:
     s_job = make_job("S", ranked(make_plan("A100-40G", 1, step_s=1.0, num_steps=600)),
                      submit=1_000.0, total_steps=600)
     assert HasPolicy(IdentityPerf(), loans=False).decide(state, [s_job], [l_run], 1_000.0) == []
+
+
+def test_has_starts_on_the_fastest_plan_at_the_knee_and_has_paper_on_the_ranked_first() -> None:
+    # 1 GPU: 260 s (260 GPU-s, ranked #1); 4 GPUs: 68 s (272 GPU-s, within the knee's 80%);
+    # 8 GPUs: 53 s (424 GPU-s, beyond it). Eight A100 free.
+    state = cluster(make_node("dgx", "A100-40G", 8, interconnect="nvlink"))
+    job = make_job("j", ranked(make_plan("A100-40G", 1, step_s=2.60),
+                               make_plan("A100-40G", 4, step_s=0.68),
+                               make_plan("A100-40G", 8, step_s=0.53)))
+    (ours,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    (paper,) = make_policy("has-paper", perf=IdentityPerf()).decide(state, [job], [], 0.0)
+    assert ours.allocation is not None and ours.allocation.num_gpus == 4
+    assert paper.allocation is not None and paper.allocation.num_gpus == 1
