@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTER = "frenzy-testbed"
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+LEAN_NODE_ARGS: dict[str, Any] = {"include_log_monitor": False}
+"""Every emulated node: no log monitor (it only streams worker logs to drivers, and the
+service connects with ``log_to_driver=False``): one Python process fewer per node."""
+LEAN_HEAD_ARGS: dict[str, Any] = {**LEAN_NODE_ARGS, "no_monitor": True}
+"""The head also runs no autoscaler monitor: the emulated cluster never scales."""
 TEMP_PREFIX = "frz-"
 OWNER_FILE = "owner"
 """In an emulated cluster's temporary folder: ``<pid> <start time>`` of the process that
@@ -83,7 +88,8 @@ class RayCluster:
             raise RuntimeError("only an emulated cluster can add nodes")
         return self._cluster.add_node(num_cpus=1, num_gpus=node.total_gpus,
                                       labels=node_labels(node),
-                                      object_store_memory=OBJECT_STORE_BYTES)
+                                      object_store_memory=OBJECT_STORE_BYTES,
+                                      **LEAN_NODE_ARGS)
 
     def remove_node(self, handle: Any) -> None:
         """Stop an emulated node (a machine leaving or crashing)."""
@@ -139,10 +145,10 @@ def start_emulated(cluster: str | Path = DEFAULT_CLUSTER, *,
     c = Cluster(initialize_head=True, head_node_args=dict(
         num_cpus=1, num_gpus=head.total_gpus, labels=node_labels(head),
         include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
-        temp_dir=str(base / "ray")))
+        temp_dir=str(base / "ray"), **LEAN_HEAD_ARGS))
     for node in rest:
         c.add_node(num_cpus=1, num_gpus=node.total_gpus, labels=node_labels(node),
-                   object_store_memory=OBJECT_STORE_BYTES)
+                   object_store_memory=OBJECT_STORE_BYTES, **LEAN_NODE_ARGS)
     ray.init(address=c.address, namespace=namespace, log_to_driver=False)
     c.wait_for_nodes()
     out = RayCluster(address=c.address, emulated=True, spec=spec, temp_dir=base,
