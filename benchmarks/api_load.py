@@ -18,7 +18,9 @@ Usage::
 PostgreSQL comes from ``--postgres-url`` or ``$FRENZY_TEST_POSTGRES_URL`` (e.g. from
 ``scripts/start_postgres.sh``); a fresh database is created and dropped for the run.
 JSON keys per backend: backend, submit_rps, submit_p50_ms, submit_p99_ms, get_p50_ms,
-get_p99_ms, errors, lost_jobs, accepted, plus the run's parameters.
+get_p99_ms, errors, lost_jobs, accepted, plus the run's parameters and the machine's 1-minute
+load average before and after the load (``loadavg_1m``: the other work on a shared machine
+moves the tail latencies).
 """
 
 from __future__ import annotations
@@ -298,6 +300,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 _wait_healthy(url, server)
+                load_before = os.getloadavg()[0]
                 gen_out = tmp / "gen.json"
                 subprocess.run(
                     [sys.executable, "-m", "benchmarks.api_load", "--generate", "--url", url,
@@ -307,6 +310,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                     cwd=ROOT, check=True, timeout=args.duration + 120,
                 )
                 res = json.loads(gen_out.read_text())
+                load_after = os.getloadavg()[0]
             finally:
                 server.send_signal(signal.SIGINT)
                 try:
@@ -338,6 +342,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         "target_rate": args.rate,
         "duration_s": round(res["elapsed_s"], 2),
         "workers": args.workers,
+        "loadavg_1m": [round(load_before, 2), round(load_after, 2)],
     }
 
 
