@@ -1,6 +1,8 @@
 """Per-GPU peak memory of one parallel plan: static state, activations, logits, overhead.
 
-Pure arithmetic (no torch, no I/O): the planner calls ``estimate_memory`` ~10^4 times per job.
+Pure arithmetic (no torch, no I/O). The planner searches with the same counts split into a
+static and a per-sequence part (``static_terms``, ``activation_terms``: exact, in integers) and
+calls ``estimate_memory`` only for the plans it keeps.
 Every coefficient is a count of the tensors that ``predictor.measure.builder`` — the PyTorch
 implementation this model is checked against — keeps alive; nothing is fitted.
 

@@ -32,7 +32,8 @@ network bandwidth) live in ``config/gpus.yaml``; the GPU-independent curve const
 calibrated once on the vTrain single-node data set and validated on the others
 (``python -m benchmarks.step_time_accuracy``; docs/step_time_accuracy.md).
 
-Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner makes ~10^4).
+Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner makes hundreds
+per job, through ``StepTimeModel``, which caches what depends only on the layout).
 """
 
 from __future__ import annotations
