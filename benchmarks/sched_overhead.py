@@ -115,19 +115,19 @@ def table(out: dict[str, Any]) -> str:
     lines = ["policy wall time per call with a job waiting (ms): median / p95 / max (calls)",
              f"cluster sweep: every call of the first {out['window_h']:g} virtual hours; "
              f"queue sweep: the first {out['queue_calls']} calls", ""]
-    head = f"{'GPUs':>6}  " + "".join(f"{p:>34}" for p in POLICIES) + f"{'sia/has p50':>13}"
+    head = f"{'GPUs':>6}  " + "".join(f"{p:>35}" for p in POLICIES) + f"{'sia/has p50':>13}"
     lines += [head, "-" * len(head)]
     for row in out["by_size"]:
         cells = "".join(
             f"{row[p]['p50_ms']:>10.3f} /{row[p]['p95_ms']:>9.3f} /{row[p]['max_ms']:>8.1f}"
-            f" ({row[p]['calls']:>3})" for p in POLICIES)
+            f" ({row[p]['calls']:>4})" for p in POLICIES)
         ratio = row["sia"]["p50_ms"] / row["has"]["p50_ms"] if row["has"]["p50_ms"] else math.inf
         lines.append(f"{row['gpus']:>6}  {cells}{ratio:>12.0f}x")
-    lines += ["", f"{'queue':>6}  " + "".join(f"{p:>34}" for p in POLICIES), "-" * len(head)]
+    lines += ["", f"{'queue':>6}  " + "".join(f"{p:>35}" for p in POLICIES), "-" * len(head)]
     for row in out["by_queue"]:
         cells = "".join(
             f"{row[p]['p50_ms']:>10.3f} /{row[p]['p95_ms']:>9.3f} /{row[p]['max_ms']:>8.1f}"
-            f" ({row[p]['calls']:>3})" for p in POLICIES)
+            f" ({row[p]['calls']:>4})" for p in POLICIES)
         ratio = row["sia"]["p50_ms"] / row["has"]["p50_ms"] if row["has"]["p50_ms"] else math.inf
         lines.append(f"{row['queue']:>6}  {cells}{ratio:>12.0f}x")
     lines += ["", "every call of the cluster sweep (an empty queue included): calls / total "
