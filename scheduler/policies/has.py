@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from operator import itemgetter
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
@@ -150,7 +151,7 @@ class HasPolicy:
                 if j.plans else float("inf"), j.submit_time, j.id))
         if full:  # only shrinking grown jobs can make room for the head of the queue
             out = self._shrink_for(pending[0], running, free, state)
-            self._plans.prune([*pending, *(rj.job for rj in running)])
+            self._plans.prune_for(pending, running)
             return out
         out: list[Decision] = []
         if self._loans:
@@ -204,7 +205,7 @@ class HasPolicy:
             out.extend(self._grow(running, free, state, now))
         elif self.grow and first_waiting is not None and running:
             out.extend(self._shrink_for(first_waiting, running, free, state))
-        cache.prune([*pending, *(rj.job for rj in running)])
+        cache.prune_for(pending, running)
         return out
 
     def _shrink_for(self, job: JobView, running: Sequence[RunningJob], free: FreeGpus,
@@ -213,12 +214,12 @@ class HasPolicy:
         jobs that hold more GPUs than their cheapest plan of the same type back to it (in
         place, on a subset of their GPUs) if that frees enough for ``job``'s best plan."""
         index = self._plans.get(job)
-        # the running jobs of each type, most GPUs first, and when the first of them ends
         of_type: dict[str, list[RunningJob]] = {}
-        for rj in sorted(running, key=lambda r: -r.allocation.num_gpus):
+        for rj in running:
             of_type.setdefault(rj.allocation.plan.gpu_type, []).append(rj)
-        first_end = {t: min(r.job.remaining_steps * r.allocation.plan.step_time_s for r in rs)
-                     for t, rs in of_type.items()}
+        # per type, on first use: its running jobs most GPUs first, and when the first ends
+        by_size: dict[str, tuple[list[RunningJob], float]] = {}
+        undo: dict[str, tuple[Placement, Plan] | None] = {}  # see ``_smaller_plan``
         for plan in index.plans:
             t, need = plan.gpu_type, plan.num_gpus - free.free(plan.gpu_type, plan.required_bytes)
             if need <= 0:
@@ -226,12 +227,17 @@ class HasPolicy:
             shrinks: list[tuple[RunningJob, Plan, Placement]] = []
             freed = 0
             wait_s = plan.job_time_s * job.remaining_fraction
+            if t not in by_size:
+                rs = of_type.get(t, [])
+                by_size[t] = (sorted(rs, key=lambda r: -r.allocation.num_gpus),
+                              min((r.job.remaining_steps * r.allocation.plan.step_time_s
+                                   for r in rs), default=0.0))
             # until then the first running job of this type ends and frees its GPUs
-            expected_wait = first_end.get(t, 0.0)
-            for rj in of_type.get(t, ()):
+            runs, expected_wait = by_size[t]
+            for rj in runs:
                 cur = rj.allocation.plan
                 keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
-                                                expected_wait, state)
+                                                expected_wait, state, undo)
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
@@ -287,7 +293,8 @@ class HasPolicy:
         return out
 
     def _smaller_plan(self, rj: RunningJob, cur: Plan, t: str, need: int, wait_s: float,
-                      expected_wait_s: float, state: ClusterState
+                      expected_wait_s: float, state: ClusterState,
+                      undo: dict[str, tuple[Placement, Plan] | None] | None = None,
                       ) -> tuple[Placement | None, Plan | None]:
         """A smaller plan for running job ``rj`` on a subset of its GPUs, or (None, None).
 
@@ -298,6 +305,8 @@ class HasPolicy:
         job would wait otherwise); then the largest smaller plan that frees ``need`` GPUs."""
         ridx = self._plans.get(rj.job)
         plans = ridx.by_type.get(t, {})
+        # ``undo`` keeps the first answer per job within one call: it depends neither on
+        # ``need`` nor on the waiting job
 
         def fitting(cand: Plan) -> Placement | None:
             keep = _prefix(rj.allocation.placement, cand.num_gpus, cand.parallel.tp)
@@ -306,11 +315,21 @@ class HasPolicy:
                 return None
             return keep
 
-        for cand in ridx.cheapest(t):
-            if cand.num_gpus < cur.num_gpus and cand.gpu_seconds <= cur.gpu_seconds:
-                keep = fitting(cand)
-                if keep is not None:
-                    return keep, cand
+        if undo is not None and rj.job.id in undo:
+            back = undo[rj.job.id]
+        else:
+            back = None
+            cur_n, cur_gs = cur.num_gpus, cur.gpu_seconds
+            for cand in ridx.cheapest(t):
+                if cand.num_gpus < cur_n and cand.gpu_seconds <= cur_gs:
+                    keep = fitting(cand)
+                    if keep is not None:
+                        back = (keep, cand)
+                        break
+            if undo is not None:
+                undo[rj.job.id] = back
+        if back is not None:
+            return back
         left = rj.job.remaining_steps * cur.step_time_s
         if not self.shrink_long or left < max(self.shrink_long * wait_s,
                                               4 * self.restart_cost_s):
@@ -350,7 +369,7 @@ class HasPolicy:
             left = rj.job.remaining_steps * rj.allocation.plan.step_time_s
             if left >= 2 * self.restart_cost_s:
                 order.append((left, rj))
-        order.sort(key=lambda lr: -lr[0])
+        order.sort(key=itemgetter(0), reverse=True)  # stable: ties keep their order
         free_by_type = free.free_by_type
         for left, rj in order:
             if free.total_free == 0:
