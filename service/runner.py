@@ -140,10 +140,15 @@ class EventRecorder:
         self,
         session_factory: sessionmaker[Session],
         to_datetime: Callable[[float], datetime] = epoch_to_datetime,
+        max_events_per_transaction: int = 8,
     ) -> None:
         self._factory = session_factory
         self._to_datetime = to_datetime
         self._buffer: list[JobEvent] | None = None
+        self._chunk = max(1, max_events_per_transaction)
+        """A batch is written in transactions of at most this many events: on SQLite every
+        other writer (the API's submissions) waits while one runs, so a long batch is cut
+        into short turns they can slip between (~6 ms per event on a loaded machine)."""
 
     def __call__(self, event: JobEvent) -> None:
         if event.from_state is None:
@@ -156,10 +161,10 @@ class EventRecorder:
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:
-        """Events emitted inside the block are written at its end, in order, in one
-        transaction (one writer turn for a whole loop turn of the Controller instead of one
-        per event). Call it from the one thread that drives the Controller, under its lock.
-        If the batch fails, its events are written one by one."""
+        """Events emitted inside the block are written at its end, in order, a few per
+        transaction (``max_events_per_transaction``; one writer turn for several events
+        instead of one per event). Call it from the one thread that drives the Controller,
+        under its lock. If a transaction fails, its events are written one by one."""
         if self._buffer is not None:  # nested: the outer block writes
             yield
             return
@@ -168,8 +173,8 @@ class EventRecorder:
             yield
         finally:
             events, self._buffer = self._buffer, None
-            if events:
-                self._write_all(events)
+            for k in range(0, len(events), self._chunk):
+                self._write_all(events[k:k + self._chunk])
 
     def _write_all(self, events: list[JobEvent]) -> None:
         try:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
 from service_builders import T0, Env, job_body
 
 from orchestrator.backend import VirtualClock
@@ -159,14 +160,17 @@ def test_event_for_unknown_job_is_dropped(env: Env) -> None:
         assert repo.active_allocations(session=s) == []
 
 
-def test_batched_events_of_several_jobs_in_one_transaction(env: Env) -> None:
-    """``EventRecorder.batched``: two jobs' whole lives in one transaction (their rows read
-    once, up front) end as the same rows and event logs as event-by-event writing."""
+@pytest.mark.parametrize("per_transaction", [1, 3, 100])
+def test_batched_events_of_several_jobs(env: Env, per_transaction: int) -> None:
+    """``EventRecorder.batched``: two jobs' whole lives written at the end of the block,
+    ``per_transaction`` events per transaction (their rows read once per transaction), end
+    as the same rows and event logs as event-by-event writing."""
     h = env.headers("alice")
     ids = [env.client.post("/v1/jobs", json=job_body(), headers=h).json()["id"]
            for _ in range(2)]
     plan = _plan()
-    rec = _recorder(env)
+    rec = EventRecorder(env.factory, to_datetime=lambda s: T0 + timedelta(seconds=s),
+                        max_events_per_transaction=per_transaction)
     with rec.batched():
         for job_id, node in zip(ids, ("a100-0", "a100-1"), strict=True):
             alloc = Allocation(job_id, plan, ((node, 4),))
