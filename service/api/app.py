@@ -78,6 +78,8 @@ def create_app(
         # The GPU catalog (a YAML file) is read before the first request, not by the
         # first submission that needs planning (it is cached for the process).
         load_gpu_catalog()
+        if pg is not None:  # a few connections ready before the first burst of requests
+            await pg.open(min(4, settings.db_pool_size))
         yield
         if ctx.writer is not None:
             ctx.writer.close()

@@ -212,6 +212,21 @@ class AsyncPg:
                 waiter.set_result(None)
                 break
 
+    async def open(self, count: int) -> None:
+        """Open ``count`` connections now (at most the pool's size), so the first burst of
+        requests does not wait for PostgreSQL to start a backend per connection."""
+        self._bind_loop()
+        count = max(0, min(count, self._size - self._open))
+        self._open += count
+        results = await asyncio.gather(*(self._connect() for _ in range(count)),
+                                       return_exceptions=True)
+        for conn in results:
+            if isinstance(conn, BaseException):
+                self._open -= 1
+                log.warning("PostgreSQL connection not opened at startup: %s", conn)
+            else:
+                self._idle.append((conn, time.monotonic()))
+
     async def close(self) -> None:
         """Close the idle connections (the app's shutdown)."""
         idle, self._idle = self._idle, []

@@ -192,3 +192,19 @@ def test_a_lost_connection_is_replaced(pg_url: str) -> None:
     finally:
         engine.dispose()
     assert first.id == second.id == "j"
+
+
+def test_open_warms_the_pool_up_to_its_size(pg_url: str) -> None:
+    pg = AsyncPg(pg_url, size=3)
+
+    async def go() -> tuple[int, int, int]:
+        await pg.open(2)
+        warmed = len(pg._idle)
+        await pg.open(5)  # only one more fits
+        full = len(pg._idle)
+        await pg.read_job("missing")  # uses an idle connection, opens none
+        after = len(pg._idle)
+        await pg.close()
+        return warmed, full, after
+
+    assert _run(go()) == (2, 3, 3)
