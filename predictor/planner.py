@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from operator import mul
+
+import numpy as np
 
 from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
@@ -34,7 +35,6 @@ from predictor.memory import (
     activation_rows,
     activation_terms,
     estimate_memory,
-    peak_tensor_curve,
     peaks_in_flight,
     static_terms,
 )
@@ -160,9 +160,9 @@ class _MemoryTable:
     types: only the runtime overhead differs between GPUs (a bf16 plan re-planned in fp16 on
     a GPU without bf16 has the same bytes), so it is added per GPU at lookup.
 
-    The search only compares peaks with budgets, so it asks ``curve``: the exact integer form
-    of ``estimate_memory(...).tensors`` at every micro-batch of a layout, from a static part
-    (per tp, pp, ZeRO stage, and dp under ZeRO) and an activation part (per tp, pp,
+    The search only compares peaks with budgets (``_memory_values``), through the exact
+    integer form of ``estimate_memory(...).tensors``: a static part (``static_of``: per tp,
+    pp, ZeRO stage, and dp under ZeRO) and an activation part (``rows``: per tp, pp,
     recomputation; dp only through the micro-batches in flight), each computed once. The
     full breakdown (``get``) is built only for the plans the planner keeps.
     """
@@ -170,39 +170,31 @@ class _MemoryTable:
     def __init__(self, model: ModelSpec, train: TrainingSpec) -> None:
         self.model, self.train = model, train
         self.activation: dict[tuple[int, ...], ActivationRows] = {}
-        self.peaks: dict[tuple[int, ...], tuple[list[int], ...]] = {}
         self.static: dict[tuple[int, ...], StaticTerms] = {}
         self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
-        self.floor = 1 << 62  # smallest tensor memory seen (for the infeasible answer)
+        self.floor = 1 << 62  # least memory of any layout's most frugal saver
 
-    def curve(self, tp: int, pp: int, dp: int, recompute: Recompute, zero: int
-              ) -> list[int]:
-        """Tensor bytes of the worst stage (``estimate_memory(...).tensors``) at each
-        micro-batch of the layout (the ascending divisors of the per-replica batch); they
-        never decrease with the micro-batch."""
-        rc = _RC_INDEX[recompute]
-        pkey = (tp, pp, dp, rc)
-        peaks = self.peaks.get(pkey)
-        if peaks is None:
-            akey = (tp, pp, rc)
-            rows = self.activation.get(akey)
-            if rows is None:  # at every micro-batch size of any dp: the global batch's divisors
-                rows = self.activation[akey] = activation_rows(
-                    activation_terms(self.model, self.train, tp, pp, recompute,
-                                     self.train.sequence_parallel and tp > 1,
-                                     self.train.flash_attention),
-                    _divisors(self.train.global_batch))
-            per_replica = self.train.global_batch // dp
-            peaks = self.peaks[pkey] = peaks_in_flight(rows, per_replica,
-                                                       _divisors(per_replica))
+    def rows(self, tp: int, pp: int, recompute: Recompute) -> ActivationRows:
+        """The activation rows of (tp, pp, recomputation) at every micro-batch size of any
+        dp (the global batch's divisors), computed once."""
+        akey = (tp, pp, _RC_INDEX[recompute])
+        rows = self.activation.get(akey)
+        if rows is None:
+            rows = self.activation[akey] = activation_rows(
+                activation_terms(self.model, self.train, tp, pp, recompute,
+                                 self.train.sequence_parallel and tp > 1,
+                                 self.train.flash_attention),
+                _divisors(self.train.global_batch))
+        return rows
+
+    def static_of(self, tp: int, pp: int, dp: int, zero: int) -> StaticTerms:
+        """The static bytes (parameters, gradients, optimizer states) per candidate stage;
+        dp only matters under ZeRO."""
         skey = (tp, pp, dp if zero else 0, zero)
         static = self.static.get(skey)
         if static is None:
             static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp, zero)
-        out = peak_tensor_curve(static, peaks)
-        if out[0] < self.floor:
-            self.floor = out[0]
-        return out
+        return static
 
     def get(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
             ) -> MemoryBreakdown:
@@ -231,103 +223,135 @@ Config = tuple[int, int, int, int, Recompute, int]  # tp, pp, dp, micro-batch, r
 BoundKey = tuple[int, int, int, Recompute]  # tp, pp, micro-batch, recompute
 
 
-class _Layout:
-    """One (tp, pp, dp) layout's memory savers (in order of time cost), with each saver's
-    memory curve over the micro-batches and its configurations, built on first use and shared
-    by all budgets; per micro-batch also ``m + pp - 1`` (the lower bound's multiplier) and,
-    per recomputation mode, the key of the lower bound's dp-free part."""
+_Group = tuple[int, list[int], list[BoundKey], list[Config]]
+"""The fitting configurations of one GPU count: ``m + pp - 1`` of each (the lower bound's
+multiplier), the key of its lower bound's dp-free part, the configurations."""
 
-    __slots__ = ("cfgs", "curves", "dp", "fills", "keys", "last", "pp", "savers", "table",
-                 "tp")
+
+class _Layout:
+    """One (tp, pp, dp) layout: its memory savers (in order of time cost) and micro-batches,
+    each saver's configurations (built on first use), per micro-batch ``m + pp - 1`` (the
+    lower bound's multiplier) and, per recomputation mode, the key of the lower bound's
+    dp-free part."""
+
+    __slots__ = ("cfgs", "dp", "fills", "keys", "last", "mbs", "per_replica", "pp", "savers",
+                 "table", "tp")
 
     def __init__(self, table: _MemoryTable, tp: int, pp: int, dp: int) -> None:
         self.table, self.tp, self.pp, self.dp = table, tp, pp, dp
         self.savers = _SAVERS if dp > 1 else _SAVERS_NO_ZERO
-        self.curves: list[list[int] | None] = [None] * len(self.savers)
         self.cfgs: list[list[Config] | None] = [None] * len(self.savers)
-        per_replica = table.train.global_batch // dp
-        mbs = _divisors(per_replica)
+        per_replica = self.per_replica = table.train.global_batch // dp
+        mbs = self.mbs = _divisors(per_replica)
         self.last = len(mbs) - 1
         self.fills = [max(1, per_replica // mb) + pp - 1 for mb in mbs]
         self.keys = {rc: [(tp, pp, mb, rc) for mb in mbs] for rc in Recompute}
-
-    def curve(self, i: int) -> list[int]:
-        out = self.curves[i]
-        if out is None:
-            recompute, zero = self.savers[i]
-            out = self.curves[i] = self.table.curve(self.tp, self.pp, self.dp, recompute, zero)
-        return out
 
     def saver_cfgs(self, i: int) -> list[Config]:
         out = self.cfgs[i]
         if out is None:
             recompute, zero = self.savers[i]
             tp, pp, dp = self.tp, self.pp, self.dp
-            out = self.cfgs[i] = [(tp, pp, dp, mb, recompute, zero)
-                                  for mb in _divisors(self.table.train.global_batch // dp)]
+            out = self.cfgs[i] = [(tp, pp, dp, mb, recompute, zero) for mb in self.mbs]
         return out
 
 
-def _best_for_layout(layout: _Layout, budget: float) -> list[tuple[int, int, int]]:
-    """Fitting configurations of one (tp, pp, dp) layout within ``budget`` tensor bytes: per
-    micro-batch, the cheapest memory saver that fits, as (saver index, first and one past the
-    last micro-batch index) runs.
+_RC_OF_SAVER = np.array([_RC_INDEX[rc] for rc, _ in _SAVERS])
+_ZERO_OF_SAVER = np.array([zero for _, zero in _SAVERS])
+_NO_ZERO_POS = {i: pos for pos, i in enumerate(
+    i for i, (_, zero) in enumerate(_SAVERS) if zero == 0)}  # _SAVERS index -> dp = 1 index
+_NEVER = 1 << 60  # memory of a missing micro-batch, stage or saver: fits no budget
 
-    Memory grows with the micro-batch under any saver, so each saver fits a prefix of the
-    (sorted) micro-batches, found by bisecting the saver's memory curve; a saver only adds
-    the micro-batches that no cheaper saver fits. Without pipelining (pp = 1) a larger
-    micro-batch with the same saver does the same work in fewer, larger GEMMs, so only the
-    largest one of each saver is kept; with pp > 1 smaller micro-batches shrink the 1F1B
-    bubble, so all are.
+
+def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
+    """``estimate_memory(...).tensors`` of every (layout, saver of ``_SAVERS``, micro-batch
+    index), exact integers: per candidate stage the static bytes plus the larger of the
+    activation peak (``peaks_in_flight``) and Adam's temporary, the worst stage (as
+    ``peak_tensor_curve``). Savers a layout cannot use (ZeRO at dp = 1) and micro-batch
+    indices past a layout's last are ``_NEVER``."""
+    width = max(len(layout.mbs) for layout in layouts)
+    peaks, fixed, adam = [], [], []
+    never_stage = [_NEVER] * width
+    for layout in layouts:
+        tp, pp, dp = layout.tp, layout.pp, layout.dp
+        pad = [_NEVER] * (width - len(layout.mbs))
+        per_rc = []
+        for recompute in Recompute:
+            stages = [row + pad for row in peaks_in_flight(table.rows(tp, pp, recompute),
+                                                          layout.per_replica, layout.mbs)]
+            if len(stages) == 1:
+                stages.append(never_stage)
+            per_rc.append(stages)
+        peaks.append(per_rc)
+        f_z, a_z = [], []
+        for zero in range(4):
+            if zero and dp == 1:
+                f_z.append((_NEVER, _NEVER))
+                a_z.append((-1, -1))
+                continue
+            static = table.static_of(tp, pp, dp, zero)
+            if len(static) == 1:
+                static = (static[0], (-_NEVER, -1))
+            f_z.append((static[0][0], static[1][0]))
+            a_z.append((static[0][1], static[1][1]))
+        fixed.append(f_z)
+        adam.append(a_z)
+    p = np.array(peaks, dtype=np.int64)[:, _RC_OF_SAVER]  # layout, saver, stage, micro-batch
+    f = np.array(fixed, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
+    a = np.array(adam, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
+    return (f + np.maximum(p, a)).max(axis=2)
+
+
+def _fitting_groups(table: _MemoryTable, layouts: list[_Layout], budgets: list[float]
+                    ) -> list[tuple[list[_Group], list[BoundKey]]]:
+    """Per budget (tensor bytes), every configuration that fits, by GPU count (in search
+    order: counts by first appearance, configurations by layout, then saver, then
+    micro-batch), and the distinct lower-bound keys among them.
+
+    Per micro-batch of a layout the cheapest memory saver that fits is kept (the savers only
+    cost time), provided the most frugal saver fits one sequence. Memory grows with the
+    micro-batch under any saver, so the fitting micro-batches are a prefix and their savers
+    never get cheaper along it; the result is a list of (saver, micro-batch range) runs.
+    Without pipelining (pp = 1) a larger micro-batch with the same saver does the same work
+    in fewer, larger GEMMs, so only the largest one of each saver is kept; with pp > 1
+    smaller micro-batches shrink the 1F1B bubble, so all are. All layouts and budgets are
+    compared at once (``_memory_values``).
     """
-    curves = layout.curves
-    k = len(curves) - 1
-    if (curves[k] or layout.curve(k))[0] > budget:
-        return []  # not even the most frugal saver (full recompute, ZeRO-3) fits one sequence
+    values = _memory_values(table, layouts)
+    frugal = np.array([11 if layout.dp > 1 else 8 for layout in layouts])  # _SAVERS index
+    least = values[np.arange(len(layouts)), frugal, 0]
+    table.floor = min(table.floor, int(least.min()))
     out = []
-    covered = 0  # micro-batches [0, covered) fit a cheaper saver
-    last, pipelined = layout.last, layout.pp > 1
-    for i in range(k + 1):
-        j = bisect_right(curves[i] or layout.curve(i), budget) - 1
-        if j < covered:
-            continue  # fits nothing that a cheaper saver does not
-        out.append((i, covered if pipelined else j, j + 1))
-        covered = j + 1
-        if covered > last:
-            break
+    for budget in budgets:
+        fit = values <= budget
+        cheapest = fit.argmax(axis=1).tolist()
+        counts = fit.any(axis=1).sum(axis=1).tolist()
+        by_count: dict[int, _Group] = {}
+        for layout, ok, n_fit, first in zip(layouts, (least <= budget).tolist(), counts,
+                                            cheapest, strict=True):
+            if not ok or not n_fit:
+                continue  # not even the most frugal saver fits one sequence
+            n = layout.tp * layout.pp * layout.dp
+            group = by_count.get(n)
+            if group is None:
+                group = by_count[n] = (n, [], [], [])
+            _, fills, keys, cfgs = group
+            pipelined, no_zero = layout.pp > 1, layout.dp == 1
+            lo = 0
+            while lo < n_fit:
+                saver = first[lo]
+                hi = lo + 1
+                while hi < n_fit and first[hi] == saver:
+                    hi += 1
+                i = _NO_ZERO_POS[saver] if no_zero else saver
+                start = lo if pipelined else hi - 1
+                fills.extend(layout.fills[start:hi])
+                keys.extend(layout.keys[layout.savers[i][0]][start:hi])
+                cfgs.extend((layout.cfgs[i] or layout.saver_cfgs(i))[start:hi])
+                lo = hi
+        all_keys = list(dict.fromkeys(k for group in by_count.values() for k in group[2]))
+        out.append((list(by_count.values()), all_keys))
     return out
-
-
-_Group = tuple[int, list[int], list[BoundKey], list[Config]]
-"""The fitting configurations of one GPU count: ``m + pp - 1`` of each (the lower bound's
-multiplier), the key of its lower bound's dp-free part, the configurations."""
-
-
-def _fitting_groups(table: _MemoryTable, layouts: dict[tuple[int, int, int], _Layout],
-                    shapes: list[tuple[int, int, int]], budget: float
-                    ) -> tuple[list[_Group], list[BoundKey]]:
-    """Every configuration that fits ``budget`` tensor bytes, by GPU count (in search order:
-    counts by first appearance, configurations by layout then ``_best_for_layout``), and the
-    distinct lower-bound keys among them."""
-    by_count: dict[int, _Group] = {}
-    for shape in shapes:
-        layout = layouts.get(shape)
-        if layout is None:
-            layout = layouts[shape] = _Layout(table, *shape)
-        runs = _best_for_layout(layout, budget)
-        if not runs:
-            continue
-        n = shape[0] * shape[1] * shape[2]
-        group = by_count.get(n)
-        if group is None:
-            group = by_count[n] = (n, [], [], [])
-        _, fills, keys, cfgs = group
-        for i, lo, hi in runs:
-            fills.extend(layout.fills[lo:hi])
-            keys.extend(layout.keys[layout.savers[i][0]][lo:hi])
-            cfgs.extend((layout.cfgs[i] or layout.saver_cfgs(i))[lo:hi])
-    all_keys = list(dict.fromkeys(k for group in by_count.values() for k in group[2]))
-    return list(by_count.values()), all_keys
 
 
 def _plan(table: _MemoryTable, gpu: GpuType, step_model: StepTimeModel, cfg: Config,
@@ -375,22 +399,21 @@ def plan_job(
     best: dict[tuple[str, int], Plan] = {}  # the fastest plan per (GPU type, count)
     every: list[Plan] = []
     table = _MemoryTable(model, train)
-    layouts: dict[tuple[int, int, int], _Layout] = {}
-    fitting: dict[float, tuple[list[_Group], list[BoundKey]]] = {}  # shared by equal budgets
+    budgets = [gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
+               for gpu in gpu_list]
     bounds: dict[tuple[float, float, Precision], tuple[ComputeBound, dict[BoundKey, float]]] = {}
     shapes = [(tp, pp, dp) for tp in _tp_options(model, train, min(gpus_per_node, max_gpus))
               for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp))
               for dp in _divisors(train.global_batch, max_gpus // (tp * pp))]
+    distinct = list(dict.fromkeys(budgets))  # GPU types of equal budget share the fit
+    fitting = dict(zip(distinct, _fitting_groups(
+        table, [_Layout(table, *shape) for shape in shapes], distinct), strict=True))
     flash, sp_knob = train.flash_attention, train.sequence_parallel
     considered = 0
-    for gpu in gpu_list:
+    for gpu, budget in zip(gpu_list, budgets, strict=True):
         precision, notes = _precision_for(gpu, train.precision)
         gtrain = train if precision is train.precision else replace(train, precision=precision)
-        budget = gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
-        fits = fitting.get(budget)
-        if fits is None:
-            fits = fitting[budget] = _fitting_groups(table, layouts, shapes, budget)
-        groups, all_keys = fits
+        groups, all_keys = fitting[budget]
         # the lower bound's dp-free part depends on the GPU only through its rates
         rates = (*device_rates(gpu, gtrain.precision), gtrain.precision)
         bound = bounds.get(rates)
