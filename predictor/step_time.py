@@ -256,25 +256,40 @@ def _links(gpu: GpuType, topo: Topology) -> _Links:
     )
 
 
-@functools.lru_cache(maxsize=65536)
 def _layer_times_of(
     model: ModelSpec, s: int, precision: Precision, b: int, t: int, recompute: Recompute,
     flash: bool, sp_knob: bool, rate: float, mem_bps: float,
 ) -> tuple[float, float, float]:
     """(forward, backward, recompute-forward) seconds of one layer for one micro-batch of
-    ``b`` sequences on one tensor-parallel rank; cached because the planner asks for the same
-    layer shape under many (pp, dp) layouts."""
+    ``b`` sequences on one tensor-parallel rank."""
+    return _layer_times(model, s, precision, b, t, flash, sp_knob and t > 1, rate,
+                        mem_bps)[_REDO_INDEX[recompute]]
+
+
+_REDO_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+
+
+@functools.lru_cache(maxsize=65536)
+def _layer_times(
+    model: ModelSpec, s: int, precision: Precision, b: int, t: int, flash: bool,
+    sp_knob: bool, rate: float, mem_bps: float,
+) -> tuple[tuple[float, float, float], ...]:
+    """``_layer_times_of`` under each recomputation mode (none, selective, full): they share
+    the forward and backward. Cached because the planner asks for the same layer shape under
+    many (pp, dp) layouts, savers and GPU types of equal rates."""
     h, f, kv, a = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.num_heads
     tokens = b * s
     nbytes = _act_bytes(precision)
     n_mlp = 3 if model.swiglu else 2
 
-    gemm_flops = (
-        2.0 * tokens * h * (h + 2 * kv) / t,  # QKV
-        2.0 * tokens * h * h / t,  # attention output projection
-        *(2.0 * tokens * h * f / t for _ in range(n_mlp)),  # MLP
-    )
-    dense_fwd = sum(_gemm_s(x, rate) for x in gemm_flops)
+    # QKV, attention output projection, then 2 or 3 MLP GEMMs of one size; summed in that
+    # order (as ``sum`` over the GEMM times would)
+    half = GEMM_HALF_FLOPS
+    mlp = (2.0 * tokens * h * f / t + half) / rate
+    dense_fwd = ((2.0 * tokens * h * (h + 2 * kv) / t + half) / rate
+                 + (2.0 * tokens * h * h / t + half) / rate + mlp + mlp)
+    if n_mlp == 3:
+        dense_fwd += mlp
     dense_bwd = 2.0 * dense_fwd  # dgrad + wgrad GEMMs of the same sizes
 
     core_flops = 4.0 * b * s * s * h / t  # QK^T and PV, full square (no causal skipping)
@@ -296,13 +311,7 @@ def _layer_times_of(
     # the GPU work is shorter than it (small layers, small micro-batches, large tp).
     fwd = max(dense_fwd + core_fwd + elem, LAYER_OVERHEAD_S)
     bwd = max(dense_bwd + core_bwd + 2.0 * elem, 2.0 * LAYER_OVERHEAD_S)
-    if recompute is Recompute.FULL:
-        redo = fwd
-    elif recompute is Recompute.SELECTIVE:
-        redo = core_fwd + softmax
-    else:
-        redo = 0.0
-    return fwd, bwd, redo
+    return (fwd, bwd, 0.0), (fwd, bwd, core_fwd + softmax), (fwd, bwd, fwd)
 
 
 @functools.lru_cache(maxsize=4096)
