@@ -35,7 +35,6 @@ from predictor.memory import (
     activation_rows,
     activation_terms,
     estimate_memory,
-    peaks_in_flight,
     static_terms,
 )
 from predictor.plan import Plan
@@ -269,20 +268,29 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     activation peak (``peaks_in_flight``) and Adam's temporary, the worst stage (as
     ``peak_tensor_curve``). Savers a layout cannot use (ZeRO at dp = 1) and micro-batch
     indices past a layout's last are ``_NEVER``."""
+    sizes = _divisors(table.train.global_batch)  # every micro-batch size of any dp
+    column = {b: d for d, b in enumerate(sizes)}
+    pad = len(sizes)  # the column of a missing micro-batch: no bytes per micro-batch, _NEVER
     width = max(len(layout.mbs) for layout in layouts)
-    peaks, fixed, adam = [], [], []
-    never_stage = [_NEVER] * width
+    pairs: dict[tuple[int, int], int] = {}
+    per_mb, rest, depths = [], [], []  # per (tp, pp): [micro-batch size][recompute][stage]
+    which, cols, n_mbs, fixed, adam = [], [], [], [], []
     for layout in layouts:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
-        pad = [_NEVER] * (width - len(layout.mbs))
-        per_rc = []
-        for recompute in Recompute:
-            stages = [row + pad for row in peaks_in_flight(table.rows(tp, pp, recompute),
-                                                          layout.per_replica, layout.mbs)]
-            if len(stages) == 1:
-                stages.append(never_stage)
-            per_rc.append(stages)
-        peaks.append(per_rc)
+        q = pairs.get((tp, pp))
+        if q is None:
+            q = pairs[(tp, pp)] = len(pairs)
+            rows = [table.rows(tp, pp, recompute) for recompute in Recompute]
+            stages = len(rows[0])
+            depths.append([depth for depth, _ in rows[0]] + [1] * (2 - stages))
+            per_mb.append([[[row[b][0] for _, row in by_rc] + [0] * (2 - stages)
+                            for by_rc in rows] for b in sizes] + [[[0, 0]] * 3])
+            rest.append([[[row[b][1] for _, row in by_rc] + [_NEVER] * (2 - stages)
+                          for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
+        which.append(q)
+        extra = width - len(layout.mbs)
+        cols.append([column[b] for b in layout.mbs] + [pad] * extra)
+        n_mbs.append([layout.per_replica // b for b in layout.mbs] + [1] * extra)
         f_z, a_z = [], []
         for zero in range(4):
             if zero and dp == 1:
@@ -296,7 +304,17 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
             a_z.append((static[0][1], static[1][1]))
         fixed.append(f_z)
         adam.append(a_z)
-    p = np.array(peaks, dtype=np.int64)[:, _RC_OF_SAVER]  # layout, saver, stage, micro-batch
+    which_a = np.array(which)[:, None]
+    col_a = np.array(cols)
+    # 1F1B keeps min(m, pp - stage) micro-batches in flight, at least one (peaks_in_flight)
+    in_flight = np.maximum(np.minimum(np.array(n_mbs)[:, None, :],
+                                      np.array(depths)[which][:, :, None]), 1)
+    peaks = ((in_flight[:, :, :, None]
+              * np.array(per_mb, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
+             + np.array(rest, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
+    # peaks: layout, stage, micro-batch index, recompute -> layout, recompute, stage, index
+    peaks = peaks.transpose(0, 3, 1, 2)
+    p = peaks[:, _RC_OF_SAVER]  # layout, saver, stage, micro-batch index
     f = np.array(fixed, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     a = np.array(adam, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     return (f + np.maximum(p, a)).max(axis=2)
