@@ -438,9 +438,8 @@ def plan_job(
         if bound is None:
             bound = bounds[rates] = (ComputeBound(model, gtrain, gpu, flash, sp_knob), {})
         per_micro = bound[1]
-        for key in all_keys:
-            if key not in per_micro:
-                per_micro[key] = bound[0].per_micro_batch(*key)
+        per_micro_batch = bound[0].per_micro_batch
+        per_micro.update({key: per_micro_batch(*key) for key in all_keys if key not in per_micro})
         compute: dict = {}  # per-micro-batch compute times of this GPU type (any count)
         for n, fills, keys, cfgs in groups:
             # compute_lower_bound = (m + pp - 1) x its dp-free part, for each configuration;
@@ -504,5 +503,6 @@ def _with_reasons(ordered: list[Plan], ranking: str | RankKey) -> list[Plan]:
             )
         peak = plan.peak_memory_bytes / GIB
         why += f"; peak {peak:.1f} GiB per GPU"
-        out.append(replace(plan, rank=i, reason=why))
+        out.append(Plan(plan.gpu_type, plan.parallel, plan.precision, plan.memory, plan.step,
+                        plan.num_steps, plan.required_bytes, i, why, plan.notes))
     return out
