@@ -37,6 +37,25 @@ class PlanIndex:
     lazy: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Views computed on first use (most jobs never need them; indexes are built per job)."""
 
+    def worth_starting(self, min_saving_s: float) -> tuple[Plan, ...]:
+        """``efficient_by_speed`` without the plans that save less than ``min_saving_s`` of
+        job time over the cheapest plan of their GPU type: more GPUs mean more workers to
+        launch and rendezvous, which the step-time model does not see, so a job of seconds
+        starts on the cheapest plan, not on four GPUs that save it milliseconds."""
+        key = f"worth:{min_saving_s}"
+        got = self.lazy.get(key)
+        if got is None:
+            cheapest: dict[str, Plan] = {}
+            for p in self.plans:
+                c = cheapest.get(p.gpu_type)
+                if c is None or p.gpu_seconds < c.gpu_seconds:
+                    cheapest[p.gpu_type] = p
+            got = tuple(p for p in self.efficient_by_speed
+                        if p.gpu_seconds <= cheapest[p.gpu_type].gpu_seconds
+                        or cheapest[p.gpu_type].job_time_s - p.job_time_s >= min_saving_s)
+            self.lazy[key] = got
+        return got
+
     def faster_than(self, limit_s: float) -> int:
         """How many plans lead ``efficient_by_speed`` with a job time below ``limit_s`` (the
         plans a walk in that order sees before the first one at or above ``limit_s``)."""

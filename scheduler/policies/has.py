@@ -27,7 +27,11 @@ Choices the paper leaves open, and why:
   at the knee of its cost curve (within 80% of the fewest GPU-seconds on that GPU type), the
   first one the free GPUs satisfy, then on MARP's ranked list. The ranking alone (``"ranked"``,
   fewest GPU-seconds first) starts a 4-minute job on one A100 when four would run it in a
-  quarter of the time at 5% more GPU-seconds; measured in docs/jct.md.
+  quarter of the time at 5% more GPU-seconds; measured in docs/jct.md. A larger plan is
+  taken only when it saves at least ``min_saving_s`` (60 s) over the cheapest plan of its
+  type: each extra worker must be launched and join the rendezvous, which the step-time
+  model does not see (the orchestrator benchmark measured worker start-up of 11 s with the
+  cheapest plans and 23 s with four times the workers on the emulated testbed).
 * **Queue order** (``queue_order="shortest"``, default): waiting jobs are walked by their
   predicted remaining time on their fastest plan, shortest first (MARP makes that known; for
   average JCT it beats FCFS, which ``queue_order="fcfs"`` keeps). Backfilling bounds the wait
@@ -105,6 +109,7 @@ class HasPolicy:
         shrink_long: float = 4.0,
         shrink_delay: float = 10.0,
         loans: bool = True,
+        min_saving_s: float = 60.0,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -123,6 +128,7 @@ class HasPolicy:
         self.shrink_long = shrink_long
         self.shrink_delay = shrink_delay
         self.loans = loans
+        self.min_saving_s = min_saving_s
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -185,7 +191,8 @@ class HasPolicy:
                 fitting = tuple(p for p in index.by_speed if p.num_gpus <= share)
                 decision = self._place(job, fitting, free, state)
             elif self.plan_order == "knee":
-                decision = self._place(job, index.efficient_by_speed, free, state)
+                decision = self._place(job, index.worth_starting(self.min_saving_s),
+                                       free, state)
             elif self.plan_order == "knee-share":
                 share = max(1, free.total_free // max(1, len(pending) - k))
                 fitting = tuple(p for p in index.efficient_by_speed if p.num_gpus <= share)

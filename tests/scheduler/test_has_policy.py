@@ -196,3 +196,15 @@ def test_has_starts_on_the_fastest_plan_at_the_knee_and_has_paper_on_the_ranked_
     (paper,) = make_policy("has-paper", perf=IdentityPerf()).decide(state, [job], [], 0.0)
     assert ours.allocation is not None and ours.allocation.num_gpus == 4
     assert paper.allocation is not None and paper.allocation.num_gpus == 1
+
+
+def test_a_job_of_seconds_starts_on_its_cheapest_plan() -> None:
+    # 100 steps: 1 GPU 26 s (ranked #1), 4 GPUs 6.8 s. The 4-GPU plan is at the knee but saves
+    # 19 s < min_saving_s (60 s), less than launching and joining three more workers costs.
+    state = cluster(make_node("dgx", "A100-40G", 8, interconnect="nvlink"))
+    job = make_job("j", ranked(make_plan("A100-40G", 1, step_s=0.26),
+                               make_plan("A100-40G", 4, step_s=0.068)))
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 1
+    (d,) = HasPolicy(IdentityPerf(), min_saving_s=10.0).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4

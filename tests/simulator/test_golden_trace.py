@@ -25,8 +25,8 @@ GOLDEN = {
     # re-pinned when HAS gained shortest-predicted-first ordering, grow/shrink on idle GPUs
     # and shrinking long jobs for short ones (avg JCT 6303 s -> 4073 s on this trace), then
     # when it started jobs on their fastest plan at the knee and priced shrinks as loans
-    # repaid first (4073 s -> 3059 s)
-    "has": (3059.121167339782, 32186.98683892069, 15.337463831519184, 39567.047306066306),
+    # repaid first (4073 s -> 3059 s), then when a larger plan had to save >= 60 s (3040 s)
+    "has": (3040.2199573493413, 32363.43080605098, 15.337463831519184, 39815.55993582728),
     "opportunistic": (4838.344013291584, 43955.28807186785, 248.3854423589441,
                       51614.27553338472),
 }
