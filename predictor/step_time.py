@@ -517,8 +517,11 @@ class StepTimeModel:
         model, train, links = self.model, self.train, self._links
         rate, mem_bps = self._rate, self._mem_bps
         m = max(1, train.global_batch // (d * mb))
+        layout = self._layouts.get((t, p, d))
+        if layout is None:
+            layout = self._layout(t, p, d)
         tp_nodes, tp_groups, bw, dp_nodes, groups_per_node, params, all_reduce, opt_full, \
-            opt_shard = self._layout(t, p, d)
+            opt_shard = layout
 
         # -- compute of the slowest (last) stage, per micro-batch ---------------------------
         ckey = (t, mb, recompute, sp, flash)

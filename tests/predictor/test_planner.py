@@ -185,3 +185,37 @@ def test_search_shortcuts_find_the_exhaustive_optimum(name, batch, seq, gpu_name
     want = _exhaustive_best_step_times(model, train, gpus, max_gpus=16)
     got = plan_job(model, train, gpus, max_gpus=16)
     assert {(p.gpu_type, p.num_gpus): p.step_time_s for p in got.plans} == want
+
+
+@pytest.mark.parametrize(("name", "batch", "seq", "optimizer"), [
+    ("gpt2-medium", 24, 1024, "adamw"),  # 24 layers: pp 1..8; batch 24: odd micro-batch sizes
+    ("llama-2-7b", 8, 2048, "sgd"),
+])
+def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> None:
+    # The planner compares one array of every (layout, saver, micro-batch) with the budgets;
+    # each entry must be estimate_memory's tensors, and savers a layout cannot use (ZeRO at
+    # dp = 1) and micro-batches past its last must never fit.
+    from predictor.planner import _SAVERS, _Layout, _memory_values, _MemoryTable
+    from predictor.spec import ParallelConfig
+
+    model = ModelSpec.from_name(name)
+    train = TrainingSpec(global_batch=batch, seq_len=seq, optimizer=optimizer, steps=10)
+    table = _MemoryTable(model, train)
+    layouts = [_Layout(table, tp, pp, dp) for tp in (1, 2, 4) for pp in divisors(24, 8)
+               if model.num_layers % pp == 0 for dp in divisors(batch)]
+    values = _memory_values(table, layouts)
+    width = max(len(divisors(batch // layout.dp)) for layout in layouts)
+    assert values.shape == (len(layouts), len(_SAVERS), width)
+    for li, layout in enumerate(layouts):
+        mbs = divisors(batch // layout.dp)
+        for si, (rc, zero) in enumerate(_SAVERS):
+            for c in range(width):
+                got = int(values[li, si, c])
+                if c >= len(mbs) or (zero and layout.dp == 1):
+                    assert got > 1 << 59
+                    continue
+                par = ParallelConfig(tp=layout.tp, pp=layout.pp, dp=layout.dp,
+                                     micro_batch=mbs[c], recompute=rc, zero_stage=zero,
+                                     sequence_parallel=train.sequence_parallel,
+                                     flash_attention=train.flash_attention)
+                assert got == estimate_memory(model, train, par).tensors
