@@ -46,14 +46,16 @@ NOTES = [
     "|---|---|---|",
     "| before (ranked plans, shrinks priced as permanent) | 1.131 | 1.391 |",
     "| plans at the knee only | 1.078 | 1.387 |",
-    "| knee + shrinks priced as loans and repaid first (now the default) | 0.944 | 1.238 |",
+    "| knee + shrinks priced as loans and repaid first | 0.944 | 1.238 |",
+    "| ... + a larger plan only if it saves >= 60 s (`min_saving_s`; now the default) | "
+    "0.929 | 1.229 |",
     "| `sia` | 0.93 | 1.34 |",
     "",
     "Tried and not kept: loans without repayment (philly 1.028 with ranked plans, saturn "
     "1.539: the freed GPUs went to the next arrivals and the lender stayed small); pausing a "
     "lender that has no smaller plan (no change); taking a loan instead of starting on a "
     "2x or 4x slower plan (philly files 1/3/6 0.961/1.104/1.720 vs 0.950/1.114/1.692, saturn "
-    "files 2/3/9 worse). `sia` still wins on sia-philly (by 1%) and NewWorkload-30 (15%): "
+    "files 2/3/9 worse). `sia` ties on sia-philly (0.2% behind it) and wins on NewWorkload-30: "
     "with every job re-placed each round it keeps the A100s busy with whichever jobs gain "
     "most, which a start-time placement with loans only approximates.",
     "",
