@@ -233,8 +233,8 @@ class _Layout:
     lower bound's multiplier) and, per recomputation mode, the key of the lower bound's
     dp-free part."""
 
-    __slots__ = ("cfgs", "dp", "fills", "keys", "last", "mbs", "per_replica", "pp", "savers",
-                 "table", "tp")
+    __slots__ = ("cfgs", "dp", "fills", "keys", "mbs", "per_replica", "pp", "savers", "table",
+                 "tp")
 
     def __init__(self, table: _MemoryTable, tp: int, pp: int, dp: int) -> None:
         self.table, self.tp, self.pp, self.dp = table, tp, pp, dp
@@ -242,7 +242,6 @@ class _Layout:
         self.cfgs: list[list[Config] | None] = [None] * len(self.savers)
         per_replica = self.per_replica = table.train.global_batch // dp
         mbs = self.mbs = _divisors(per_replica)
-        self.last = len(mbs) - 1
         self.fills = [max(1, per_replica // mb) + pp - 1 for mb in mbs]
         self.keys = {rc: [(tp, pp, mb, rc) for mb in mbs] for rc in Recompute}
 
