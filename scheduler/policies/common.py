@@ -45,14 +45,9 @@ class PlanIndex:
         key = f"worth:{min_saving_s}"
         got = self.lazy.get(key)
         if got is None:
-            cheapest: dict[str, Plan] = {}
-            for p in self.plans:
-                c = cheapest.get(p.gpu_type)
-                if c is None or p.gpu_seconds < c.gpu_seconds:
-                    cheapest[p.gpu_type] = p
             got = tuple(p for p in self.efficient_by_speed
-                        if p.gpu_seconds <= cheapest[p.gpu_type].gpu_seconds
-                        or cheapest[p.gpu_type].job_time_s - p.job_time_s >= min_saving_s)
+                        if p.gpu_seconds <= (c := self.cheapest(p.gpu_type)[0]).gpu_seconds
+                        or c.job_time_s - p.job_time_s >= min_saving_s)
             self.lazy[key] = got
         return got
 

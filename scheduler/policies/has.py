@@ -276,12 +276,17 @@ class HasPolicy:
         waiting job can take them (a loan is only worth it if it is short)."""
         out: list[Decision] = []
         by_id = {r.job.id: r for r in running}
+        waiting: set[str] | None = None  # built once, and only if a borrower is not running
         for lender, (borrower, before) in list(self._loans.items()):
             rj = by_id.get(lender)
             if rj is None:
                 del self._loans[lender]  # the lender ended (or was stopped)
                 continue
-            if borrower in by_id or any(j.id == borrower for j in pending):
+            if borrower in by_id:
+                continue
+            if waiting is None:
+                waiting = {j.id for j in pending}
+            if borrower in waiting:
                 continue
             del self._loans[lender]
             own = rj.allocation.placement
