@@ -61,7 +61,7 @@ from orchestrator.backend import (
     WallClock,
 )
 from orchestrator.trainer.checkpoint import latest_step
-from orchestrator.trainer.loop import RunConfig, RunResult
+from orchestrator.trainer.loop import RunConfig, RunResult, numbered_losses
 from orchestrator.trainer.model import check_supported
 from orchestrator.trainer.worker import TrainingWorker
 from predictor.gpus import load_gpu_catalog
@@ -449,10 +449,8 @@ class RayBackend:
                            "loss": final.losses[-1] if final.losses else run.loss,
                            # the last status poll may predate the last steps: the result
                            # carries every loss of this launch, so none is missed
-                           "recent_losses": tuple(zip(
-                               range(final.steps_done - len(final.losses) + 1,
-                                     final.steps_done + 1),
-                               final.losses, strict=True))})
+                           "recent_losses": numbered_losses(final.losses,
+                                                            final.steps_done)})
         if final.finished:
             if not run.started:
                 run.started = True

@@ -18,7 +18,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -93,6 +93,14 @@ class RunResult:
     stopped: bool  # stopped on request, after a checkpoint
     first_step: int  # the step this launch resumed from
     losses: tuple[float, ...] = ()
+
+
+def numbered_losses(losses: Sequence[float], last_step: int,
+                    last: int | None = None) -> tuple[tuple[int, float], ...]:
+    """``(step, loss)`` pairs of ``losses``, the losses of the steps up to ``last_step`` (the
+    final one is that step's); only the ``last`` ones when given."""
+    tail = losses[-last:] if last is not None else losses
+    return tuple(zip(range(last_step - len(tail) + 1, last_step + 1), tail, strict=True))
 
 
 def synthetic_batch(cfg: RunConfig, step: int, dp_rank: int,
@@ -218,8 +226,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
         dt = time.perf_counter() - t0
         control.report(steps_done=step, checkpoint_step=last_ckpt, loss=mean_loss,
                        samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf,
-                       recent_losses=tuple(zip(range(step - len(losses) + 1, step + 1),
-                                               losses, strict=True))[-64:])
+                       recent_losses=numbered_losses(losses, step, last=64))
         if stop_now:
             stopped = True
             break

@@ -12,7 +12,14 @@ import torch
 
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.local import run_local
-from orchestrator.trainer.loop import RunConfig, full_state, init_distributed, pick_device, train
+from orchestrator.trainer.loop import (
+    RunConfig,
+    full_state,
+    init_distributed,
+    numbered_losses,
+    pick_device,
+    train,
+)
 from orchestrator.trainer.model import ParallelTransformer, init_canonical
 from orchestrator.trainer.parallel import build_layout
 from predictor.spec import Family, ModelSpec
@@ -93,3 +100,10 @@ def test_other_families_train_with_recompute_and_bf16(tmp_path: Path, family: st
 def test_pipeline_parallel_is_refused_with_a_reason(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="pipeline parallelism"):
         train(_cfg(tmp_path, "pp", pp=2), 0)
+
+
+def test_numbered_losses_pairs_each_loss_with_its_step() -> None:
+    # a launch resumed from step 10 made steps 11, 12, 13
+    assert numbered_losses([0.5, 0.4, 0.3], 13) == ((11, 0.5), (12, 0.4), (13, 0.3))
+    assert numbered_losses([0.5, 0.4, 0.3], 13, last=2) == ((12, 0.4), (13, 0.3))
+    assert numbered_losses([], 13) == ()
