@@ -16,9 +16,9 @@ from builders import (
     ranked,
 )
 
-from scheduler.cluster import Allocation
+from scheduler.cluster import Allocation, ClusterState
 from scheduler.decision import DecisionKind
-from scheduler.job import RunningJob
+from scheduler.job import JobView, RunningJob
 from scheduler.policies.has import HasPolicy
 from scheduler.policy import make_policy, policy_names
 
@@ -141,11 +141,9 @@ def test_required_bytes_units() -> None:
     assert make_plan("A100-40G", 1, req_gib=3).required_bytes == 3 * GIB
 
 
-def test_a_long_job_lends_gpus_to_a_short_one_and_gets_them_back_first() -> None:
-    # L: 100,000 s left on 8 A100 (1 s/step); its 4-GPU plan is 2.2 s/step (10% more
-    # GPU-seconds, so shrinking it is not undoing growth). S: 600 s on one A100, nothing free.
-    # Loan cost = 600 s x (2.2 - 1) + 2 x 70 s restarts = 860 s, far below S's wait (L's
-    # 100,000 s), and L has 4x more work left than S: L shrinks to 4 GPUs in place.
+def _long_job_and_short_arrival() -> tuple[ClusterState, RunningJob, JobView]:
+    """L: 100,000 s left on all 8 A100 of a full node (1 s/step); its 4-GPU plan is 2.2 s/step
+    (10% more GPU-seconds, so shrinking it is not undoing growth). S: 600 s on one A100."""
     state = cluster(make_node("dgx", "A100-40G", 8, 0, interconnect="nvlink"))
     l_plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=100_000),
                      make_plan("A100-40G", 4, step_s=2.2, num_steps=100_000))
@@ -153,13 +151,21 @@ def test_a_long_job_lends_gpus_to_a_short_one_and_gets_them_back_first() -> None
     l_run = RunningJob(l_job, Allocation("L", l_plans[0], (("dgx", 8),)), started_at=0.0)
     s_job = make_job("S", ranked(make_plan("A100-40G", 1, step_s=1.0, num_steps=600)),
                      submit=1_000.0, total_steps=600)
+    return state, l_run, s_job
+
+
+def test_a_long_job_lends_gpus_to_a_short_one_and_gets_them_back_first() -> None:
+    # nothing free for S. Loan cost = 600 s x (2.2 - 1) + 2 x 70 s restarts = 860 s, far
+    # below S's wait (L's 100,000 s), and L has 4x more work left than S: L shrinks to 4 GPUs
+    # in place.
+    state, l_run, s_job = _long_job_and_short_arrival()
     policy = HasPolicy(IdentityPerf())
     (d,) = policy.decide(state, [s_job], [l_run], 1_000.0)
     assert d.kind is DecisionKind.RESIZE and d.job_id == "L"
     assert d.allocation is not None and d.allocation.placement == (("dgx", 4),)
     # S starts on the freed GPUs
     state = state.release(l_run.allocation).allocate(d.allocation)
-    l_small = RunningJob(l_job, d.allocation, started_at=1_000.0)
+    l_small = RunningJob(l_run.job, d.allocation, started_at=1_000.0)
     (s_start,) = policy.decide(state, [s_job], [l_small], 1_000.0)
     assert s_start.kind is DecisionKind.START and s_start.job_id == "S"
     # S has ended and T arrives: L is repaid its 8 GPUs before T may take any
@@ -175,13 +181,7 @@ def test_a_long_job_lends_gpus_to_a_short_one_and_gets_them_back_first() -> None
 def test_without_loans_the_shrink_is_priced_as_permanent() -> None:
     # the same situation priced the old way: L's delay = 100,000 steps x 1.2 s + 70 s, far
     # above both S's expected wait and 10x its run time: no shrink
-    state = cluster(make_node("dgx", "A100-40G", 8, 0, interconnect="nvlink"))
-    l_plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=100_000),
-                     make_plan("A100-40G", 4, step_s=2.2, num_steps=100_000))
-    l_job = make_job("L", l_plans, total_steps=100_000)
-    l_run = RunningJob(l_job, Allocation("L", l_plans[0], (("dgx", 8),)), started_at=0.0)
-    s_job = make_job("S", ranked(make_plan("A100-40G", 1, step_s=1.0, num_steps=600)),
-                     submit=1_000.0, total_steps=600)
+    state, l_run, s_job = _long_job_and_short_arrival()
     assert HasPolicy(IdentityPerf(), loans=False).decide(state, [s_job], [l_run], 1_000.0) == []
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,3 +109,14 @@ def serve(tmp: Path, db_url: str, *, port: int | None = None, backend: str = "si
         proc.kill()
         raise AssertionError("frenzy serve did not come up:\n" + log_path.read_text())
     return Served(proc=proc, url=url, token=token_file.read_text().strip(), log_path=log_path)
+
+
+def db_rows(url: str, sql: str) -> list[tuple]:
+    """The rows of ``sql`` run on the database at ``url`` (a fresh engine, disposed after),
+    to check what the service wrote independently of its API."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.text(sql))]
+    finally:
+        engine.dispose()

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import sqlalchemy as sa
-from serve_helpers import Served, serve
+from serve_helpers import Served, db_rows, serve
 
 LONG = {"dimensions": {"name": "tiny-long", "family": "gpt2", "num_layers": 2, "hidden_size": 64,
                        "num_heads": 4, "vocab_size": 512, "max_seq_len": 128},
@@ -21,15 +20,6 @@ BIG = {"model": "llama-2-7b", "training": {"global_batch": 64, "seq_len": 4096, 
 def _states(s: Served) -> dict[str, str]:
     page = s.client.get("/v1/jobs", params={"limit": 500}).json()
     return {j["id"]: j["state"] for j in page["data"]}
-
-
-def _db(url: str, sql: str) -> list[tuple]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(sa.text(sql))]
-    finally:
-        engine.dispose()
 
 
 def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -62,15 +52,16 @@ def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     finally:
         s2.stop()
 
-    submitted = Counter(j for (j,) in _db(url, "SELECT job_id FROM events WHERE kind='submitted'"))
+    submitted = Counter(j for (j,) in db_rows(url, "SELECT job_id FROM events "
+                                                   "WHERE kind='submitted'"))
     assert set(submitted) == set(before) and set(submitted.values()) == {1}
-    assert len(_db(url, "SELECT id FROM jobs")) == len(before)
+    assert len(db_rows(url, "SELECT id FROM jobs")) == len(before)
     # GPU accounting: held rows never exceed a node, and agree with the cluster view.
-    held = dict(_db(url, "SELECT node_id, SUM(gpus) FROM allocations WHERE released_at IS NULL "
-                         "GROUP BY node_id"))
+    held = dict(db_rows(url, "SELECT node_id, SUM(gpus) FROM allocations WHERE released_at IS NULL "
+                             "GROUP BY node_id"))
     totals = {n["id"]: n["total_gpus"] for n in cluster["nodes"]}
     assert all(held[n] <= totals[n] for n in held)
-    per_job = Counter(j for (j,) in _db(url, "SELECT DISTINCT job_id FROM allocations WHERE "
-                                             "released_at IS NULL"))
+    per_job = Counter(j for (j,) in db_rows(url, "SELECT DISTINCT job_id FROM allocations WHERE "
+                                                 "released_at IS NULL"))
     assert running in per_job
     assert "frenzy_jobs{state=\"running\"}" in metrics

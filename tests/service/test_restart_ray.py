@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from serve_helpers import Served, serve
+from serve_helpers import Served, db_rows, serve
 
 pytestmark = pytest.mark.ray
 
@@ -169,17 +168,8 @@ class RayProbe:
 
 
 # -- database ------------------------------------------------------------------------------
-def _db(url: str, sql: str) -> list[tuple]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(sa.text(sql))]
-    finally:
-        engine.dispose()
-
-
 def _held(url: str) -> list[tuple[str, str, int]]:
-    return sorted(_db(url, "SELECT job_id, node_id, gpus FROM allocations "
+    return sorted(db_rows(url, "SELECT job_id, node_id, gpus FROM allocations "
                            "WHERE released_at IS NULL"))
 
 
@@ -301,7 +291,7 @@ def test_sigkill_on_ray_requeues_from_checkpoint_and_leaks_nothing(
     events = s2.client.get(f"/v1/jobs/{long_job}/events").json()["data"]
     kinds = [e["kind"] for e in events]
     assert kinds.count("requeued") == 1, kinds
-    (requeued,) = _db(url, f"SELECT data FROM events WHERE kind='requeued' "
+    (requeued,) = db_rows(url, f"SELECT data FROM events WHERE kind='requeued' "
                            f"AND job_id='{long_job}'")
     assert json.loads(requeued[0])["steps_done"] == resume_at  # not the progress last seen
     # The trainer itself reports where the new launch started: the checkpoint on disk.
@@ -317,7 +307,7 @@ def test_sigkill_on_ray_requeues_from_checkpoint_and_leaks_nothing(
     probe.close()
 
     assert set(after) == set(before) and set(after.values()) == {"succeeded"}, after
-    submitted = Counter(j for (j,) in _db(url, "SELECT job_id FROM events "
+    submitted = Counter(j for (j,) in db_rows(url, "SELECT job_id FROM events "
                                                "WHERE kind='submitted'"))
     assert submitted == Counter({j: 1 for j in before})
     assert _held(url) == []
