@@ -170,7 +170,7 @@ class RayProbe:
 # -- database ------------------------------------------------------------------------------
 def _held(url: str) -> list[tuple[str, str, int]]:
     return sorted(db_rows(url, "SELECT job_id, node_id, gpus FROM allocations "
-                           "WHERE released_at IS NULL"))
+                               "WHERE released_at IS NULL"))
 
 
 def _states(s: Served) -> dict[str, str]:
@@ -292,7 +292,7 @@ def test_sigkill_on_ray_requeues_from_checkpoint_and_leaks_nothing(
     kinds = [e["kind"] for e in events]
     assert kinds.count("requeued") == 1, kinds
     (requeued,) = db_rows(url, f"SELECT data FROM events WHERE kind='requeued' "
-                           f"AND job_id='{long_job}'")
+                               f"AND job_id='{long_job}'")
     assert json.loads(requeued[0])["steps_done"] == resume_at  # not the progress last seen
     # The trainer itself reports where the new launch started: the checkpoint on disk.
     log_text = s2.log_path.read_text(errors="replace")
@@ -308,7 +308,7 @@ def test_sigkill_on_ray_requeues_from_checkpoint_and_leaks_nothing(
 
     assert set(after) == set(before) and set(after.values()) == {"succeeded"}, after
     submitted = Counter(j for (j,) in db_rows(url, "SELECT job_id FROM events "
-                                               "WHERE kind='submitted'"))
+                                                   "WHERE kind='submitted'"))
     assert submitted == Counter({j: 1 for j in before})
     assert _held(url) == []
     # A graceful stop leaves nothing either.
