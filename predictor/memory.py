@@ -236,6 +236,33 @@ def _backward_working_set(m: ModelSpec, x: _Dims, sp: bool, flash: bool, selecti
     return max(a, b, c, d)
 
 
+def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selective: bool,
+                  flash: bool, traits: tuple[bool, bool, bool, bool, bool]
+                  ) -> tuple[int, int, int, int, int]:
+    """Per-rank query width, FFN width, heads and vocabulary rows (q, f, a, vr) at tensor
+    parallelism ``t``, and the bytes one layer keeps for its backward over ``T`` tokens
+    (``Tf`` with sequence parallelism undone) of sequence length ``s`` (see
+    ``_layer_activations``). Shared by ``estimate_stage`` (T for the whole micro-batch) and
+    ``activation_terms`` (T per sequence): every count is linear in the tokens."""
+    swiglu, rmsnorm, _, neox, _ = traits
+    h, hd = m.hidden_size, m.head_dim
+    q = m.num_heads // t * hd
+    k = max(m.num_kv_heads // t, 1) * hd
+    f = m.ffn_hidden_size // t
+    a = m.num_heads // t
+    vr = -(-m.vocab_size // t)
+    one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
+    if selective:
+        one_layer += (2 * q + 2 * k) * Tf * D
+    elif flash:
+        one_layer += (3 * q + 2 * k) * Tf * D + 4 * a * Tf
+    else:
+        kv = q if k != q else k
+        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * D
+    one_layer += (3 if swiglu else 2) * f * Tf * D
+    return q, f, a, vr, one_layer
+
+
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
                    gpu: GpuType | None = None) -> MemoryBreakdown:
     """Peak memory of one rank of pipeline stage ``stage``.
@@ -249,7 +276,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     D = 2 if mixed else 4
     first, last = stage == 0, stage == pp - 1
     traits = _traits(m)
-    swiglu, rmsnorm, bert, neox, learned = traits
+    swiglu, rmsnorm, bert, _, learned = traits
 
     # static state: one layer's tensors counted once, times the stage's layers
     base, rem = divmod(m.num_layers, pp)
@@ -276,23 +303,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     h, hd = m.hidden_size, m.head_dim
     T = b * (s // t if sp else s)
     Tf = b * s
-    q = m.num_heads // t * hd
-    k = max(m.num_kv_heads // t, 1) * hd
-    f = m.ffn_hidden_size // t
-    a = m.num_heads // t
-    vr = -(-m.vocab_size // t)
     recompute = par.recompute
     selective = recompute is Recompute.SELECTIVE
     n_mlp = 3 if swiglu else 2
-    one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
-    if selective:
-        one_layer += (2 * q + 2 * k) * Tf * D
-    elif flash:
-        one_layer += (3 * q + 2 * k) * Tf * D + 4 * a * Tf
-    else:
-        kv = q if k != q else k
-        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * D
-    one_layer += n_mlp * f * Tf * D
+    q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits)
     hTD = h * T * D
     full = recompute is Recompute.FULL
     per_layer = hTD if full else one_layer
@@ -409,28 +423,16 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     flash = flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
-    swiglu, rmsnorm, bert, neox, learned = _traits(m)
+    traits = _traits(m)
+    swiglu, rmsnorm, bert, _, learned = traits
     s = train.seq_len
     h, hd = m.hidden_size, m.head_dim
     T = s // t if sp else s  # per sequence of the micro-batch
     Tf = s
-    q = m.num_heads // t * hd
-    k = max(m.num_kv_heads // t, 1) * hd
-    f = m.ffn_hidden_size // t
-    a = m.num_heads // t
-    vr = -(-m.vocab_size // t)
     selective = recompute is Recompute.SELECTIVE
     full = recompute is Recompute.FULL
     n_mlp = 3 if swiglu else 2
-    one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
-    if selective:
-        one_layer += (2 * q + 2 * k) * Tf * D
-    elif flash:
-        one_layer += (3 * q + 2 * k) * Tf * D + 4 * a * Tf
-    else:
-        kv = q if k != q else k
-        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * D
-    one_layer += n_mlp * f * Tf * D
+    q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits)
     hTD = h * T * D
     per_layer = hTD if full else one_layer
     # backward working set of the first layer, (per sequence, constant) pieces
