@@ -95,8 +95,9 @@ class Option:
         return self.plan.label()
 
 
-OptionsFn = Callable[[JobView, ClusterState], Mapping[str, tuple[Option, ...]]]
-"""A job's options per GPU type, fewest GPUs first, each strictly faster than the previous."""
+OptionsFn = Callable[[JobView, ClusterState, PerfModel], Mapping[str, tuple[Option, ...]]]
+"""A job's options per GPU type, fewest GPUs first, each strictly faster than the previous
+(steps timed with the engine's performance model)."""
 
 PlaceFn = Callable[[FreeGpus, Option], Placement | None]
 """Where an option's GPUs go (does not take them)."""
@@ -332,7 +333,7 @@ class DeadlineEngine:
         hit = self._options.get(job.id)
         if hit is not None and hit[0] is job.plans:
             return hit[1]
-        opts = self.options_fn(job, state)
+        opts = self.options_fn(job, state, self.perf)
         self._options[job.id] = (job.plans, opts)
         return opts
 
@@ -890,3 +891,22 @@ def _catalog_value(gpu_type: str) -> float:
 def best_fit_place(free: FreeGpus, o: Option) -> Placement | None:
     """Frenzy's best-fit placement, tensor-parallel groups kept inside nodes when possible."""
     return free.best_fit(o.gpu_type, o.num_gpus, o.plan.required_bytes, o.plan.parallel.tp)
+
+
+class EnginePolicy:
+    """A deadline policy that is a configured ``DeadlineEngine``: subclasses set
+    ``self.engine`` (and ``self.perf``, ``self.seed``) in ``__init__``."""
+
+    name: str
+    engine: DeadlineEngine
+
+    def decide(
+        self,
+        state: ClusterState,
+        pending: Sequence[JobView],
+        running: Sequence[RunningJob],
+        now: float,
+    ) -> list[Decision]:
+        """Admit or reject arrivals, keep every admitted job's minimum share, share the rest
+        (the engine's policy; see the module docstring)."""
+        return self.engine.decide(state, pending, running, now)

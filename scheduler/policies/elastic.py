@@ -34,17 +34,14 @@ Admission control, reservations, the greedy allocation and the handling of infea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
-from scheduler.cluster import ClusterState
-from scheduler.decision import Decision
-from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.policies.deadline_common import (
     LAUNCH_DELAY_S,
     RESTART_DELAY_S,
     DeadlineEngine,
-    Option,
+    EnginePolicy,
     best_fit_place,
     best_plan_options,
 )
@@ -52,7 +49,7 @@ from scheduler.policy import PerfModel, register
 
 
 @register("elastic")
-class ElasticPolicy:
+class ElasticPolicy(EnginePolicy):
     """Ours. ``mode``: what happens to a job whose deadline cannot be met ('reject' ends it
     with the reason, 'best_effort' keeps it queued without a guarantee); ``slack``: fraction of
     the time to the deadline held back as a safety margin; ``resize_gain_factor``: how many
@@ -82,13 +79,8 @@ class ElasticPolicy:
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.seed = seed
-        perf_ = self.perf
-
-        def options(job: JobView, state: ClusterState) -> Mapping[str, tuple[Option, ...]]:
-            return best_plan_options(job, state, perf_)
-
         self.engine = DeadlineEngine(
-            self.name, self.perf, options, best_fit_place, mode=mode,
+            self.name, self.perf, best_plan_options, best_fit_place, mode=mode,
             reserve_latest=reserve_latest, wake_s=wake_s,
             pin_type=False, resize_guard=True, resize_gain_factor=resize_gain_factor,
             slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
@@ -97,13 +89,3 @@ class ElasticPolicy:
             cross_type_grow=True,
         )
 
-    def decide(
-        self,
-        state: ClusterState,
-        pending: Sequence[JobView],
-        running: Sequence[RunningJob],
-        now: float,
-    ) -> list[Decision]:
-        """Admit or reject arrivals, keep every admitted job's minimum share, share the rest by
-        marginal gain (see the module docstring)."""
-        return self.engine.decide(state, pending, running, now)

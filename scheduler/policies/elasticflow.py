@@ -23,19 +23,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 from predictor.plan import Plan
 from scheduler.cluster import ClusterState, Placement
-from scheduler.decision import Decision
-from scheduler.job import JobView, RunningJob
+from scheduler.job import JobView
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
 from scheduler.policies.deadline_common import (
     LAUNCH_DELAY_S,
     RESTART_DELAY_S,
     DeadlineEngine,
+    EnginePolicy,
     Option,
     pareto,
 )
@@ -102,7 +102,7 @@ def buddy_place(free: FreeGpus, o: Option) -> Placement | None:
 
 
 @register("elasticflow")
-class ElasticFlowPolicy:
+class ElasticFlowPolicy(EnginePolicy):
     """ElasticFlow's algorithm (see the module docstring). ``mode`` and ``slack`` as for
     ``elastic``; ``seed`` accepted for a uniform interface."""
 
@@ -122,23 +122,9 @@ class ElasticFlowPolicy:
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.seed = seed
-        perf_ = self.perf
-
-        def options(job: JobView, state: ClusterState) -> Mapping[str, tuple[Option, ...]]:
-            return dp_only_options(job, state, perf_)
-
         self.engine = DeadlineEngine(
-            self.name, self.perf, options, buddy_place, mode=mode, pin_type=True,
+            self.name, self.perf, dp_only_options, buddy_place, mode=mode, pin_type=True,
             resize_guard=resize_guard, slack=slack, launch_delay_s=launch_delay_s,
             restart_delay_s=restart_delay_s, type_value=type_value,
         )
 
-    def decide(
-        self,
-        state: ClusterState,
-        pending: Sequence[JobView],
-        running: Sequence[RunningJob],
-        now: float,
-    ) -> list[Decision]:
-        """ElasticFlow's admission control and greedy allocation (module docstring)."""
-        return self.engine.decide(state, pending, running, now)
