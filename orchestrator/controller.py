@@ -35,6 +35,7 @@ from scheduler.cluster import Allocation, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
 from scheduler.job import JobView, RunningJob
 from scheduler.policy import Policy
+from scheduler.policy import wake_at as policy_wake_at
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,9 @@ class Controller:
         self._jobs: dict[str, JobRecord] = {}
         self._listeners: list[Listener] = list(listeners)
         self._plan_fn = plan_fn
+        self.wake_at: float | None = None
+        """When the policy's last call asked to be called again with nothing else happening
+        (``scheduler.policy.wake_at``); event-driven drivers (the simulator) tick then."""
         self._batch_depth = 0
         self._scheduling = False
         self._dirty = False
@@ -275,6 +279,7 @@ class Controller:
         t0 = time.perf_counter()
         decisions = self.policy.decide(self._state, pending, running, now)
         wall = time.perf_counter() - t0
+        self.wake_at = policy_wake_at(self.policy)
         self.policy_wall_s.append(wall)
         self.policy_calls.append((len(pending), len(running), wall))
         if decisions:

@@ -30,6 +30,14 @@ class Policy(Protocol):
     ) -> list[Decision]: ...
 
 
+def wake_at(policy: Policy) -> float | None:
+    """The time ``policy`` asked, in its last ``decide``, to be called again even if nothing
+    happens before (an optional ``wake_at`` attribute; None: only on events and ticks).
+    A policy that holds a move back until some time needs it where the controller is driven
+    by events alone (the simulator); in production the controller's periodic tick covers it."""
+    return getattr(policy, "wake_at", None)
+
+
 class PerfModel(Protocol):
     """Step time of a plan on a concrete placement (Pollux's ``speedup_fn`` idea): injected
     so tests can pass stubs and the simulator and production share one model."""

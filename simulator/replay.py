@@ -192,6 +192,11 @@ def replay(
         t = min(t_ev if t_ev is not None else math.inf, t_arr)
         if config.tick_s and ctl.active():
             t = min(t, next_tick)
+        wake = ctl.wake_at  # the policy asked to be called again then
+        if wake is not None and wake > clock.now():
+            t = min(t, wake)
+        else:
+            wake = None
         if math.isinf(t):
             if ctl.active() and not stuck_ticked:
                 stuck_ticked = True  # one last round: maybe the policy waits for a tick
@@ -211,6 +216,8 @@ def replay(
             if t >= next_tick:
                 ctl.tick()
                 next_tick = t + (config.tick_s or math.inf)
+            elif wake is not None and wake <= t:
+                ctl.tick()
         if progress is not None:
             now_ended = sum(1 for r in ctl.jobs.values() if r.state.terminal)
             if now_ended != ended:

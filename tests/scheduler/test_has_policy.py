@@ -208,3 +208,53 @@ def test_a_job_of_seconds_starts_on_its_cheapest_plan() -> None:
     assert d.allocation is not None and d.allocation.num_gpus == 1
     (d,) = HasPolicy(IdentityPerf(), min_saving_s=10.0).decide(state, [job], [], 0.0)
     assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def _short_running_and_long_waiting(held: int) -> tuple[ClusterState, RunningJob, JobView]:
+    """R: 5,000 of its 10,000 steps left; 8 A100 at 1 s/step or 4 at 2 s/step (the same
+    GPU-seconds), holding ``held`` of the node's 8 GPUs since t = 0, so 5,000 s left on its
+    fastest plan. W: 100,000 s of work on 4 A100 (1 s/step), waiting."""
+    state = cluster(make_node("dgx", "A100-40G", 8, 8 - held, interconnect="nvlink"))
+    r_plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=10_000),
+                     make_plan("A100-40G", 4, step_s=2.0, num_steps=10_000))
+    r_job = JobView(id="R", submit_time=0.0, plans=r_plans, total_steps=10_000,
+                    steps_done=5_000.0)
+    r_plan = r_plans[0] if held == 8 else r_plans[1]
+    r_run = RunningJob(r_job, Allocation("R", r_plan, (("dgx", held),)), started_at=0.0)
+    w_job = make_job("W", ranked(make_plan("A100-40G", 4, step_s=1.0, num_steps=100_000)),
+                     submit=500.0, total_steps=100_000)
+    return state, r_run, w_job
+
+
+def test_srpt_a_running_job_nearer_its_end_grows_before_a_longer_waiting_job_starts() -> None:
+    # 4 A100 idle. R would finish in 5,000 s on all 8, W needs 100,000 s: SRPT gives the idle
+    # GPUs to R (10,000 s left on 4 -> 5,000 + 70 s restart on 8: a 49% cut), W keeps waiting.
+    state, r_run, w_job = _short_running_and_long_waiting(held=4)
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [w_job], [r_run], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
+    assert d.allocation is not None and d.allocation.placement == (("dgx", 8),)
+    # the published order (waiting jobs first, growth only when nobody waits) starts W instead
+    (d,) = HasPolicy(IdentityPerf(), srpt=False).decide(state, [w_job], [r_run], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.START, "W")
+
+
+def test_srpt_a_longer_waiting_job_does_not_undo_the_growth_of_a_shorter_one() -> None:
+    # R holds all 8 GPUs (grown: its 4-GPU plan costs no more GPU-seconds). W (100,000 s)
+    # waits; R ends in 5,000 s. Undoing R's growth would put the longer job first.
+    state, r_run, w_job = _short_running_and_long_waiting(held=8)
+    assert HasPolicy(IdentityPerf()).decide(state, [w_job], [r_run], 1_000.0) == []
+    (d,) = HasPolicy(IdentityPerf(), srpt=False).decide(state, [w_job], [r_run], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_a_growth_held_back_by_min_hold_asks_to_be_called_again() -> None:
+    # R started at 900 s; at 1,000 s it has held its GPUs 100 s < min_hold_s (300 s): no
+    # growth now, and the policy asks for a call at 1,200 s, when it may grow
+    state, r_run, _ = _short_running_and_long_waiting(held=4)
+    r_run = RunningJob(r_run.job, r_run.allocation, started_at=900.0)
+    policy = HasPolicy(IdentityPerf())
+    assert policy.decide(state, [], [r_run], 1_000.0) == []
+    assert policy.wake_at == 1_200.0
+    (d,) = policy.decide(state, [], [r_run], 1_200.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R") and policy.wake_at is None
