@@ -147,6 +147,8 @@ class HasPolicy:
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
         """lender job id -> (borrower job id, the lender's plan before the loan)"""
+        self._fastest: dict[str, tuple[tuple[Plan, ...], float | None]] = {}
+        """job id -> (its plans, the job time of its fastest plan): the SRPT key's constant"""
         self.wake_at: float | None = None
         """When the last call held a growth back only for ``min_hold_s``: the time to ask
         again even if nothing else happens (the controller's optional wake-up)."""
@@ -170,13 +172,12 @@ class HasPolicy:
             return []
         free = FreeGpus.from_state(state)
         cache = self._plans
+        left_of = self._left
         if self.queue_order == "shortest":
-            pending = sorted(pending, key=lambda j: (
-                cache.get(j).by_speed[0].job_time_s * j.remaining_fraction
-                if j.plans else float("inf"), j.submit_time, j.id))
+            pending = sorted(pending, key=lambda j: (left_of(j), j.submit_time, j.id))
         if full:  # only shrinking grown jobs can make room for the head of the queue
             out = self._shrink_for(pending[0], running, free, state)
-            self._plans.prune_for(pending, running)
+            self._prune(pending, running)
             return out
         out: list[Decision] = []
         if self._loans:
@@ -191,19 +192,16 @@ class HasPolicy:
         free_by_type = free.free_by_type
         # SRPT: a running job that would finish sooner than a waiting one on their fastest
         # plans may grow onto the idle GPUs before that waiting job starts on them
-        ahead: list[tuple[float, RunningJob]] = []
-        if self.srpt and self.grow and running:
-            ahead = sorted(((self._fastest_left(r.job), r) for r in running),
-                           key=itemgetter(0))
+        ahead = self._growable(running, now) if self.srpt and self.grow and running else []
         a = 0
         for k, job in enumerate(pending):
             if a < len(ahead):
-                key = self._fastest_left(job)
+                key = left_of(job)
                 b = a
                 while b < len(ahead) and ahead[b][0] < key:
                     b += 1
                 if b > a:
-                    out.extend(self._grow([r for _, r in ahead[a:b]], free, state, now))
+                    out.extend(self._grow(ahead[a:b], free, state))
                     a = b
                     if free.total_free == 0:
                         break
@@ -244,13 +242,12 @@ class HasPolicy:
             out.append(decision)
             if free.total_free == 0:
                 break
-        if ahead:
-            running = [r for _, r in ahead[a:]]
         if self.grow and not waiting and free.total_free and running:
-            out.extend(self._grow(running, free, state, now))
+            out.extend(self._grow(ahead[a:] if self.srpt else self._growable(running, now),
+                                  free, state))
         elif self.grow and first_waiting is not None and running:
             out.extend(self._shrink_for(first_waiting, running, free, state))
-        cache.prune_for(pending, running)
+        self._prune(pending, running)
         return out
 
     def _shrink_for(self, job: JobView, running: Sequence[RunningJob], free: FreeGpus,
@@ -259,8 +256,7 @@ class HasPolicy:
         jobs that hold more GPUs than their cheapest plan of the same type back to it (in
         place, on a subset of their GPUs) if that frees enough for ``job``'s best plan."""
         index = self._plans.get(job)
-        head_left = index.by_speed[0].job_time_s * job.remaining_fraction if index.by_speed \
-            else float("inf")
+        head_left = self._left(job)
         of_type: dict[str, list[RunningJob]] = {}
         for rj in running:
             of_type.setdefault(rj.allocation.plan.gpu_type, []).append(rj)
@@ -282,7 +278,7 @@ class HasPolicy:
             # until then the first running job of this type ends and frees its GPUs
             runs, expected_wait = by_size[t]
             for rj in runs:
-                if self.srpt and self._fastest_left(rj.job) <= head_left:
+                if self.srpt and self._left(rj.job) <= head_left:
                     continue  # ahead of ``job`` in SRPT order: it keeps its GPUs
                 cur = rj.allocation.plan
                 keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
@@ -407,36 +403,41 @@ class HasPolicy:
                 return keep, cand
         return None, None
 
-    def _grow(self, running: Sequence[RunningJob], free: FreeGpus, state: ClusterState,
-              now: float) -> list[Decision]:
-        """Elastic scale-up: move each of ``running`` to a faster plan on its own GPUs plus
-        idle ones when the predicted remaining time drops by more than ``min_gain`` and by
-        more than twice the checkpoint-restart cost. Shortest remaining time on the fastest
-        plan first (``srpt``), else longest remaining work first; a job holds its allocation
-        at least ``min_hold_s`` (no thrashing), and ``wake_at`` records when it may move."""
-        out: list[Decision] = []
-        # jobs held long enough with enough work left, longest remaining work first (the
-        # filters do not depend on the free GPUs, so they may run before the stable sort)
+    def _growable(self, running: Sequence[RunningJob], now: float
+                  ) -> list[tuple[float, RunningJob]]:
+        """The running jobs that may grow, each with its sort key, in the order ``_grow``
+        tries them: held at least ``min_hold_s`` (no thrashing; ``wake_at`` records when the
+        others may move) and with more than two restarts of work left; shortest remaining
+        time on the fastest plan first (``srpt``), else longest remaining work first."""
         order: list[tuple[float, RunningJob]] = []
+        hold, twice_restart, wake = self.min_hold_s, 2 * self.restart_cost_s, self.wake_at
+        left_of = self._left
         for rj in running:
-            if now - rj.started_at < self.min_hold_s:
-                # ask again once it may move (in production the controller's tick would)
-                hold_end = rj.started_at + self.min_hold_s
-                if self.wake_at is None or hold_end < self.wake_at:
-                    self.wake_at = hold_end
+            if now - rj.started_at < hold:
+                end = rj.started_at + hold  # ask again once it may move
+                if wake is None or end < wake:
+                    wake = end
                 continue
-            left = rj.job.remaining_steps * rj.allocation.plan.step_time_s
-            if left >= 2 * self.restart_cost_s:
-                order.append((left, rj))
-        if self.srpt:
-            order.sort(key=lambda o: self._fastest_left(o[1].job))
-        else:
-            order.sort(key=itemgetter(0), reverse=True)  # stable: ties keep their order
+            left = rj.job.remaining_steps * rj.allocation.plan.step.total_s
+            if left >= twice_restart:
+                order.append((left_of(rj.job) if self.srpt else left, rj))
+        self.wake_at = wake
+        # stable either way: ties keep their order
+        order.sort(key=itemgetter(0), reverse=not self.srpt)
+        return order
+
+    def _grow(self, order: Sequence[tuple[float, RunningJob]], free: FreeGpus,
+              state: ClusterState) -> list[Decision]:
+        """Elastic scale-up: move each job of ``order`` (``_growable``) to a faster plan on
+        its own GPUs plus idle ones when the predicted remaining time drops by more than
+        ``min_gain`` and by more than twice the checkpoint-restart cost."""
+        out: list[Decision] = []
         free_by_type = free.free_by_type
-        for left, rj in order:
+        for _, rj in order:
             if free.total_free == 0:
                 break
             job, cur = rj.job, rj.allocation.plan
+            left = job.remaining_steps * cur.step.total_s
             index = self._plans.get(job)
             # the plans fast enough to be worth a move lead ``efficient_by_speed``; skip the
             # job at once when no type has enough free GPUs (its own included) for any of them
@@ -477,10 +478,24 @@ class HasPolicy:
             ))
         return out
 
-    def _fastest_left(self, job: JobView) -> float:
-        """``job``'s remaining time on its fastest plan: the SRPT key."""
-        by_speed = self._plans.get(job).by_speed
-        return by_speed[0].job_time_s * job.remaining_fraction if by_speed else float("inf")
+    def _left(self, job: JobView) -> float:
+        """``job``'s remaining time on its fastest plan: the queue's and SRPT's key."""
+        got = self._fastest.get(job.id)
+        if got is None or got[0] is not job.plans:
+            by_speed = self._plans.get(job).by_speed if job.plans else ()
+            got = self._fastest[job.id] = (job.plans,
+                                           by_speed[0].job_time_s if by_speed else None)
+        if got[1] is None:
+            return float("inf")
+        total = job.total_steps  # ``job.remaining_fraction``, inlined (hot path)
+        return got[1] * (max(0.0, total - job.steps_done) / total) if total else 0.0
+
+    def _prune(self, pending: Sequence[JobView], running: Sequence[RunningJob]) -> None:
+        """Forget ended jobs (both per-job caches), once there are many."""
+        self._plans.prune_for(pending, running)
+        if len(self._fastest) > len(self._plans.entries) + 4096:
+            self._fastest = {k: v for k, v in self._fastest.items()
+                             if k in self._plans.entries}
 
     def _place(self, job: JobView, plans, free: FreeGpus, state: ClusterState) -> Decision | None:
         for k, plan in enumerate(plans, start=1):
