@@ -75,7 +75,7 @@ O(GPU types) check; the loop stops as soon as the cluster is full.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
 from predictor.plan import Plan
@@ -149,6 +149,10 @@ class HasPolicy:
         """lender job id -> (borrower job id, the lender's plan before the loan)"""
         self._fastest: dict[str, tuple[tuple[Plan, ...], float | None]] = {}
         """job id -> (its plans, the job time of its fastest plan): the SRPT key's constant"""
+        self._grow_need: dict[str, tuple[Plan, tuple[tuple[str, int], ...]]] = {}
+        """job id -> (its current plan, per GPU type the fewest GPUs beyond its own that any
+        plan fast enough to grow into needs): a job none of whose needs the idle GPUs meet
+        is skipped before it is keyed and sorted"""
         self.wake_at: float | None = None
         """When the last call held a growth back only for ``min_hold_s``: the time to ask
         again even if nothing else happens (the controller's optional wake-up)."""
@@ -192,7 +196,8 @@ class HasPolicy:
         free_by_type = free.free_by_type
         # SRPT: a running job that would finish sooner than a waiting one on their fastest
         # plans may grow onto the idle GPUs before that waiting job starts on them
-        ahead = self._growable(running, now) if self.srpt and self.grow and running else []
+        ahead = self._growable(running, now, free_by_type) \
+            if self.srpt and self.grow and running else []
         a = 0
         for k, job in enumerate(pending):
             if a < len(ahead):
@@ -243,8 +248,9 @@ class HasPolicy:
             if free.total_free == 0:
                 break
         if self.grow and not waiting and free.total_free and running:
-            out.extend(self._grow(ahead[a:] if self.srpt else self._growable(running, now),
-                                  free, state))
+            out.extend(self._grow(
+                ahead[a:] if self.srpt else self._growable(running, now, free_by_type),
+                free, state))
         elif self.grow and first_waiting is not None and running:
             out.extend(self._shrink_for(first_waiting, running, free, state))
         self._prune(pending, running)
@@ -403,28 +409,48 @@ class HasPolicy:
                 return keep, cand
         return None, None
 
-    def _growable(self, running: Sequence[RunningJob], now: float
-                  ) -> list[tuple[float, RunningJob]]:
+    def _growable(self, running: Sequence[RunningJob], now: float,
+                  free_by_type: Mapping[str, int]) -> list[tuple[float, RunningJob]]:
         """The running jobs that may grow, each with its sort key, in the order ``_grow``
         tries them: held at least ``min_hold_s`` (no thrashing; ``wake_at`` records when the
-        others may move) and with more than two restarts of work left; shortest remaining
-        time on the fastest plan first (``srpt``), else longest remaining work first."""
+        others may move), with more than two restarts of work left, and with a plan fast
+        enough to move to that the idle GPUs (``free_by_type``, which only shrink for the
+        rest of the call) could hold; shortest remaining time on the fastest plan first
+        (``srpt``), else longest remaining work first."""
         order: list[tuple[float, RunningJob]] = []
         hold, twice_restart, wake = self.min_hold_s, 2 * self.restart_cost_s, self.wake_at
-        left_of = self._left
+        left_of, needs = self._left, self._grow_need
         for rj in running:
             if now - rj.started_at < hold:
                 end = rj.started_at + hold  # ask again once it may move
                 if wake is None or end < wake:
                     wake = end
                 continue
-            left = rj.job.remaining_steps * rj.allocation.plan.step.total_s
-            if left >= twice_restart:
-                order.append((left_of(rj.job) if self.srpt else left, rj))
+            cur = rj.allocation.plan
+            left = rj.job.remaining_steps * cur.step.total_s
+            if left < twice_restart:
+                continue
+            got = needs.get(rj.job.id)
+            if got is None or got[0] is not cur:
+                got = needs[rj.job.id] = (cur, self._extra_gpus(rj))
+            for t, extra in got[1]:
+                if free_by_type.get(t, 0) >= extra:
+                    order.append((left_of(rj.job) if self.srpt else left, rj))
+                    break
         self.wake_at = wake
         # stable either way: ties keep their order
         order.sort(key=itemgetter(0), reverse=not self.srpt)
         return order
+
+    def _extra_gpus(self, rj: RunningJob) -> tuple[tuple[str, int], ...]:
+        """Per GPU type, the fewest idle GPUs ``rj`` needs to move to a plan at least
+        ``min_gain`` faster (its own GPUs count on its own type); empty if it has none."""
+        cur = rj.allocation.plan
+        index = self._plans.get(rj.job)
+        faster = index.faster_than(cur.job_time_s * (1.0 - self.min_gain))
+        own_type, own_n = cur.gpu_type, rj.allocation.num_gpus
+        return tuple((t, n - own_n if t == own_type else n)
+                     for t, n in index.efficient_min_gpus[faster])
 
     def _grow(self, order: Sequence[tuple[float, RunningJob]], free: FreeGpus,
               state: ClusterState) -> list[Decision]:
@@ -493,9 +519,11 @@ class HasPolicy:
     def _prune(self, pending: Sequence[JobView], running: Sequence[RunningJob]) -> None:
         """Forget ended jobs (both per-job caches), once there are many."""
         self._plans.prune_for(pending, running)
-        if len(self._fastest) > len(self._plans.entries) + 4096:
-            self._fastest = {k: v for k, v in self._fastest.items()
-                             if k in self._plans.entries}
+        entries = self._plans.entries
+        if len(self._fastest) > len(entries) + 4096:
+            self._fastest = {k: v for k, v in self._fastest.items() if k in entries}
+        if len(self._grow_need) > len(entries) + 4096:
+            self._grow_need = {k: v for k, v in self._grow_need.items() if k in entries}
 
     def _place(self, job: JobView, plans, free: FreeGpus, state: ClusterState) -> Decision | None:
         for k, plan in enumerate(plans, start=1):
