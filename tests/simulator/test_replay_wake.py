@@ -17,6 +17,7 @@ from simulator.traces import load_trace
 
 DATA = Path(__file__).parent / "data"
 
+
 class StartAt:
     """Starts every waiting job on its first-ranked plan, but not before ``at``; until then
     it asks to be woken at ``at``."""
@@ -45,6 +46,7 @@ class StartAt:
                 free.take(placement)
                 out.append(start(Allocation(job.id, plan, placement), "test"))
         return out
+
 
 def test_replay_calls_the_policy_again_when_it_asked() -> None:
     state = load_cluster("phoebe").state
