@@ -25,6 +25,7 @@ from simulator.deadlines import (
     with_deadlines,
 )
 from simulator.replay import SimConfig, replay
+from simulator.traces import traces_dir
 
 GIB = 1 << 30
 
@@ -96,6 +97,7 @@ def test_rejected_jobs_end_cancelled_and_count_as_missed() -> None:
     assert m.deadline_ratio == 0.5
 
 
+@pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
 def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from benchmarks import deadlines
 
