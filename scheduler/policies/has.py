@@ -149,10 +149,11 @@ class HasPolicy:
         """lender job id -> (borrower job id, the lender's plan before the loan)"""
         self._fastest: dict[str, tuple[tuple[Plan, ...], float | None]] = {}
         """job id -> (its plans, the job time of its fastest plan): the SRPT key's constant"""
-        self._grow_need: dict[str, tuple[Plan, tuple[tuple[str, int], ...]]] = {}
-        """job id -> (its current plan, per GPU type the fewest GPUs beyond its own that any
-        plan fast enough to grow into needs): a job none of whose needs the idle GPUs meet
-        is skipped before it is keyed and sorted"""
+        self._grow_need: dict[str, tuple[Plan, int, tuple[tuple[str, int], ...]]] = {}
+        """job id -> ``_growth`` of its current plan (cached per allocation): how many plans
+        lead ``efficient_by_speed`` fast enough to grow into, and per GPU type the fewest
+        idle GPUs any of them needs; a job none of whose needs the idle GPUs meet is skipped
+        before it is keyed and sorted"""
         self.wake_at: float | None = None
         """When the last call held a growth back only for ``min_hold_s``: the time to ask
         again even if nothing else happens (the controller's optional wake-up)."""
@@ -432,8 +433,8 @@ class HasPolicy:
                 continue
             got = needs.get(rj.job.id)
             if got is None or got[0] is not cur:
-                got = needs[rj.job.id] = (cur, self._extra_gpus(rj))
-            for t, extra in got[1]:
+                got = needs[rj.job.id] = (cur, *self._growth(rj))
+            for t, extra in got[2]:
                 if free_by_type.get(t, 0) >= extra:
                     order.append((left_of(rj.job) if self.srpt else left, rj))
                     break
@@ -442,21 +443,23 @@ class HasPolicy:
         order.sort(key=itemgetter(0), reverse=not self.srpt)
         return order
 
-    def _extra_gpus(self, rj: RunningJob) -> tuple[tuple[str, int], ...]:
-        """Per GPU type, the fewest idle GPUs ``rj`` needs to move to a plan at least
-        ``min_gain`` faster (its own GPUs count on its own type); empty if it has none."""
+    def _growth(self, rj: RunningJob) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """How many plans lead ``rj``'s ``efficient_by_speed`` at least ``min_gain`` faster
+        than its current one, and per GPU type the fewest idle GPUs any of them needs (its
+        own GPUs count on its own type; empty if there is none)."""
         cur = rj.allocation.plan
         index = self._plans.get(rj.job)
         faster = index.faster_than(cur.job_time_s * (1.0 - self.min_gain))
         own_type, own_n = cur.gpu_type, rj.allocation.num_gpus
-        return tuple((t, n - own_n if t == own_type else n)
-                     for t, n in index.efficient_min_gpus[faster])
+        return faster, tuple((t, n - own_n if t == own_type else n)
+                             for t, n in index.efficient_min_gpus[faster])
 
     def _grow(self, order: Sequence[tuple[float, RunningJob]], free: FreeGpus,
               state: ClusterState) -> list[Decision]:
-        """Elastic scale-up: move each job of ``order`` (``_growable``) to a faster plan on
-        its own GPUs plus idle ones when the predicted remaining time drops by more than
-        ``min_gain`` and by more than twice the checkpoint-restart cost."""
+        """Elastic scale-up: move each job of ``order`` (``_growable``, which cached each
+        one's ``_growth``) to a faster plan on its own GPUs plus idle ones when the predicted
+        remaining time drops by more than ``min_gain`` and by more than twice the
+        checkpoint-restart cost."""
         out: list[Decision] = []
         free_by_type = free.free_by_type
         for _, rj in order:
@@ -465,12 +468,11 @@ class HasPolicy:
             job, cur = rj.job, rj.allocation.plan
             left = job.remaining_steps * cur.step.total_s
             index = self._plans.get(job)
-            # the plans fast enough to be worth a move lead ``efficient_by_speed``; skip the
-            # job at once when no type has enough free GPUs (its own included) for any of them
-            faster = index.faster_than(cur.job_time_s * (1.0 - self.min_gain))
-            own_type, own_n = cur.gpu_type, rj.allocation.num_gpus
-            for t, n in index.efficient_min_gpus[faster]:
-                if free_by_type.get(t, 0) + (own_n if t == own_type else 0) >= n:
+            # skip the job at once when the GPUs taken since ``_growable`` leave no type
+            # enough for any plan fast enough to be worth a move
+            _, faster, extra_by_type = self._grow_need[job.id]
+            for t, extra in extra_by_type:
+                if free_by_type.get(t, 0) >= extra:
                     break
             else:
                 continue
