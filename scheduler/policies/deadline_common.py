@@ -32,6 +32,15 @@ may run on, how GPUs are placed, and whether a resize must pay for itself:
    the booking) is kept best-effort instead of reserved (Moore–Hodgson's rule for counting
    on-time jobs: give up the long job to keep many short ones), and shares are chosen to turn
    away the fewest.
+5. **Deadline-order re-plan** (``elastic`` only). Bookings are made running jobs first, then
+   in arrival order, so a job due in half an hour is refused whenever one due tomorrow holds
+   the GPUs. With ``replan``, an arrival that does not fit beside the bookings makes every
+   booking again in deadline order (``_replan``): a running job with slack may be *paused*
+   (stopped, its booking resuming it in time with the restart charged) so that the earlier
+   deadline fits. It is admitted only if every job booked before still is. The same re-plan
+   rescues an admitted job that the running-first order leaves without a share. Every
+   admitted job therefore always holds a booking that meets its deadline (``bookings``); what
+   it holds *now* may change. ElasticFlow admits only into what the bookings leave.
 
 The cost of an option, for choosing the minimum share across GPU types, is its GPU-seconds
 weighted by the type's value (dense FP16 TFLOP/s from the GPU catalog): "A100-equivalent
@@ -259,7 +268,10 @@ class DeadlineEngine:
     are chosen to turn away the fewest; ``stay_type``: a running job's share from now stays on
     its current GPU type when one there meets its deadline (moving it to a slower, cheaper
     type lengthens its run); ``cross_type_grow``: the leftovers may move a running job onto a
-    faster option of another type (under the same restart guard as a grow)."""
+    faster option of another type (under the same restart guard as a grow); ``replan``: an
+    arrival that does not fit beside the bookings, or an admitted job left without a share,
+    re-plans every booking in deadline order, pausing running jobs with slack
+    (``_replan``)."""
 
     def __init__(
         self,
@@ -284,6 +296,7 @@ class DeadlineEngine:
         arrival_window: int = 64,
         stay_type: bool = False,
         cross_type_grow: bool = False,
+        replan: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -308,6 +321,7 @@ class DeadlineEngine:
         self.costly_mode = costly_mode
         self.stay_type = stay_type
         self.cross_type_grow = cross_type_grow
+        self.replan = replan
         self._need_counts: list[tuple[tuple[tuple[str, int], ...], int]] | None = None
         self._cap: dict[str, int] = {}
         self._arrivals: deque[tuple[float, dict[str, int]]] = deque(maxlen=arrival_window)
@@ -319,6 +333,8 @@ class DeadlineEngine:
         self.best_effort: set[str] = set()
         """Ids of deadline jobs that could not be admitted and run best-effort."""
         self.pinned: dict[str, str] = {}
+        self.bookings: dict[str, Share] = {}
+        """Admitted jobs' minimum satisfactory shares as of the last call."""
         self._options: dict[str, tuple[tuple[Plan, ...], Mapping[str, tuple[Option, ...]]]] = {}
         self._now = 0.0
 
@@ -504,6 +520,7 @@ class DeadlineEngine:
         now: float,
     ) -> list[Decision]:
         if not pending and not running:
+            self.bookings = {}
             return []
         cap = state.total_by_type()
         self._cap = cap
@@ -528,22 +545,48 @@ class DeadlineEngine:
         # starting later would stop them
         admitted = sorted((c for c in cands.values() if c.job.id in self.admitted),
                           key=lambda c: (c.job.deadline, c.job.submit_time, c.job.id))
-        left = self._reserve_running([c for c in admitted if c.current is not None], profile,
-                                     now)
+        on = [c for c in admitted if c.current is not None]
+        left = self._reserve_running(on, profile, now)
+        booked = [c for c in on if c not in left]
+        failed: list[_Cand] = []
         for c in left + [c for c in admitted if c.current is None]:
             share = self.min_share(c, profile, now)
             if share is None:
-                c.why.append("admitted but its deadline can no longer be met: best-effort")
+                failed.append(c)
                 continue
             self._reserve(c, share, profile, now)
+            booked.append(c)
+        if failed and self.replan:
+            # the running-first order left a booked job without a share: deadline order over
+            # every admitted job may still fit them all (a job with slack paused for a while)
+            plan = self._replan([*booked, *failed], {c.job.id for c in booked}, cap, now)
+            if plan is not None and len(plan) > len(booked):
+                profile = self._apply_plan(plan, cands, cap, now)
+                booked = [c for c in admitted if c.job.id in plan]
+                failed = [c for c in failed if c.job.id not in plan]
+        for c in failed:
+            c.why.append("admitted but its deadline can no longer be met: best-effort")
         arrivals = [c for c in cands.values() if c.current is None
                     and c.job.deadline is not None and c.job.id not in self.admitted
                     and c.job.id not in self.best_effort]
         arrivals.sort(key=lambda c: (c.job.submit_time, c.job.id))
         for c in arrivals:
+            needs = self._needs(c, cap, now) if self.replan or \
+                self.opportunity_cost is not None else {}
             if self.opportunity_cost is not None:
-                self.record_arrival(c.job.submit_time, self._needs(c, cap, now))
+                self.record_arrival(c.job.submit_time, needs)
             share = self.min_share(c, profile, now, arrival=True)
+            if share is None and needs and self.replan and (plan := self._replan(
+                    [*booked, c], {x.job.id for x in [*booked, c]}, cap, now, c)) is not None:
+                profile = self._apply_plan(plan, cands, cap, now)
+                self.admitted.add(c.job.id)
+                sh = plan[c.job.id]
+                c.why.append(f"admitted after re-planning every booking in deadline order: "
+                             f"minimum satisfactory share {sh.option.label()} from "
+                             f"t={sh.start_t:.0f}s, done by {sh.end_t:.0f}s (deadline "
+                             f"{c.job.deadline:.0f}s)")
+                booked.append(c)
+                continue
             how = self.mode
             if share is None:
                 why = self._infeasible_reason(c, now)
@@ -566,6 +609,7 @@ class DeadlineEngine:
                     c.why.append(f"admitted best-effort: {why}")
                 continue
             self._admit(c, share, profile, now)
+            booked.append(c)
 
         # 2. allocation now
         free = dict(cap)
@@ -612,10 +656,68 @@ class DeadlineEngine:
         # 3. leftovers by marginal gain per GPU
         self._fill(cands, free, now)
 
+        self.bookings = {jid: c.reserved for jid, c in cands.items()
+                         if c.reserved is not None and jid in self.admitted}
         # 4. decisions
         decisions.extend(self._decisions(state, cands, now))
         self._forget(live)
         return decisions
+
+    def _replan(self, jobs: Sequence[_Cand], must: set[str], cap: Mapping[str, int],
+                now: float, arrival: _Cand | None = None,
+                ) -> dict[str, Share] | None:
+        """Every booking again, in deadline order (EDF) from an empty profile: a running job
+        takes a share from now when one fits (``now_share``, else its current option when
+        that is on time), otherwise one starting later — it is paused until then, the restart
+        charged; a waiting job takes its minimum share. ``None`` when a job in ``must`` gets
+        none, or when ``arrival``'s share turns away more than ``opportunity_cost`` expected
+        arrivals (measured against every other booking). Admitting in deadline order is what
+        lets an arrival due soon run before a job due much later that already holds the GPUs
+        (ElasticFlow admits only into what the existing bookings leave, so it must refuse it)."""
+        prof = Profile(now, cap)
+        shares: dict[str, Share] = {}
+        for x in sorted(jobs, key=lambda x: (x.job.deadline, x.job.submit_time, x.job.id)):
+            sh = None
+            if x.current is not None:
+                sh = self.now_share(x, prof, now)
+                if sh is None and (k := self._keep_share(x, now)) is not None and \
+                        prof.earliest_fit(k.option.gpu_type, k.option.num_gpus, k.end_t - now,
+                                          k.end_t) == now:
+                    sh = k
+            if sh is None:
+                sh = self.min_share(x, prof, now, arrival=x is arrival)
+            if sh is None:
+                if x.job.id in must:
+                    return None
+                continue
+            prof.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
+            shares[x.job.id] = sh
+        if arrival is not None and self.opportunity_cost is not None:
+            sh = shares[arrival.job.id]
+            prof.reserve(sh.option.gpu_type, -sh.option.num_gpus, sh.start_t, sh.end_t)
+            if self.displaced(sh, cap, prof) > self.opportunity_cost:
+                return None
+            prof.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
+        return shares
+
+    def _apply_plan(self, shares: Mapping[str, Share], cands: Mapping[str, _Cand],
+                    cap: Mapping[str, int], now: float) -> Profile:
+        """Replace every admitted job's booking by ``shares`` (from ``_replan``); returns the
+        new profile."""
+        profile = Profile(now, cap)
+        for jid, c in cands.items():
+            if c.reserved is None and jid not in shares:
+                continue
+            c.reserved, c.target, c.mandatory = None, None, False
+            sh = shares.get(jid)
+            if sh is None:
+                continue
+            self._reserve(c, sh, profile, now)
+            if c.current is not None and sh.start_t > now:
+                c.why.append(f"paused until t={sh.start_t:.0f}s for earlier deadlines: resumes "
+                             f"on {sh.option.label()}, done by {sh.end_t:.0f}s (deadline "
+                             f"{c.job.deadline:.0f}s)")
+        return profile
 
     def _admit(self, c: _Cand, share: Share, profile: Profile, now: float) -> None:
         """Admit ``c`` with the deadline guarantee and reserve its minimum share."""

@@ -22,6 +22,10 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   the GPUs it leaves could no longer serve, over the booking) is kept best-effort on
   leftovers instead of reserved, and every share is chosen to turn away the fewest.
   ``None`` turns it off (ElasticFlow's admission).
+* **Bookings in deadline order** (``replan``): an arrival that does not fit beside what is
+  promised re-plans every booking earliest deadline first, pausing a running job with slack
+  (its booking still finishes it in time, the restart charged) so that a job due sooner
+  fits; ElasticFlow only admits into what the bookings leave.
 * **Running jobs stay on their GPU type** when a share there meets their deadline, and the
   leftovers may move a running job onto faster GPUs of another type when the time saved pays
   for the restart (cheap types for minimum shares alone pushed long jobs onto slow GPUs and
@@ -56,7 +60,9 @@ class ElasticPolicy(EnginePolicy):
     times its own cost a resize must save; ``opportunity_cost``: the most expected deadline
     arrivals a new job's booking may turn away (``None``: no limit); ``costly_mode``: what
     happens to a job over that limit ('best_effort' or 'reject'); ``arrival_window``: how
-    many recent arrivals the estimate uses; ``seed``: accepted for a uniform interface."""
+    many recent arrivals the estimate uses; ``replan``: re-plan every booking in deadline
+    order when an arrival does not fit (may pause running jobs with slack); ``seed``:
+    accepted for a uniform interface."""
 
     name = "elastic"
 
@@ -75,6 +81,7 @@ class ElasticPolicy(EnginePolicy):
         opportunity_cost: float | None = 1.0,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
+        replan: bool = True,
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
@@ -86,6 +93,6 @@ class ElasticPolicy(EnginePolicy):
             slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
             type_value=type_value, fewest_now=True, opportunity_cost=opportunity_cost,
             costly_mode=costly_mode, arrival_window=arrival_window, stay_type=True,
-            cross_type_grow=True,
+            cross_type_grow=True, replan=replan,
         )
 

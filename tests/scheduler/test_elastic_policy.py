@@ -182,6 +182,39 @@ def test_a_running_job_on_time_keeps_its_gpus_when_an_earlier_deadline_waits() -
         assert {"j0", "j1"} <= pol.engine.admitted
 
 
+def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -> None:
+    """L runs on all 4 GPUs, due at t=300: 100 steps at 4/n s per step on n GPUs, so from
+    t=1 it needs 2 GPUs (200 s + 70 s restart <= 0.95 × 299 s). S arrives due at t=43: only 4
+    GPUs finish it in time (20 steps × 1 s + 10 s launch = 30 s <= 0.95 × 42 s; 2 GPUs take
+    50 s). Booked in arrival order (ElasticFlow, or ``replan=False``) S cannot fit beside L's
+    2 GPUs and is rejected. In deadline order S runs first and L is paused: it resumes on 4
+    GPUs at t=31 and is done by 31 + 100 + 70 = 201 <= 300."""
+    lin = ranked(*(make_plan("RTX6000", n, step_s=4.0 / n) for n in (1, 2, 4)))
+    state = cluster(make_node("n0", "RTX6000", 4))
+    big = lin[-1]
+    assert big.num_gpus == 4
+    L = job("L", lin, deadline=300.0, steps=100)
+    S = job("S", lin, deadline=43.0, steps=20, submit=1.0)
+    for name, kw, paused in (("elastic", {}, True), ("elastic", {"replan": False}, False),
+                             ("elasticflow", {}, False)):
+        pol = make_policy(name, perf=IdentityPerf(), **kw)
+        (d,) = pol.decide(state, [L], [], 0.0)
+        assert d.kind is DecisionKind.START and d.allocation.num_gpus == 4, d
+        alloc = d.allocation
+        out = {d.job_id: d for d in pol.decide(state.allocate(alloc), [S],
+                                               [RunningJob(L, alloc, 0.0)], 1.0)}
+        if not paused:
+            assert out["S"].kind is DecisionKind.REJECT and "promised" in out["S"].reason
+            assert "L" not in out
+            continue
+        assert out["S"].kind is DecisionKind.START and out["S"].allocation.num_gpus == 4
+        assert "deadline order" in out["S"].reason
+        assert out["L"].kind is DecisionKind.STOP and "paused until t=31s" in out["L"].reason
+        booked = pol.engine.bookings["L"]
+        assert (booked.start_t, booked.end_t, booked.option.num_gpus) == (31.0, 201.0, 4)
+        assert {"L", "S"} <= pol.engine.admitted
+
+
 def _share(gpu_type: str, n: int, start: float, end: float) -> Share:
     return Share(Option(gpu_type, n, make_plan(gpu_type, n)), start, end, 0.0)
 
@@ -274,9 +307,16 @@ def scenario(draw):
     jobs = []
     for i in range(draw(st.integers(1, 8))):
         steps = draw(st.integers(10, 3000))
-        ddl = draw(st.one_of(st.none(), st.floats(30.0, 20_000.0)))
-        jobs.append(job(f"j{i}", plans(), deadline=ddl, steps=steps, submit=float(i)))
-    times = draw(st.lists(st.floats(1.0, 600.0), min_size=1, max_size=4))
+        ps = plans()
+        # no deadline, any deadline, or one a few times the job's fastest run (ElasticFlow's
+        # λ·duration): tight arrivals beside running jobs with slack, which may be paused
+        fastest = 10.0 + steps * min(p.step_time_s for p in ps)
+        ddl = draw(st.one_of(st.none(), st.floats(30.0, 20_000.0),
+                             st.floats(1.2, 6.0).map(lambda lam, f=fastest: lam * f)))
+        submit = draw(st.sampled_from([float(i), 100.0 * i]))  # together, or one per call
+        ddl = None if ddl is None else submit + ddl
+        jobs.append(job(f"j{i}", ps, deadline=ddl, steps=steps, submit=submit))
+    times = draw(st.lists(st.floats(1.0, 600.0), min_size=1, max_size=5))
     return state, jobs, times
 
 
@@ -293,8 +333,10 @@ def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: boo
                                   st.sampled_from([1, 2, 4, 8])), min_size=8, max_size=12))
 def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> None:
     """Drive the policy over a few calls (jobs progressing between them, as the controller
-    would): every decision list applies within capacity, and an admitted job that was running
-    on time is never stopped, nor resized onto something that misses its deadline.
+    would): every decision list applies within capacity; the admitted jobs' bookings fit the
+    cluster at every instant and each ends by its job's deadline; and an admitted job that was
+    running on time is never stopped, nor resized onto something that misses its deadline,
+    unless it holds a booking that still finishes it in time (paused for earlier deadlines).
     ``elastic+history``: ``elastic`` having seen earlier arrivals, so that its opportunity
     cost is at work (some arrivals kept best-effort, shares chosen by it)."""
     state, jobs, gaps = sc
@@ -302,10 +344,56 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
     if name.endswith("+history"):
         for i, (t, n) in enumerate(history):
             pol.engine.record_arrival(-10.0 * (len(history) - i), {t: n})
-    pending = list(jobs)
+    _drive_and_check(pol, state, jobs, gaps)
+
+
+@st.composite
+def slack_then_tight(draw):
+    """One node; a long job due far off (λ ∈ [2, 8] times its fastest run) arrives first,
+    then short jobs due soon (λ ∈ [1.1, 2]): the case where ``elastic`` pauses a running job
+    with slack so that an arrival due earlier fits."""
+    t, per = draw(st.sampled_from(TYPES))
+    state = cluster(make_node("n0", t, per))
+
+    def plans():
+        base, eff = draw(st.floats(0.5, 5.0)), draw(st.floats(0.6, 1.0))
+        return ranked(*(make_plan(t, n, step_s=base / n ** eff) for n in (1, 2, 4, 8)
+                        if n <= per))
+
+    def make(i: int, submit: float, lam) -> JobView:
+        ps, steps = plans(), draw(st.integers(10, 3000))
+        fastest = 10.0 + steps * min(p.step_time_s for p in ps)
+        return job(f"j{i}", ps, deadline=submit + draw(lam) * fastest, steps=steps,
+                   submit=submit)
+
+    jobs = [make(0, 0.0, st.floats(2.0, 8.0))]
+    for i in range(1, draw(st.integers(1, 4)) + 1):
+        jobs.append(make(i, draw(st.floats(1.0, 900.0)), st.floats(1.1, 2.0)))
+    times = draw(st.lists(st.floats(1.0, 300.0), min_size=2, max_size=6))
+    return state, jobs, times
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(sc=slack_then_tight())
+def test_pausing_for_an_earlier_deadline_keeps_every_guarantee(sc) -> None:
+    """The same invariants where ``elastic`` re-plans in deadline order and pauses running
+    jobs (see the test above); ``elastic`` only, since ElasticFlow never pauses."""
+    state, jobs, gaps = sc
+    _drive_and_check(make_policy("elastic", perf=IdentityPerf()), state, jobs, gaps)
+
+
+def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[float]) -> None:
+    """Call ``pol`` at the arrivals' times and after each gap, applying its decisions and
+    advancing the running jobs at their plans' pace, and check the invariants after each
+    call (see ``test_capacity_never_exceeded_and_minimum_shares_kept``)."""
+    future = sorted(jobs, key=lambda j: j.submit_time)
+    pending: list[JobView] = []
     running: list[RunningJob] = []
     now = 0.0
     for gap in gaps:
+        pending += [j for j in future if j.submit_time <= now]
+        future = [j for j in future if j.submit_time > now]
         out = pol.decide(state, pending, running, now)
         applied = apply_decisions(state, running, [d for d in out
                                                    if d.kind is not DecisionKind.REJECT])
@@ -314,6 +402,14 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
         for n in applied.state.nodes:
             assert 0 <= n.free_gpus <= n.total_gpus
         kinds = {d.job_id: d for d in out}
+        books = pol.engine.bookings
+        profile = Profile(now, state.total_by_type())
+        for jid, sh in books.items():
+            assert jid in pol.engine.admitted
+            profile.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
+            deadline = next(j.deadline for j in [*pending, *(r.job for r in running)]
+                            if j.id == jid)
+            assert sh.start_t >= now and sh.end_t <= deadline, (jid, sh)
         for rj in running:
             j = rj.job
             if j.id not in pol.engine.admitted or j.deadline is None:
@@ -322,6 +418,9 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
             if not on_time:
                 continue
             d = kinds.get(j.id)
+            if d is not None and j.id in books and books[j.id].start_t > now:
+                assert d.kind is not DecisionKind.START, d  # paused: resumes on its booking
+                continue
             assert d is None or d.kind is not DecisionKind.STOP, d
             if d is not None and d.kind is DecisionKind.RESIZE:
                 assert _predicted_finish(pol, j, d.allocation, now, True) <= j.deadline, d
