@@ -20,7 +20,16 @@ and placement error). The simulator's step times are the performance model's, so
 simulation a margin only costs deadlines; ``--slack 0`` shows by how much (both policies get
 the same margin either way).
 
+``--seeds N`` (N > 1) adds a sweep: ``elastic`` and ``elasticflow`` on the Sia workloads
+again under N deadline draws (seeds 0, 1000, …), printing per workload the median, lowest and
+highest ratio of deadlines met (JSON ``seed_sweep``): one draw can favour either policy, and
+the target is about the policy, not one draw.
+
     python -m benchmarks.deadlines [--quick] [--json] [--workers 2] [--docs docs] [--slack S]
+                                   [--seeds N] [--elastic-arg KEY=VALUE ...]
+
+``--elastic-arg`` passes a keyword argument to ``elastic`` only (an ablation or a parameter
+sweep in the same run as the baselines).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import argparse
 import json
 import logging
 import math
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -60,6 +70,8 @@ class DTask:
     policy: str
     max_jobs: int | None = None
     slack: float = SLACK
+    seed: int = SEED
+    elastic_kw: tuple[tuple[str, Any], ...] = ()
 
 
 def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
@@ -75,8 +87,10 @@ def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
         mapped = mapped[: t.max_jobs]
     views = [job_view(mj, cache) for mj in mapped]
     if not t.workload.startswith("elasticflow"):
-        views = with_deadlines(views, seed=SEED + t.index)
+        views = with_deadlines(views, seed=t.seed + t.index)
     kw = {"slack": t.slack} if t.policy in DEADLINE_POLICIES else None
+    if t.policy == "elastic":
+        kw = {**(kw or {}), **dict(t.elastic_kw)}
     res = replay(views, state, t.policy, config=SimConfig(tick_s=TICK_S), policy_kwargs=kw)
     dm = deadline_metrics(res.controller)
     m = res.metrics
@@ -94,25 +108,31 @@ def _cache(name: str, state: Any, cls: Any) -> Any:
     return _CACHES[name]
 
 
-def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, ...], *,
-        workers: int, max_jobs: int | None, slack: float = SLACK) -> dict[str, Any]:
-    from simulator.replay import load_workloads
-
-    tasks = [DTask(spec, k, cl, pol, max_jobs, slack) for cl in clusters for spec in sets
-             for k in range(len(load_workloads(spec))) for pol in policies]
-    t0 = time.perf_counter()
+def _map(tasks: list[DTask], workers: int) -> list[tuple[DTask, dict[str, float]]]:
     if workers > 1:
         import multiprocessing as mp
 
         with mp.get_context("fork").Pool(workers) as pool:
-            results = pool.map(run_one, tasks, chunksize=1)
-    else:
-        results = [run_one(t) for t in tasks]
+            return pool.map(run_one, tasks, chunksize=1)
+    return [run_one(t) for t in tasks]
+
+
+def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, ...], *,
+        workers: int, max_jobs: int | None, slack: float = SLACK,
+        elastic_kw: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+    from simulator.replay import load_workloads
+
+    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, SEED, elastic_kw) for cl in clusters
+             for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
+    t0 = time.perf_counter()
+    results = _map(tasks, workers)
     by: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
     for t, r in results:
         by[f"{t.workload}@{t.cluster}"][t.policy].append(r)
     out: dict[str, Any] = {"tick_s": TICK_S, "seed": SEED, "slack": slack, "results": {},
                            "wall_s": round(time.perf_counter() - t0, 1)}
+    if elastic_kw:
+        out["elastic_kwargs"] = dict(elastic_kw)
     for key, per in by.items():
         res: dict[str, Any] = {}
         for pol, rs in per.items():
@@ -138,11 +158,57 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
     return out
 
 
+def seed_sweep(sets: tuple[str, ...], clusters: tuple[str, ...], seeds: int, *, workers: int,
+               max_jobs: int | None, slack: float = SLACK,
+               elastic_kw: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+    """``elastic`` against ``elasticflow`` on the generated-deadline workloads of ``sets``
+    under ``seeds`` deadline draws (seeds ``SEED + 1000·i``): per workload and draw, the
+    deadlines each met and their ratio; the median, lowest and highest ratio."""
+    from simulator.replay import load_workloads
+
+    draws = [SEED + 1000 * i for i in range(seeds)]
+    gen = [spec for spec in sets if not spec.startswith("elasticflow")]
+    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, sd, elastic_kw) for sd in draws
+             for cl in clusters
+             for spec in gen for k in range(len(load_workloads(spec)))
+             for pol in DEADLINE_POLICIES]
+    t0 = time.perf_counter()
+    met: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+    for t, r in _map(tasks, workers):
+        per = met[f"{t.workload}@{t.cluster}"][t.seed]
+        per[t.policy] = per.get(t.policy, 0) + int(r["met"])
+    out: dict[str, Any] = {"seeds": draws, "slack": slack, "results": {},
+                           "wall_s": round(time.perf_counter() - t0, 1)}
+    for key, by_seed in met.items():
+        ours = [by_seed[sd]["elastic"] for sd in draws]
+        theirs = [by_seed[sd]["elasticflow"] for sd in draws]
+        ratios = [a / b if b else math.nan for a, b in zip(ours, theirs, strict=True)]
+        out["results"][key] = {"met_elastic": ours, "met_elasticflow": theirs,
+                               "ratios": ratios, "median_ratio": statistics.median(ratios),
+                               "min_ratio": min(ratios), "max_ratio": max(ratios),
+                               "draws_at_target": sum(r >= TARGETS["ratio_vs_elasticflow"]
+                                                      for r in ratios)}
+    return out
+
+
+def sweep_table(sw: dict[str, Any]) -> str:
+    head = (f"{'workload@cluster':<26}{'median':>8}{'lowest':>8}{'highest':>8}"
+            f"{'draws >= 1.3x':>15}")
+    lines = [f"elastic / ElasticFlow deadlines met over {len(sw['seeds'])} deadline draws "
+             f"(seeds {sw['seeds'][0]}..{sw['seeds'][-1]}); {sw['wall_s']} s wall", head,
+             "-" * len(head)]
+    for key, r in sw["results"].items():
+        lines.append(f"{key:<26}{r['median_ratio']:>7.3f}x{r['min_ratio']:>7.3f}x"
+                     f"{r['max_ratio']:>7.3f}x{r['draws_at_target']:>9} of {len(sw['seeds'])}")
+    return "\n".join(lines)
+
+
 def table(out: dict[str, Any]) -> str:
     head = (f"{'workload@cluster':<26}{'policy':<14}{'ddl ratio':>10}{'avg JCT h':>10}"
             f"{'makespan h':>11}{'resizes':>8}{'rejected':>9}{'vs EF':>7}")
+    kw = "".join(f", elastic {k}={v}" for k, v in out.get("elastic_kwargs", {}).items())
     lines = [f"tick {out['tick_s']:.0f}s, seed {out['seed']}, deadline policies' slack "
-             f"{out.get('slack', SLACK):g}; {out['wall_s']} s wall", head,
+             f"{out.get('slack', SLACK):g}{kw}; {out['wall_s']} s wall", head,
              "-" * len(head)]
     for key, res in out["results"].items():
         for pol, r in res.items():
@@ -194,6 +260,7 @@ def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
         "",
         "```",
         table(out),
+        *(["", sweep_table(out["seed_sweep"])] if "seed_sweep" in out else []),
         "```",
         "<!-- results:end -->",
     ])
@@ -208,6 +275,29 @@ def write_doc(out: dict[str, Any], docs: Path, command: str) -> None:
 
 
 
+def _elastic_kwargs(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    """``KEY=VALUE`` pairs (VALUE parsed as JSON, else kept as a string) checked against the
+    elastic policy's keyword arguments."""
+    import inspect
+
+    from scheduler.policies.elastic import ElasticPolicy
+
+    known = [p for p in inspect.signature(ElasticPolicy.__init__).parameters
+             if p not in ("self", "perf", "slack")]
+    out: list[tuple[str, Any]] = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--elastic-arg {pair!r}: expected KEY=VALUE with KEY one of "
+                             f"{', '.join(known)} (the margin is --slack)")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.append((key, value))
+    return tuple(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -219,23 +309,43 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for deadlines.md/.json/_ratio.png (default: docs/ for the full "
                          "run, none for --quick)")
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="deadline draws for the elastic-vs-ElasticFlow sweep on the "
+                         "generated-deadline workloads (1: no sweep)")
     ap.add_argument("--slack", type=float, default=SLACK,
                     help="safety margin of both deadline policies (fraction of the time to the "
                          "deadline; default %(default)s)")
+    ap.add_argument("--elastic-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="a keyword argument for the elastic policy only (VALUE as JSON, e.g. "
+                         "opportunity_cost=1 or replan=false); repeatable")
     args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error(f"--seeds must be at least 1, got {args.seeds}")
+    try:
+        elastic_kw = _elastic_kwargs(args.elastic_arg)
+    except ValueError as e:
+        ap.error(str(e))
     logging.basicConfig(level=logging.ERROR)
     sets = QUICK_SETS if args.quick else FULL_SETS
     clusters = CLUSTERS[:1] if args.quick else CLUSTERS
     policies = tuple(p for p in args.policies.split(",") if p)
     out = run(sets, policies, clusters, workers=args.workers,
-              max_jobs=QUICK_MAX_JOBS if args.quick else None, slack=args.slack)
+              max_jobs=QUICK_MAX_JOBS if args.quick else None, slack=args.slack,
+              elastic_kw=elastic_kw)
     print(table(out))
+    if args.seeds > 1:
+        out["seed_sweep"] = seed_sweep(sets, clusters, args.seeds, workers=args.workers,
+                                       max_jobs=QUICK_MAX_JOBS if args.quick else None,
+                                       slack=args.slack, elastic_kw=elastic_kw)
+        print(sweep_table(out["seed_sweep"]))
     docs = args.docs or (None if args.quick else "docs")
     if docs:
         d = Path(docs)
         plot(out, d / "deadlines_ratio.png")
         cmd = "python -m benchmarks.deadlines" + (" --quick" if args.quick else "") + (
-            f" --slack {args.slack:g}" if args.slack != SLACK else "")
+            f" --slack {args.slack:g}" if args.slack != SLACK else "") + (
+            f" --seeds {args.seeds}" if args.seeds > 1 else "") + "".join(
+            f" --elastic-arg {a}" for a in args.elastic_arg)
         write_doc(out, d, cmd)
         (d / "deadlines.json").write_text(json.dumps(json_ready(out, 4), sort_keys=True, indent=1)
                                           + "\n")

@@ -101,10 +101,17 @@ def test_rejected_jobs_end_cancelled_and_count_as_missed() -> None:
 def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from benchmarks import deadlines
 
-    assert deadlines.main(["--quick", "--json", "--workers", "1",
+    assert deadlines.main(["--quick", "--json", "--workers", "1", "--seeds", "2",
                            "--docs", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     res = out["results"]
+    sweep = out["seed_sweep"]["results"]
+    assert out["seed_sweep"]["seeds"] == [0, 1000] and set(sweep) == {"sia-philly:1@phoebe"}
+    s = sweep["sia-philly:1@phoebe"]
+    for pol in ("elastic", "elasticflow"):  # draw 0 is the main run's
+        r = res["sia-philly:1@phoebe"][pol]
+        assert s[f"met_{pol}"][0] == round(r["deadline_ratio"] * r["deadline_jobs"])
+    assert s["median_ratio"] == sum(s["ratios"]) / 2
     assert out["slack"] == 0.05  # both deadline policies' default margin
     assert set(res) == {"elasticflow@phoebe", "sia-philly:1@phoebe"}
     for per in res.values():
@@ -115,3 +122,24 @@ def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path
         assert "ratio_vs_elasticflow" in per["elastic"]
     assert (tmp_path / "deadlines_ratio.png").stat().st_size > 0
     assert "results:begin" in (tmp_path / "deadlines.md").read_text()
+
+
+def test_benchmark_refuses_fewer_than_one_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import deadlines
+
+    with pytest.raises(SystemExit) as e:
+        deadlines.main(["--quick", "--seeds", "0"])
+    assert e.value.code == 2
+    assert "--seeds must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_benchmark_names_the_elastic_arguments_it_knows(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import deadlines
+
+    assert deadlines._elastic_kwargs(["opportunity_cost=1", "replan=false", "mode=reject"]) == (
+        ("opportunity_cost", 1), ("replan", False), ("mode", "reject"))
+    with pytest.raises(SystemExit):
+        deadlines.main(["--quick", "--elastic-arg", "opportunity=1"])
+    err = capsys.readouterr().err
+    assert "'opportunity=1'" in err and "opportunity_cost" in err and "replan" in err
