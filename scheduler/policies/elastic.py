@@ -16,12 +16,16 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   not the size with the fewest GPU-seconds (near-linear scaling makes every size cost about
   the same): a job keeps what it holds while nobody needs it, and an arrival can take the
   rest (a shrink, charged the restart, that still meets the deadline).
-* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 1):
+* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 3):
   the deadline ratio counts jobs, so an arrival whose every share would turn away more than
-  one expected deadline arrival (observed arrival rate × the share of recent arrivals that
-  the GPUs it leaves could no longer serve, over the booking) is kept best-effort on
-  leftovers instead of reserved, and every share is chosen to turn away the fewest.
-  ``None`` turns it off (ElasticFlow's admission).
+  ``opportunity_cost`` expected deadline arrivals (observed arrival rate × the share of
+  recent arrivals that the GPUs it leaves could no longer serve, over the booking) is kept
+  best-effort on leftovers instead of reserved, and every share is chosen to turn away the
+  fewest. The estimate treats bookings as fixed; with the deadline-order re-plan below an
+  arrival due sooner can still get in by pausing the booked job, so it overstates the cost,
+  and the threshold is 3 rather than one job for one job (measured over 16 deadline seeds of
+  the Sia workloads on phoebe: docs/deadlines.md). ``None`` turns it off (ElasticFlow's
+  admission).
 * **Bookings in deadline order** (``replan``): an arrival that does not fit beside what is
   promised re-plans every booking earliest deadline first, pausing a running job with slack
   (its booking still finishes it in time, the restart charged) so that a job due sooner
@@ -78,7 +82,7 @@ class ElasticPolicy(EnginePolicy):
         launch_delay_s: float = LAUNCH_DELAY_S,
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
-        opportunity_cost: float | None = 1.0,
+        opportunity_cost: float | None = 3.0,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
         replan: bool = True,
