@@ -232,11 +232,15 @@ def test_sigkill_on_ray_requeues_from_checkpoint_and_leaks_nothing(
     cleanup.append(lambda: [shutil.rmtree(f, ignore_errors=True) for f in folders])
     cleanup.append(lambda: _kill_all(seen))
 
-    # 1. One GPU: a long job trains, two short ones wait for its GPU.
+    # 1. One GPU: a long job trains, two short ones wait for its GPU. They are submitted once
+    # it holds the GPU: submitted together, the shortest-remaining-time queue would start
+    # them first (whenever the scheduler's tick saw all three pending).
     s1 = serve(tmp_path, url, **args)
     cleanup.append(lambda: s1.proc.poll() is None and s1.kill())
     try:
         long_job = s1.submit(_job("long", LONG_STEPS))["id"]
+        s1.wait_for(lambda: _states(s1)[long_job] in ("placed", "starting", "running"),
+                    timeout_s=90, what="the long job holding the GPU")
         queued = [s1.submit(_job(name, 3))["id"] for name in ("q1", "q2")]
         s1.wait_for(lambda: _latest_checkpoint(ckpt, long_job) >= CKPT_EVERY
                     and _states(s1)[long_job] == "running", timeout_s=90,
