@@ -329,14 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     sets = QUICK_SETS if args.quick else FULL_SETS
     clusters = CLUSTERS[:1] if args.quick else CLUSTERS
     policies = tuple(p for p in args.policies.split(",") if p)
-    out = run(sets, policies, clusters, workers=args.workers,
-              max_jobs=QUICK_MAX_JOBS if args.quick else None, slack=args.slack,
-              elastic_kw=elastic_kw)
+    max_jobs = QUICK_MAX_JOBS if args.quick else None
+    out = run(sets, policies, clusters, workers=args.workers, max_jobs=max_jobs,
+              slack=args.slack, elastic_kw=elastic_kw)
     print(table(out))
     if args.seeds > 1:
         out["seed_sweep"] = seed_sweep(sets, clusters, args.seeds, workers=args.workers,
-                                       max_jobs=QUICK_MAX_JOBS if args.quick else None,
-                                       slack=args.slack, elastic_kw=elastic_kw)
+                                       max_jobs=max_jobs, slack=args.slack,
+                                       elastic_kw=elastic_kw)
         print(sweep_table(out["seed_sweep"]))
     docs = args.docs or (None if args.quick else "docs")
     if docs:

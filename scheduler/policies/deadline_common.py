@@ -693,11 +693,10 @@ class DeadlineEngine:
             prof.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
             shares[x.job.id] = sh
         if arrival is not None and self.opportunity_cost is not None:
-            sh = shares[arrival.job.id]
+            sh = shares[arrival.job.id]  # measured against every other booking
             prof.reserve(sh.option.gpu_type, -sh.option.num_gpus, sh.start_t, sh.end_t)
             if self.displaced(sh, cap, prof) > self.opportunity_cost:
                 return None
-            prof.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
         return shares
 
     def _apply_plan(self, shares: Mapping[str, Share], cands: Mapping[str, _Cand],

@@ -411,14 +411,15 @@ class HasPolicy:
         return None, None
 
     def _growable(self, running: Sequence[RunningJob], now: float,
-                  free_by_type: Mapping[str, int]) -> list[tuple[float, RunningJob]]:
-        """The running jobs that may grow, each with its sort key, in the order ``_grow``
-        tries them: held at least ``min_hold_s`` (no thrashing; ``wake_at`` records when the
-        others may move), with more than two restarts of work left, and with a plan fast
-        enough to move to that the idle GPUs (``free_by_type``, which only shrink for the
-        rest of the call) could hold; shortest remaining time on the fastest plan first
-        (``srpt``), else longest remaining work first."""
-        order: list[tuple[float, RunningJob]] = []
+                  free_by_type: Mapping[str, int]) -> list[tuple[float, float, RunningJob]]:
+        """The running jobs that may grow, each with its sort key and its remaining time on
+        its current plan, in the order ``_grow`` tries them: held at least ``min_hold_s``
+        (no thrashing; ``wake_at`` records when the others may move), with more than two
+        restarts of work left, and with a plan fast enough to move to that the idle GPUs
+        (``free_by_type``, which only shrink for the rest of the call) could hold; shortest
+        remaining time on the fastest plan first (``srpt``), else longest remaining work
+        first."""
+        order: list[tuple[float, float, RunningJob]] = []
         hold, twice_restart, wake = self.min_hold_s, 2 * self.restart_cost_s, self.wake_at
         left_of, needs = self._left, self._grow_need
         for rj in running:
@@ -436,7 +437,7 @@ class HasPolicy:
                 got = needs[rj.job.id] = (cur, *self._growth(rj))
             for t, extra in got[2]:
                 if free_by_type.get(t, 0) >= extra:
-                    order.append((left_of(rj.job) if self.srpt else left, rj))
+                    order.append((left_of(rj.job) if self.srpt else left, left, rj))
                     break
         self.wake_at = wake
         # stable either way: ties keep their order
@@ -454,19 +455,18 @@ class HasPolicy:
         return faster, tuple((t, n - own_n if t == own_type else n)
                              for t, n in index.efficient_min_gpus[faster])
 
-    def _grow(self, order: Sequence[tuple[float, RunningJob]], free: FreeGpus,
+    def _grow(self, order: Sequence[tuple[float, float, RunningJob]], free: FreeGpus,
               state: ClusterState) -> list[Decision]:
         """Elastic scale-up: move each job of ``order`` (``_growable``, which cached each
-        one's ``_growth``) to a faster plan on its own GPUs plus idle ones when the predicted
-        remaining time drops by more than ``min_gain`` and by more than twice the
-        checkpoint-restart cost."""
+        one's ``_growth`` and gives its remaining time) to a faster plan on its own GPUs plus
+        idle ones when the predicted remaining time drops by more than ``min_gain`` and by
+        more than twice the checkpoint-restart cost."""
         out: list[Decision] = []
         free_by_type = free.free_by_type
-        for _, rj in order:
+        for _, left, rj in order:
             if free.total_free == 0:
                 break
             job, cur = rj.job, rj.allocation.plan
-            left = job.remaining_steps * cur.step.total_s
             index = self._plans.get(job)
             # skip the job at once when the GPUs taken since ``_growable`` leave no type
             # enough for any plan fast enough to be worth a move
