@@ -4,7 +4,7 @@ opportunistic FCFS, in one simulator run (the production Controller over SimBack
 Workloads: ElasticFlow's Philly trace with its own deadlines (``elasticflow``), and Sia's
 Philly and Helios-Saturn workloads with deadlines generated as ElasticFlow does
 (``submit + λ·duration``, λ ~ U[0.5, 1.5], seeded; ``simulator.deadlines``), each on Sia's
-phoebe cluster (44 GPUs) and on ``config/hetero-128.yaml`` (128 GPUs, four GPU types).
+phoebe cluster (44 GPUs) and on ``hetero-128`` (128 GPUs, four GPU types).
 ``has`` and ``opportunistic`` see the deadlines but do not act on them. A rejected job counts
 as a missed deadline; average JCT is over the jobs that finished (rejected jobs have none).
 
@@ -76,7 +76,7 @@ class DTask:
 
 def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
     """Replay one task with deadlines; return its figures."""
-    from simulator.clusters import load_cluster
+    from orchestrator.clusters import load_cluster
     from simulator.deadlines import deadline_metrics, with_deadlines
     from simulator.replay import PlanCache, SimConfig, job_view, load_workloads, replay
 

@@ -1,8 +1,8 @@
 """Orchestrator figures on the emulated Frenzy paper testbed (5 nodes, 3 GPU types, 11 GPUs).
 
-Starts the emulated Ray cluster from ``config/frenzy-testbed.yaml``, then submits a burst of
-``--jobs`` tiny-GPT-2 jobs (1, 2 or 4 GPUs requested, cycling) at once to the Controller over
-the RayBackend with the HAS policy, and measures:
+Starts the emulated Ray cluster of the packaged ``frenzy-testbed`` description, then submits a
+burst of ``--jobs`` tiny-GPT-2 jobs (1, 2 or 4 GPUs requested, cycling) at once to the
+Controller over the RayBackend with the HAS policy, and measures:
 
 * submit → first training step (the job's ``Started`` event), p50 / p95 over all jobs;
 * placement-group create latency (created → ready, seen by the 50 ms poll), created → all

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from simulator.clusters import load_cluster
+from orchestrator.clusters import load_cluster
 from simulator.metrics import json_ready, percentile
 from simulator.replay import PlanCache, SimConfig, job_view, load_workloads, replay
 

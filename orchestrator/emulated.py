@@ -1,7 +1,7 @@
 """The Ray cluster the service runs on: an emulated heterogeneous one by default, or a real
 one when ``RAY_ADDRESS`` is set.
 
-``start_emulated`` reads a cluster YAML (``config/frenzy-testbed.yaml`` by default) and
+``start_emulated`` reads a cluster YAML (the packaged ``frenzy-testbed`` by default) and
 starts a real multi-node Ray cluster on this machine with ``ray.cluster_utils.Cluster``: one
 raylet per YAML node, advertising the node's GPU count as Ray's ``GPU`` resource (emulated:
 the training workers run on the CPU with gloo) and its type and name as the node labels the
@@ -39,9 +39,9 @@ from typing import Any
 
 import ray
 
+from orchestrator.clusters import ClusterSpec, load_cluster
 from orchestrator.ray_backend import GPU_TYPE_LABEL, INTERCONNECT_LABEL, NODE_ID_LABEL
 from scheduler.cluster import Node
-from simulator.clusters import ClusterSpec, load_cluster
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The GPU catalog: memory, dense tensor throughput and links per GPU type.
 
-The data lives in ``config/gpus.yaml`` with a source for every figure; this module only
-reads it (once, cached) into frozen ``GpuType`` values.
+The data lives in ``predictor/data/gpus.yaml`` (package data, read with ``importlib.resources``
+so an installed wheel has it) with a source for every figure; this module only reads it (once,
+cached) into frozen ``GpuType`` values.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import difflib
 import functools
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import yaml
 from predictor.errors import SpecError
 from predictor.spec import Precision
 
-CATALOG_PATH = Path(__file__).resolve().parent.parent / "config" / "gpus.yaml"
+CATALOG_PATH: Traversable = resources.files("predictor") / "data" / "gpus.yaml"
 GIB = 1 << 30
 
 _REQUIRED = ("memory_bytes", "fp16_tflops", "fp32_tflops", "mem_bw_gbs", "link", "link_bw_gbs",
@@ -26,7 +29,7 @@ _REQUIRED = ("memory_bytes", "fp16_tflops", "fp32_tflops", "mem_bw_gbs", "link",
 
 @dataclass(frozen=True, slots=True)
 class GpuType:
-    """One GPU model's figures (see config/gpus.yaml for units and sources)."""
+    """One GPU model's figures (see predictor/data/gpus.yaml for units, sources)."""
 
     name: str
     memory_bytes: int
@@ -89,10 +92,9 @@ def _parse(name: str, raw: Any) -> GpuType:
 
 
 @functools.cache
-def load_gpu_catalog(path: Path = CATALOG_PATH) -> dict[str, GpuType]:
-    """All GPU types of the catalog file, by name."""
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
+def load_gpu_catalog(path: Traversable | Path = CATALOG_PATH) -> dict[str, GpuType]:
+    """All GPU types of the catalog file (the packaged one unless given), by name."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not data:
         raise SpecError("gpus", f"{path} holds no GPU types")
     return {name: _parse(name, raw) for name, raw in data.items()}

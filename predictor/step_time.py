@@ -28,8 +28,8 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
 * **Optimizer**: memory-bound, bytes of params+grads+states read and written over HBM bandwidth.
 
 Constants: the per-GPU ones (``matmul_efficiency``, NCCL efficiency and latency, default
-network bandwidth) live in ``config/gpus.yaml``; the GPU-independent curve constants below were
-calibrated once on the vTrain single-node data set and validated on the others
+network bandwidth) live in ``predictor/data/gpus.yaml``; the GPU-independent curve constants
+below were calibrated once on the vTrain single-node data set and validated on the others
 (``python -m benchmarks.step_time_accuracy``; docs/step_time_accuracy.md).
 
 Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner makes hundreds

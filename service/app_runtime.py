@@ -55,7 +55,7 @@ from service.schemas import JobCreate
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from simulator.clusters import ClusterSpec
+    from orchestrator.clusters import ClusterSpec
 
 log = logging.getLogger(__name__)
 

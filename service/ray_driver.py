@@ -22,7 +22,7 @@ from orchestrator.trainer.checkpoint import latest_step
 from scheduler.cluster import ClusterState
 
 if TYPE_CHECKING:
-    from simulator.clusters import ClusterSpec
+    from orchestrator.clusters import ClusterSpec
 
 log = logging.getLogger(__name__)
 

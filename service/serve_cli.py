@@ -1,4 +1,5 @@
-"""``frenzy serve`` (the whole service in one command) and its HTTP clients ``frenzy submit``,
+"""``frenzy serve`` (the whole service in one command), ``frenzy migrate`` (only its first step,
+for a deployment's one-off migration job) and its HTTP clients ``frenzy submit``,
 ``frenzy jobs``, ``frenzy cancel`` and ``frenzy status``.
 
 ``serve`` brings the database to the latest migration, records the cluster's nodes, recovers
@@ -26,7 +27,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-DEFAULT_CLUSTER = "config/frenzy-testbed.yaml"
+DEFAULT_CLUSTER = "frenzy-testbed"
 LOCAL_ADMIN = "admin"
 
 
@@ -40,13 +41,15 @@ def token_file() -> Path:
 
 
 def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``serve``, ``submit``, ``jobs``, ``cancel`` and ``status`` to ``frenzy``."""
+    """Add ``serve``, ``migrate``, ``submit``, ``jobs``, ``cancel`` and ``status`` to
+    ``frenzy``."""
     p = subparsers.add_parser("serve", help="run the service: API, dashboard, scheduler",
                               description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--cluster", default=DEFAULT_CLUSTER,
-                   help="cluster description (config/*.yaml) emulated or checked against Ray")
+                   help="cluster emulated or checked against Ray: a YAML file or a packaged "
+                        "name (default: %(default)s; see orchestrator/data/clusters)")
     p.add_argument("--policy", default="has", help="scheduling policy (has, opportunistic, sia)")
     p.add_argument("--database-url", default=None, help="default: $DATABASE_URL or SQLite")
     p.add_argument("--backend", default="auto", choices=("auto", "ray", "sim"),
@@ -56,6 +59,12 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--token-file", default=None, help="where to write the local admin token")
     p.add_argument("--log-level", default="info")
     p.set_defaults(handler=run_serve)
+
+    m = subparsers.add_parser("migrate", help="bring the database to the latest migration",
+                              description="Run the installed package's Alembic migrations up "
+                                          "to head (what serve does first).")
+    m.add_argument("--database-url", default=None, help="default: $DATABASE_URL or SQLite")
+    m.set_defaults(handler=run_migrate)
 
     s = subparsers.add_parser("submit", help="submit a job file (YAML or JSON) to the service")
     s.add_argument("file", help="job description, e.g. examples/gpt2-tiny.yaml")
@@ -145,15 +154,25 @@ def worker_app() -> Any:
     return app
 
 
+def run_migrate(args: argparse.Namespace) -> int:
+    """``frenzy migrate``: the database at ``--database-url`` (or the settings') to head."""
+    from service.db.engine import migrate
+    from service.settings import Settings
+
+    overrides = {"database_url": args.database_url} if args.database_url else {}
+    migrate(Settings.from_env(**overrides).database_url)
+    return 0
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Migrate, start the runtime (recovering live jobs), then serve until interrupted."""
     import uvicorn
 
+    from orchestrator.clusters import load_cluster
     from service.api import create_app
     from service.app_runtime import Runtime
     from service.db.engine import make_engine, make_session_factory, migrate
     from service.settings import Settings
-    from simulator.clusters import load_cluster
 
     overrides: dict[str, Any] = {}
     if args.database_url:

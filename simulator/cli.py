@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S
-from simulator.clusters import ClusterConfigError, load_cluster
+from orchestrator.clusters import ClusterConfigError, load_cluster
 from simulator.mapping import MappingError
 from simulator.metrics import RunMetrics, combine, json_ready
 from simulator.replay import ProgressBar, SimConfig, Task, load_workloads, run_tasks
@@ -40,7 +40,8 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="phoebe",
-                   help="cluster YAML file or name under config/ (default: phoebe)")
+                   help="cluster YAML file or packaged name (default: phoebe; see "
+                        "orchestrator/data/clusters)")
     p.add_argument("--scale", type=int, default=None,
                    help="replicate every node group N times (overrides the file's scale)")
     p.add_argument("--trace", action="append", required=True,

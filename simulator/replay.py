@@ -283,7 +283,7 @@ _CACHES: dict[tuple[str, int | None], tuple[ClusterState, PlanCache]] = {}
 
 def run_task(task: Task) -> tuple[Task, str, RunMetrics]:
     """Run one ``Task`` (in this process; plan caches are kept per process and cluster)."""
-    from simulator.clusters import load_cluster
+    from orchestrator.clusters import load_cluster
 
     key = (task.cluster, task.scale)
     if key not in _CACHES:

@@ -1,4 +1,5 @@
-"""predictor/ and scheduler/ are pure cores: no HTTP, SQL, Ray or service imports (AST check)."""
+"""predictor/ and scheduler/ are pure cores: no HTTP, SQL, Ray or service imports; the
+orchestrator sits below the simulator and the service (AST checks)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def test_core_is_pure(package: str) -> None:
     bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & FORBIDDEN) for f in files}
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, f"impure imports: {bad}"
+
+
+def test_orchestrator_imports_neither_simulator_nor_service() -> None:
+    above = {"simulator", "service", "benchmarks"}
+    files = sorted((ROOT / "orchestrator").rglob("*.py"))
+    assert files, "orchestrator/ has no modules"
+    bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & above) for f in files}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"the orchestrator imports from above it: {bad}"
 
 
 def test_checker_catches_a_violation(tmp_path: Path) -> None:

@@ -199,7 +199,7 @@ class PlanningService:
             raise ApiError(
                 503, "cluster",
                 f"no GPU type of this cluster is in the predictor's catalog "
-                f"({', '.join(unknown)}); add it to config/gpus.yaml",
+                f"({', '.join(unknown)}); add it to predictor/data/gpus.yaml",
             )
         cap = body.max_gpus or self._default_max_gpus
         if known:

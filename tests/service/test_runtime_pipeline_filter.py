@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+from orchestrator.clusters import load_cluster
 from predictor.gpus import get_gpu
 from predictor.planner import plan_job
 from predictor.spec import ModelSpec, TrainingSpec
 from service.api.planning import Planned
 from service.app_runtime import Runtime
 from service.settings import Settings
-from simulator.clusters import load_cluster
 
 
 def _runtime(plans: tuple[Any, ...], max_pipeline: int | None) -> tuple[Runtime, list[str]]:

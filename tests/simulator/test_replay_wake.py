@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestrator.clusters import load_cluster
 from scheduler.cluster import Allocation, ClusterState
 from scheduler.decision import Decision, start
 from scheduler.job import JobView, RunningJob
 from scheduler.placement import FreeGpus
-from simulator.clusters import load_cluster
 from simulator.mapping import map_jobs
 from simulator.replay import PlanCache, job_view, replay
 from simulator.traces import load_trace

@@ -1,4 +1,10 @@
-"""Cluster descriptions (YAML under ``config/``) → ``ClusterState``.
+"""Cluster descriptions (YAML) → ``ClusterState``.
+
+A cluster is named by a file path or by the name of one shipped with the package
+(``orchestrator/data/clusters/<name>.yaml``, read with ``importlib.resources`` so an installed
+wheel has them): ``phoebe``, ``frenzy-testbed``, ``sia-64`` ... A path of the
+``config/<name>.yaml`` form, where these files lived before they were packaged, that does not
+exist resolves to the packaged cluster of that name, so older command lines keep working.
 
 Format::
 
@@ -9,14 +15,17 @@ Format::
     nodes:
       - {id: rtx, gpu_type: RTX2080Ti, count: 8, interconnect: pcie, replicas: 3}
 
-``gpu_type`` must name an entry of ``config/gpus.yaml``; a group with ``replicas: n`` (times
-``scale``) becomes nodes ``<id>-0 .. <id>-(n·scale-1)``. Every mistake is reported with the
-file, the node's index and the field.
+``gpu_type`` must name an entry of the GPU catalog (``predictor.gpus``); a group with
+``replicas: n`` (times ``scale``) becomes nodes ``<id>-0 .. <id>-(n·scale-1)``. Every mistake
+is reported with the file, the node's index and the field.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +34,10 @@ import yaml
 from predictor.gpus import load_gpu_catalog
 from scheduler.cluster import ClusterState, Node
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+log = logging.getLogger(__name__)
+
+PACKAGED_DIR: Traversable = resources.files("orchestrator") / "data" / "clusters"
+"""The clusters shipped with the package, one ``<name>.yaml`` each."""
 _NODE_FIELDS = {"id", "gpu_type", "count", "interconnect", "replicas", "intra_bw_gbs"}
 
 
@@ -47,18 +59,28 @@ class ClusterSpec:
         return self.state.total_gpus
 
 
+def packaged_clusters() -> list[str]:
+    """The names of the clusters shipped with the package, sorted."""
+    return sorted(f.name.removesuffix(".yaml") for f in PACKAGED_DIR.iterdir()
+                  if f.name.endswith(".yaml"))
+
+
 def resolve_cluster_path(name_or_path: str | Path) -> Path:
-    """A path as given, or ``config/<name>.yaml`` for a bare name such as ``phoebe``."""
+    """A file path as given, or the packaged cluster a bare name such as ``phoebe`` (or
+    ``phoebe.yaml``, or a missing ``config/phoebe.yaml``) stands for."""
     p = Path(name_or_path)
-    if p.exists():
+    if p.is_file():
         return p
-    cand = CONFIG_DIR / f"{name_or_path}.yaml"
-    if cand.exists():
-        return cand
-    known = sorted(f.stem for f in CONFIG_DIR.glob("*.yaml") if f.stem != "gpus")
+    legacy = p.suffix == ".yaml" and p.parent.name in ("", "config")
+    name = p.stem if legacy else str(name_or_path)
+    cand = PACKAGED_DIR / f"{name}.yaml"
+    if "/" not in name and cand.is_file():
+        if p.parent.name == "config":
+            log.info("%s: no such file; using the packaged cluster %r", name_or_path, name)
+        return Path(str(cand))
     raise ClusterConfigError(
-        f"cluster {str(name_or_path)!r}: no such file, and no config/{name_or_path}.yaml; "
-        f"known clusters: {', '.join(known)}"
+        f"cluster {str(name_or_path)!r}: no such file and no packaged cluster of that name; "
+        f"give a cluster YAML file or one of: {', '.join(packaged_clusters())}"
     )
 
 
