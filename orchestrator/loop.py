@@ -98,10 +98,10 @@ class ListJobSource:
         self._added: list[JobView] = []
         self._cancels: list[tuple[str, str]] = []
 
-    def submit(self, job: JobView) -> None:
-        """Hand ``job`` over at the next turn, whatever its ``submit_time``."""
+    def submit(self, *jobs: JobView) -> None:
+        """Hand ``jobs`` over together at the next turn, whatever their ``submit_time``."""
         with self._lock:
-            self._added.append(job)
+            self._added.extend(jobs)
 
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> None:
         with self._lock:
@@ -150,7 +150,8 @@ class ControlLoop:
     ``tick_s``: periodic scheduling rounds on the loop's clock (None: only on events and
     wake-ups). ``inventory_every_s``: the least time between two inventory reads (0: every
     turn). ``around_turn``: a context entered around each turn's Controller work (the
-    service batches its event writes with it).
+    service batches its event writes with it). ``on_inventory``: called with the backend's
+    nodes whenever they changed (the service records them for the API).
     """
 
     def __init__(
@@ -167,6 +168,7 @@ class ControlLoop:
         inventory_every_s: float = 0.0,
         poll_s: float = 0.05,
         around_turn: Callable[[], AbstractContextManager[object]] | None = None,
+        on_inventory: Callable[[ClusterState], None] | None = None,
     ) -> None:
         self.backend = backend
         self.source = source
@@ -175,7 +177,9 @@ class ControlLoop:
         self.inventory_every_s = inventory_every_s
         self.poll_s = poll_s
         self._around_turn = around_turn or contextlib.nullcontext
+        self._on_inventory = on_inventory
         self._inventory = backend.inventory()
+        self._leaving: set[str] = set()
         self.controller = Controller(policy, backend, self._inventory, clock,
                                      listeners=listeners, fallback=fallback,
                                      alert_listeners=alert_listeners)
@@ -227,13 +231,19 @@ class ControlLoop:
     def sync_inventory(self) -> None:
         """Read the backend's nodes; reconcile the Controller's cluster if they changed."""
         inv = self.backend.inventory()
-        if inv is self._inventory:
+        if inv is self._inventory and not self._leaving:
             return
+        if inv is not self._inventory and self._on_inventory is not None:
+            self._on_inventory(inv)
         self._inventory = inv
         before = self.controller.cluster
         self.controller.sync_nodes(inv.nodes)
-        if self.controller.cluster is not before:
+        after = self.controller.cluster
+        if after is not before:
             self.stats.inventory_changes += 1
+        # Nodes gone from the backend but kept while a job still holds GPUs there: looked at
+        # again every turn until the backend reports those jobs lost.
+        self._leaving = set(after.by_id) - {n.id for n in inv.nodes}
 
     # -- virtual time (the simulator) --------------------------------------------------------
     def run_virtual(

@@ -1,4 +1,6 @@
-"""predictor/ and scheduler/ are pure cores: no HTTP, SQL, Ray or service imports (AST check)."""
+"""predictor/ and scheduler/ are pure cores: no HTTP, SQL, Ray or service imports; the
+orchestrator (the control loop and its backends) never imports the service: the service is
+one of its job sources and listeners, not something it depends on (AST checks)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,19 @@ def test_core_is_pure(package: str) -> None:
     bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & FORBIDDEN) for f in files}
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, f"impure imports: {bad}"
+
+
+ORCHESTRATOR_FORBIDDEN = {"service", "fastapi", "sqlalchemy", "alembic", "uvicorn",
+                          "starlette", "httpx"}
+
+
+def test_orchestrator_does_not_import_the_service() -> None:
+    files = sorted((ROOT / "orchestrator").rglob("*.py"))
+    assert any(f.name == "loop.py" for f in files)
+    bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & ORCHESTRATOR_FORBIDDEN)
+           for f in files}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"orchestrator imports the service side: {bad}"
 
 
 def test_checker_catches_a_violation(tmp_path: Path) -> None:
