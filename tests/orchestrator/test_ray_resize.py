@@ -66,7 +66,8 @@ def test_resize_moves_a_running_job_and_training_continues(cluster: RayCluster,
         job = JobView(id="r", submit_time=time.time(), plans=(one,), total_steps=STEPS,
                       model=TINY, train=train, requested_gpus=1)
         source.submit(job)
-        assert loop.wait_until(lambda c: c.job("r").state is JobState.RUNNING
+        loop.wake()
+        assert loop.wait_until(lambda c: "r" in c.jobs and c.job("r").state is JobState.RUNNING
                                and c.job("r").view.steps_done >= 6, 90)
         before = list(backend.losses["r"])
         assert before and before[-1] < before[0]
