@@ -44,7 +44,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+)
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -79,6 +85,11 @@ NODE_ID_LABEL = "frenzy.io/node-id"
 INTERCONNECT_LABEL = "frenzy.io/interconnect"
 RAY_NODE_ID_LABEL = "ray.io/node-id"
 PG_PREFIX = "frenzy-"
+
+UNREACHABLE_GRACE_S = 60.0
+"""How long a worker whose connection broke (``ActorUnavailableError``) may stay unreachable
+before its job is requeued anyway; Ray declares a killed node dead well before (≈ 13 s), and
+that verdict requeues the job at once, naming the node."""
 
 ERROR_GRACE_S = 5.0
 """After one rank fails, how long to wait for the others before judging the cause (a killed
@@ -124,6 +135,7 @@ class _Run:
     loss: float | None = None
     samples_per_s: float | None = None
     error_since: float | None = None
+    unreachable_since: float | None = None
     losses: list[float] = field(default_factory=list)
 
 
@@ -457,19 +469,34 @@ class RayBackend:
             return
         results: list[RunResult] = []
         died: str | None = None
+        unreachable: str | None = None
         failed: str | None = None
         for ref in ready:
             try:
                 results.append(ray.get(ref, timeout=1.0))
+            except ActorUnavailableError as e:
+                unreachable = unreachable or _last_line(e)
             except RayActorError as e:
                 died = died or _last_line(e)
             except RayTaskError as e:
                 failed = failed or _last_line(e)
             except GetTimeoutError:  # pragma: no cover
                 return
-        if died is not None:
+        if died is not None or unreachable is not None:
             dead = _dead_nodes(run.allocation)
-            self._requeue(run, _node_loss(dead) if dead else f"worker died: {died}")
+            if dead:
+                self._requeue(run, _node_loss(dead))
+            elif died is not None:
+                self._requeue(run, f"worker died: {died}")
+            else:
+                # The connection to a worker broke but its actor is not reported dead: most
+                # often its node was killed and Ray has not declared it dead yet. Wait for
+                # Ray's verdict (then the reason names the node), up to a grace period.
+                now = time.monotonic()
+                run.unreachable_since = run.unreachable_since or now
+                if now - run.unreachable_since >= UNREACHABLE_GRACE_S:
+                    self._requeue(run, f"worker unreachable for {UNREACHABLE_GRACE_S:.0f} s: "
+                                       f"{unreachable}")
             return
         if failed is not None:
             now = time.monotonic()

@@ -135,7 +135,8 @@ def test_new_gpu_type_joins_then_dies_under_a_running_job(service: Service) -> N
     # -- a machine with a GPU type the cluster did not have joins ------------------------------
     ray_cluster = service.runtime.driver.ray_cluster  # type: ignore[union-attr]
     node = Node("n80", "A100-80G", get_gpu("A100-80G").memory_bytes, 1, 1)
-    handle = ray_cluster.add_node(node)
+    asked = time.monotonic()
+    handle = ray_cluster.add_node(node)  # returns once Ray has the node
     up = time.monotonic()
     _wait(lambda: "n80" in service.on(waiting), 10, "the waiting job on the new node")
     placed_after = time.monotonic() - up
@@ -149,10 +150,9 @@ def test_new_gpu_type_joins_then_dies_under_a_running_job(service: Service) -> N
     assert service.client.post(f"/v1/jobs/{busy}/cancel").status_code == 200
     _wait(lambda: service.job(waiting)["progress"]["steps_done"] >= 3 * CKPT_EVERY, 120,
           "a few checkpoints of the job on the new node")
+    at_kill = _latest_checkpoint(service.ckpt, waiting)
     ray_cluster.remove_node(handle)
     killed = time.monotonic()
-    checkpoint = _latest_checkpoint(service.ckpt, waiting)  # no process writes it any more
-    assert checkpoint >= CKPT_EVERY
 
     def requeued() -> dict[str, Any] | None:
         return next((e for e in service.events(waiting)
@@ -160,8 +160,13 @@ def test_new_gpu_type_joins_then_dies_under_a_running_job(service: Service) -> N
 
     event = _wait(requeued, 60, "the job requeued because its node died")
     detected_after = time.monotonic() - killed
+    checkpoint = _latest_checkpoint(service.ckpt, waiting)  # its workers are gone now
+    assert checkpoint >= max(at_kill, CKPT_EVERY)
     assert "died" in event["message"] and "Ray reports it dead" in event["message"]
     assert event["data"]["steps_done"] == checkpoint  # from its newest checkpoint
+    # the first (and only) requeue is the node's death: no other reason came before it
+    requeues = [e for e in service.events(waiting) if e["kind"] == "pending"]
+    assert requeues == [event]
     # it resumes on the node left, from that checkpoint
     _wait(lambda: service.on(waiting) == {"a40"} and service.job(waiting)["state"] == "running",
           90, "the job running again on a40")
@@ -172,6 +177,7 @@ def test_new_gpu_type_joins_then_dies_under_a_running_job(service: Service) -> N
         assert ctl.job(waiting).view.restarts == 1
     alive = {n["id"] for n in service.client.get("/v1/cluster").json()["nodes"]}
     assert alive == {"a40"}
-    print(f"placed on the joined node {placed_after:.1f} s after it was up; node death "
+    print(f"node started in {up - asked:.1f} s; the job was placed on it {placed_after:.1f} s "
+          f"after; node death "
           f"seen {detected_after:.1f} s after the kill")
     assert service.client.post(f"/v1/jobs/{waiting}/cancel").status_code == 200
