@@ -9,7 +9,9 @@ then applies the decisions: the cluster state is updated with ``allocate`` / ``r
 told to start / stop / resize. Each state change becomes a ``JobEvent`` passed to the
 listeners (metrics in simulation, the database in the service).
 
-Fail-safe: a policy that raises never stops scheduling. The round is dropped, its inputs
+Fail-safe: a policy that raises — or returns decisions that cannot be applied (a GPU granted
+twice, a start of a running job: ``check`` finds it before anything is applied) — never
+stops scheduling. The round is dropped, its inputs
 (cluster, queue, running jobs, time) are logged as one JSON line that is enough to replay it
 (``replay_record``), a ``PolicyAlert`` goes to the alert listeners, and the fallback policy
 (``has-paper`` unless given: the paper's start-only HAS, which holds no state between calls)
@@ -41,8 +43,8 @@ from orchestrator.backend import (
     Progress,
     Started,
 )
-from orchestrator.states import JobEvent, JobState, submitted, transition
-from scheduler.cluster import Allocation, ClusterState, Node
+from orchestrator.states import HOLDING, JobEvent, JobState, submitted, transition
+from scheduler.cluster import Allocation, CapacityError, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
 from scheduler.job import JobView, RunningJob
 from scheduler.policy import Policy, make_policy
@@ -353,6 +355,7 @@ class Controller:
         try:
             decisions = self.policy.decide(self._state, pending, running, now)
             self.wake_at = policy_wake_at(self.policy)
+            self.check(decisions)
         except Exception as exc:
             decisions = self._fail_safe(exc, pending, running, now)
         wall = time.perf_counter() - t0
@@ -379,6 +382,7 @@ class Controller:
                 fallback = self._fallback = make_policy(
                     FALLBACK_POLICY, perf=getattr(self.policy, "perf", None))
             decisions = fallback.decide(self._state, pending, running, now)
+            self.check(decisions)
             used = fallback.name
         except Exception:
             log.exception("fallback policy failed too; no decisions this round")
@@ -395,6 +399,59 @@ class Controller:
             except Exception:
                 log.exception("alert listener failed")
         return decisions
+
+    def check(self, decisions: Sequence[Decision]) -> None:
+        """Raise ``ControllerError`` (or ``CapacityError``) unless ``apply`` can apply every
+        one of ``decisions``: a policy's bad round is caught before any of it happens (no job
+        half-moved, no backend told). Mirrors ``apply``'s order on a copy of the free GPUs."""
+        states: dict[str, JobState] = {}
+        allocs: dict[str, Allocation | None] = {}
+        free = {n.id: n.free_gpus for n in self._state.nodes}
+
+        def need(d: Decision, ok: frozenset[JobState] | tuple[JobState, ...]) -> None:
+            rec = self._jobs.get(d.job_id)
+            if rec is None:
+                raise ControllerError(f"{d.kind.value} {d.job_id}: unknown job")
+            state = states.get(d.job_id, rec.state)
+            if state not in ok:
+                raise ControllerError(f"{d.kind.value} {d.job_id}: job is {state.value}")
+
+        def release(job_id: str) -> None:
+            alloc = allocs.get(job_id, self._jobs[job_id].allocation)
+            if alloc is not None:
+                for node, n in alloc.placement:
+                    free[node] = free.get(node, 0) + n
+            allocs[job_id] = None
+
+        def grant(d: Decision) -> None:
+            assert d.allocation is not None
+            for node, n in d.allocation.placement:
+                if node not in free:
+                    raise CapacityError(f"{d.job_id}: unknown node {node}")
+                if n <= 0 or free[node] < n:
+                    raise CapacityError(f"{d.job_id}: {n} GPUs on {node}, {free[node]} free")
+                free[node] -= n
+            allocs[d.job_id] = d.allocation
+
+        resizes = [d for d in decisions if d.kind is DecisionKind.RESIZE]
+        for d in decisions:
+            if d.kind is DecisionKind.STOP:
+                need(d, HOLDING)
+                release(d.job_id)
+                states[d.job_id] = JobState.PENDING
+            elif d.kind is DecisionKind.REJECT:
+                need(d, (JobState.PENDING,))
+                states[d.job_id] = JobState.CANCELLED
+        for d in resizes:
+            need(d, (JobState.RUNNING, JobState.STARTING, JobState.RESIZING))
+            release(d.job_id)
+        for d in resizes:
+            grant(d)
+        for d in decisions:
+            if d.kind is DecisionKind.START:
+                need(d, (JobState.PENDING,))
+                grant(d)
+                states[d.job_id] = JobState.STARTING
 
     def apply(self, decisions: Sequence[Decision]) -> None:
         """Apply a policy's decisions: rejects (pending jobs end as CANCELLED with the
