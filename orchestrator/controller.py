@@ -14,8 +14,8 @@ twice, a start of a running job: ``check`` finds it before anything is applied) 
 stops scheduling. The round is dropped, its inputs
 (cluster, queue, running jobs, time) are logged as one JSON line that is enough to replay it
 (``replay_record``), a ``PolicyAlert`` goes to the alert listeners, and the fallback policy
-(``has-paper`` unless given: the paper's start-only HAS, which holds no state between calls)
-decides that round instead. The next round asks the configured policy again.
+(``has-paper`` unless given: the paper's start-only HAS, which only places queued jobs on
+free GPUs) decides that round instead. The next round asks the configured policy again.
 
 Nothing here knows whether time is simulated, where jobs come from or how the loop is
 driven: that is ``orchestrator.loop.ControlLoop``.
@@ -58,9 +58,8 @@ their ``to_state`` (RUNNING → RUNNING, ``reason == "progress"``)."""
 
 MAX_RESCHEDULE_ROUNDS = 64
 FALLBACK_POLICY = "has-paper"
-"""What decides a round whose policy raised: HAS as Algorithm 1 publishes it (start-only,
-no state kept between calls, so one round of it cannot break the configured policy's
-promises beyond not making new ones that round)."""
+"""What decides a round whose policy raised: HAS as Algorithm 1 publishes it. It only starts
+queued jobs on free GPUs, so a round of it stops, shrinks or moves no running job."""
 KEPT_ALERTS = 16
 
 
