@@ -27,9 +27,8 @@ import time
 from typing import Any
 
 from orchestrator.backend import WallClock
-from orchestrator.controller import Controller
 from orchestrator.emulated import start_emulated
-from orchestrator.pump import Pump
+from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.ray_backend import (
     RayBackend,
     RayBackendConfig,
@@ -67,21 +66,25 @@ def run(jobs: int, steps: int, cluster: str, policy: str, timeout_s: float) -> d
             backend = RayBackend(RayBackendConfig(checkpoint_dir=ckdir, checkpoint_every=4))
             state = backend.inventory()
             events: list[JobEvent] = []
-            ctl = Controller(make_policy(policy), backend, state, WallClock(),
-                             listeners=[events.append])
+            source = ListJobSource()
+            loop = ControlLoop(make_policy(policy), backend, source, WallClock(),
+                               listeners=[events.append])
+            ctl = loop.controller
             train = TrainingSpec(global_batch=8, seq_len=32, precision="fp32", steps=steps)
             gpu_types = [get_gpu(t) for t in state.gpu_types()]
             plans = tuple(p for p in plan_job(TINY, train, gpu_types, max_gpus=4,
                                               keep_all=False).plans if p.parallel.pp == 1)
             sizes = (1, 2, 4)
-            with Pump(ctl, backend) as pump:
+            with loop:
                 now = time.time()
                 burst = [JobView(id=f"job-{i:02d}", submit_time=now, plans=plans,
                                  total_steps=steps, model=TINY, train=train,
                                  requested_gpus=sizes[i % len(sizes)]) for i in range(jobs)]
                 t_burst = time.monotonic()
-                pump.call(lambda: [ctl.submit(j) for j in burst]).result()
-                done = pump.wait_until(lambda c: not c.active(), timeout_s)
+                source.submit(*burst)
+                loop.wake()
+                done = loop.wait_until(lambda c: len(c.jobs) == len(burst) and not c.active(),
+                                       timeout_s)
                 burst_s = time.monotonic() - t_burst
             released = wait_released(15)
             submit = {e.job_id: e.time for e in events if e.from_state is None}

@@ -9,16 +9,29 @@ then applies the decisions: the cluster state is updated with ``allocate`` / ``r
 told to start / stop / resize. Each state change becomes a ``JobEvent`` passed to the
 listeners (metrics in simulation, the database in the service).
 
-Nothing here knows whether time is simulated.
+Fail-safe: a policy that raises — or returns decisions that cannot be applied (a GPU granted
+twice, a start of a running job: ``check`` finds it before anything is applied) — never
+stops scheduling. The round is dropped, its inputs
+(cluster, queue, running jobs, time) are logged as one JSON line that is enough to replay it
+(``replay_record``), a ``PolicyAlert`` goes to the alert listeners, and the fallback policy
+(``has-paper`` unless given: the paper's start-only HAS, which only places queued jobs on
+free GPUs) decides that round instead. The next round asks the configured policy again.
+
+Nothing here knows whether time is simulated, where jobs come from or how the loop is
+driven: that is ``orchestrator.loop.ControlLoop``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from orchestrator.backend import (
     Backend,
@@ -30,11 +43,11 @@ from orchestrator.backend import (
     Progress,
     Started,
 )
-from orchestrator.states import JobEvent, JobState, submitted, transition
-from scheduler.cluster import Allocation, ClusterState, Node
+from orchestrator.states import HOLDING, JobEvent, JobState, submitted, transition
+from scheduler.cluster import Allocation, CapacityError, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policy import Policy
+from scheduler.policy import Policy, make_policy
 from scheduler.policy import wake_at as policy_wake_at
 
 log = logging.getLogger(__name__)
@@ -43,10 +56,64 @@ Listener = Callable[[JobEvent], None]
 """Receives every ``JobEvent``; progress reports come as events whose ``from_state`` equals
 their ``to_state`` (RUNNING → RUNNING, ``reason == "progress"``)."""
 
-PlanFn = Callable[[JobView, ClusterState], JobView]
-"""Fills in a submitted job's ranked plans for the cluster's GPU types (the predictor)."""
-
 MAX_RESCHEDULE_ROUNDS = 64
+FALLBACK_POLICY = "has-paper"
+"""What decides a round whose policy raised: HAS as Algorithm 1 publishes it. It only starts
+queued jobs on free GPUs, so a round of it stops, shrinks or moves no running job."""
+KEPT_ALERTS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyAlert:
+    """A scheduling round whose policy raised: what failed, who decided instead, and the
+    round's inputs (``inputs``: the exact objects, so ``replay`` re-runs the call)."""
+
+    time: float
+    policy: str
+    error: str
+    fallback: str | None  # the policy that decided the round; None when it failed too
+    job_ids: tuple[str, ...]  # the queue and the running jobs of the round
+    inputs: tuple[ClusterState, tuple[JobView, ...], tuple[RunningJob, ...], float] = field(
+        repr=False, compare=False)
+
+    @property
+    def message(self) -> str:
+        then = (f"this round was decided by {self.fallback}" if self.fallback
+                else "this round was dropped")
+        return f"scheduling policy {self.policy} failed ({self.error}); {then}"
+
+    def replay(self, policy: Policy) -> list[Decision]:
+        """Call ``policy`` on this round's inputs again (debugging a failure)."""
+        state, pending, running, now = self.inputs
+        return policy.decide(state, pending, running, now)
+
+
+AlertListener = Callable[[PolicyAlert], None]
+
+
+def replay_record(state: ClusterState, pending: Sequence[JobView],
+                  running: Sequence[RunningJob], now: float) -> dict[str, Any]:
+    """A policy call's inputs as JSON values: the nodes, every queued and running job with
+    its plans, progress and allocation, and the time."""
+
+    def view(v: JobView) -> dict[str, Any]:
+        return {"id": v.id, "submit_time": v.submit_time, "total_steps": v.total_steps,
+                "steps_done": v.steps_done, "requested_gpus": v.requested_gpus,
+                "requested_gpu_type": v.requested_gpu_type, "deadline": v.deadline,
+                "priority": v.priority, "restarts": v.restarts,
+                "plans": [p.to_dict() for p in v.plans]}
+
+    return {
+        "now": now,
+        "inter_node_bw_gbs": state.inter_node_bw_gbs,
+        "nodes": [asdict(n) for n in state.nodes],
+        "pending": [view(v) for v in pending],
+        "running": [{**view(r.job), "started_at": r.started_at,
+                     "allocation": {"plan_rank": r.allocation.plan.rank,
+                                    "gpu_type": r.allocation.plan.gpu_type,
+                                    "placement": [list(p) for p in r.allocation.placement]}}
+                    for r in running],
+    }
 
 
 class ControllerError(RuntimeError):
@@ -76,15 +143,20 @@ class Controller:
         clock: Clock,
         *,
         listeners: Sequence[Listener] = (),
-        plan_fn: PlanFn | None = None,
+        fallback: Policy | None = None,
+        alert_listeners: Sequence[AlertListener] = (),
     ) -> None:
         self.policy = policy
+        self._fallback = fallback
+        self._alert_listeners: list[AlertListener] = list(alert_listeners)
+        self.alerts: deque[PolicyAlert] = deque(maxlen=KEPT_ALERTS)
+        """The latest policy failures (their inputs included, for replay)."""
+        self.policy_failures = 0
         self.backend = backend
         self.clock = clock
         self._state = state
         self._jobs: dict[str, JobRecord] = {}
         self._listeners: list[Listener] = list(listeners)
-        self._plan_fn = plan_fn
         self.wake_at: float | None = None
         """When the policy's last call asked to be called again with nothing else happening
         (``scheduler.policy.wake_at``); event-driven drivers (the simulator) tick then."""
@@ -141,14 +213,16 @@ class Controller:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def subscribe_alerts(self, listener: AlertListener) -> None:
+        self._alert_listeners.append(listener)
+
     # -- inputs ----------------------------------------------------------------------------
     def submit(self, job: JobView) -> None:
-        """A job arrives: plan it if it has no plans, queue it, and schedule."""
+        """A job arrives with the ranked plans made at its submission: queue it, and
+        schedule. A job without plans fails at once (nothing here plans)."""
         if job.id in self._jobs:
             raise ControllerError(f"job {job.id!r} submitted twice")
         now = self.clock.now()
-        if not job.plans and self._plan_fn is not None:
-            job = self._plan_fn(job, self._state)
         self._jobs[job.id] = JobRecord(view=job, state=JobState.PENDING)
         self._emit(submitted(job.id, now))
         if not job.plans:
@@ -277,13 +351,106 @@ class Controller:
             return
         now = self.clock.now()
         t0 = time.perf_counter()
-        decisions = self.policy.decide(self._state, pending, running, now)
+        try:
+            decisions = self.policy.decide(self._state, pending, running, now)
+            self.wake_at = policy_wake_at(self.policy)
+            self.check(decisions)
+        except Exception as exc:
+            decisions = self._fail_safe(exc, pending, running, now)
         wall = time.perf_counter() - t0
-        self.wake_at = policy_wake_at(self.policy)
         self.policy_wall_s.append(wall)
         self.policy_calls.append((len(pending), len(running), wall))
         if decisions:
             self.apply(decisions)
+
+    def _fail_safe(self, exc: Exception, pending: list[JobView], running: list[RunningJob],
+                   now: float) -> list[Decision]:
+        """The policy raised: log the round's inputs, alert, let the fallback decide."""
+        self.policy_failures += 1
+        self.wake_at = None  # periodic ticks and events call the policy again
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("policy %s raised at t=%.3f, round dropped: %s\n%s", self.policy.name, now,
+                  error, "".join(traceback.format_exception(exc)).rstrip())
+        log.error("replay inputs of the dropped round: %s",
+                  json.dumps(replay_record(self._state, pending, running, now), default=str))
+        fallback = self._fallback
+        decisions: list[Decision] = []
+        used: str | None = None
+        try:
+            if fallback is None:
+                fallback = self._fallback = make_policy(
+                    FALLBACK_POLICY, perf=getattr(self.policy, "perf", None))
+            decisions = fallback.decide(self._state, pending, running, now)
+            self.check(decisions)
+            used = fallback.name
+        except Exception:
+            log.exception("fallback policy failed too; no decisions this round")
+            decisions = []
+        alert = PolicyAlert(
+            time=now, policy=self.policy.name, error=error, fallback=used,
+            job_ids=tuple(v.id for v in pending) + tuple(r.job.id for r in running),
+            inputs=(self._state, tuple(pending), tuple(running), now),
+        )
+        self.alerts.append(alert)
+        for listener in self._alert_listeners:
+            try:
+                listener(alert)
+            except Exception:
+                log.exception("alert listener failed")
+        return decisions
+
+    def check(self, decisions: Sequence[Decision]) -> None:
+        """Raise ``ControllerError`` (or ``CapacityError``) unless ``apply`` can apply every
+        one of ``decisions``: a policy's bad round is caught before any of it happens (no job
+        half-moved, no backend told). Mirrors ``apply``'s order on a copy of the free GPUs."""
+        states: dict[str, JobState] = {}
+        allocs: dict[str, Allocation | None] = {}
+        free = {n.id: n.free_gpus for n in self._state.nodes}
+
+        def need(d: Decision, ok: frozenset[JobState] | tuple[JobState, ...]) -> None:
+            rec = self._jobs.get(d.job_id)
+            if rec is None:
+                raise ControllerError(f"{d.kind.value} {d.job_id}: unknown job")
+            state = states.get(d.job_id, rec.state)
+            if state not in ok:
+                raise ControllerError(f"{d.kind.value} {d.job_id}: job is {state.value}")
+
+        def release(job_id: str) -> None:
+            alloc = allocs.get(job_id, self._jobs[job_id].allocation)
+            if alloc is not None:
+                for node, n in alloc.placement:
+                    free[node] = free.get(node, 0) + n
+            allocs[job_id] = None
+
+        def grant(d: Decision) -> None:
+            assert d.allocation is not None
+            for node, n in d.allocation.placement:
+                if node not in free:
+                    raise CapacityError(f"{d.job_id}: unknown node {node}")
+                if n <= 0 or free[node] < n:
+                    raise CapacityError(f"{d.job_id}: {n} GPUs on {node}, {free[node]} free")
+                free[node] -= n
+            allocs[d.job_id] = d.allocation
+
+        resizes = [d for d in decisions if d.kind is DecisionKind.RESIZE]
+        for d in decisions:
+            if d.kind is DecisionKind.STOP:
+                need(d, HOLDING)
+                release(d.job_id)
+                states[d.job_id] = JobState.PENDING
+            elif d.kind is DecisionKind.REJECT:
+                need(d, (JobState.PENDING,))
+                states[d.job_id] = JobState.CANCELLED
+        for d in resizes:
+            need(d, (JobState.RUNNING, JobState.STARTING, JobState.RESIZING))
+            release(d.job_id)
+        for d in resizes:
+            grant(d)
+        for d in decisions:
+            if d.kind is DecisionKind.START:
+                need(d, (JobState.PENDING,))
+                grant(d)
+                states[d.job_id] = JobState.STARTING
 
     def apply(self, decisions: Sequence[Decision]) -> None:
         """Apply a policy's decisions: rejects (pending jobs end as CANCELLED with the

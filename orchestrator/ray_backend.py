@@ -9,7 +9,11 @@ labels, and its GPU count as Ray's ``GPU`` resource::
 (optional: ``frenzy.io/interconnect=nvlink|pcie``; the GPU catalog's default otherwise).
 ``inventory`` turns the live nodes into a ``ClusterState``; a GPU node without the
 ``frenzy.io/gpu-type`` label is ignored (with a warning), one without ``frenzy.io/node-id``
-is named by its Ray node id. Nodes joining or leaving show up in the next ``inventory``.
+is named by its Ray node id. Nodes joining or leaving show up in the next ``inventory``
+(the control loop reads it every turn). A node Ray reports dead takes its jobs with it: each
+run placed on it is torn down and reported ``Preempted`` from its last checkpoint, with the
+node named as the reason — whether the loss is first seen in the inventory or as the death
+of a worker actor on that node.
 
 Allocation → placement group. An allocation ``[(node, n), ...]`` becomes one placement group
 of one ``{"GPU": 1}`` bundle per GPU, each bundle pinned to its node by a
@@ -20,7 +24,7 @@ stopped, cancelled, preempted — kills the actors and removes the group *before
 reported, so the controller never re-grants GPUs that Ray still holds.
 
 Events. Commands return at once (``stop``/``resize`` wait for the checkpoint); what follows
-is discovered by ``poll``, which the ``Pump`` calls on the controller's thread: placement
+is discovered by ``poll``, which the control loop calls on its thread: placement
 group ready → rendezvous → ``run`` on every rank; rank 0's status → ``Started`` (first step
 made) and ``Progress``; the ranks' results → ``Finished`` or ``Failed``; a dead actor or node →
 ``Preempted`` from the last checkpoint, or ``Failed`` once the job has been restarted
@@ -40,7 +44,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+)
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -75,6 +85,11 @@ NODE_ID_LABEL = "frenzy.io/node-id"
 INTERCONNECT_LABEL = "frenzy.io/interconnect"
 RAY_NODE_ID_LABEL = "ray.io/node-id"
 PG_PREFIX = "frenzy-"
+
+UNREACHABLE_GRACE_S = 60.0
+"""How long a worker whose connection broke (``ActorUnavailableError``) may stay unreachable
+before its job is requeued anyway; Ray declares a killed node dead well before (≈ 13 s), and
+that verdict requeues the job at once, naming the node."""
 
 ERROR_GRACE_S = 5.0
 """After one rank fails, how long to wait for the others before judging the cause (a killed
@@ -120,6 +135,7 @@ class _Run:
     loss: float | None = None
     samples_per_s: float | None = None
     error_since: float | None = None
+    unreachable_since: float | None = None
     losses: list[float] = field(default_factory=list)
 
 
@@ -154,6 +170,21 @@ def read_inventory(inter_node_bw_gbs: float = 12.5) -> tuple[ClusterState, dict[
     return ClusterState(nodes=tuple(nodes), inter_node_bw_gbs=inter_node_bw_gbs), selectors
 
 
+def _dead_nodes(allocation: Allocation) -> list[str]:
+    """The nodes of ``allocation`` that Ray no longer reports alive."""
+    alive = set()
+    for raw in ray.nodes():
+        if raw.get("Alive"):
+            labels = raw.get("Labels") or {}
+            alive.add(labels.get(NODE_ID_LABEL) or str(raw["NodeID"])[:12])
+    return sorted({n for n, _ in allocation.placement if n not in alive})
+
+
+def _node_loss(nodes: Sequence[str]) -> str:
+    which = ", ".join(nodes)
+    return f"node {which} died (Ray reports it dead); the job's workers there are gone"
+
+
 def _last_line(e: BaseException) -> str:
     lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else type(e).__name__)[:500]
@@ -177,6 +208,7 @@ class RayBackend:
         must not collide with the names of its predecessor's groups (Ray removes those when
         it notices the old driver is gone, which may be after the new one starts)."""
         self._selectors: dict[str, dict[str, str]] = {}
+        self._state: ClusterState | None = None
         self._worker_cls = ray.remote(TrainingWorker)
         self.pg_ready_s: list[float] = []
         """Seconds from creating each placement group to it being ready (as first seen by
@@ -194,9 +226,24 @@ class RayBackend:
 
     # -- inventory -------------------------------------------------------------------------
     def inventory(self) -> ClusterState:
-        """The live GPU nodes (all GPUs free; the controller keeps the accounting)."""
-        state, self._selectors = read_inventory(self.config.inter_node_bw_gbs)
+        """The live GPU nodes (all GPUs free; the controller keeps the accounting); the same
+        object as last time when nothing changed. Runs on nodes that are gone are lost."""
+        state, selectors = read_inventory(self.config.inter_node_bw_gbs)
+        gone = set(self._selectors) - set(selectors)
+        self._selectors = selectors
+        if gone:
+            for run in list(self._runs.values()):
+                lost = sorted({n for n, _ in run.allocation.placement if n in gone})
+                if lost:
+                    self._requeue(run, _node_loss(lost))
+        if self._state is not None and state == self._state:
+            return self._state
+        self._state = state
         return state
+
+    def next_event_time(self) -> float | None:
+        """Unknown: Ray's events are found by polling."""
+        return None
 
     # -- Backend protocol ------------------------------------------------------------------
     def connect(self, sink: EventSink) -> None:
@@ -283,8 +330,9 @@ class RayBackend:
         return run.steps_done if run else 0.0
 
     # -- driving ---------------------------------------------------------------------------
-    def poll(self) -> None:
-        """Advance every launch and deliver what happened (call on the controller's thread)."""
+    def poll(self, now: float | None = None) -> None:
+        """Advance every launch and deliver what happened (call on the controller's thread;
+        ``now`` is not needed: Ray's events are what has happened)."""
         for run in list(self._runs.values()):
             try:
                 if run.phase == "launching":
@@ -421,18 +469,34 @@ class RayBackend:
             return
         results: list[RunResult] = []
         died: str | None = None
+        unreachable: str | None = None
         failed: str | None = None
         for ref in ready:
             try:
                 results.append(ray.get(ref, timeout=1.0))
+            except ActorUnavailableError as e:
+                unreachable = unreachable or _last_line(e)
             except RayActorError as e:
                 died = died or _last_line(e)
             except RayTaskError as e:
                 failed = failed or _last_line(e)
             except GetTimeoutError:  # pragma: no cover
                 return
-        if died is not None:
-            self._requeue(run, f"worker died: {died}")
+        if died is not None or unreachable is not None:
+            dead = _dead_nodes(run.allocation)
+            if dead:
+                self._requeue(run, _node_loss(dead))
+            elif died is not None:
+                self._requeue(run, f"worker died: {died}")
+            else:
+                # The connection to a worker broke but its actor is not reported dead: most
+                # often its node was killed and Ray has not declared it dead yet. Wait for
+                # Ray's verdict (then the reason names the node), up to a grace period.
+                now = time.monotonic()
+                run.unreachable_since = run.unreachable_since or now
+                if now - run.unreachable_since >= UNREACHABLE_GRACE_S:
+                    self._requeue(run, f"worker unreachable for {UNREACHABLE_GRACE_S:.0f} s: "
+                                       f"{unreachable}")
             return
         if failed is not None:
             now = time.monotonic()

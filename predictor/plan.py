@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from predictor.memory import MemoryBreakdown
@@ -86,3 +87,27 @@ class Plan:
             "reason": self.reason,
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Plan:
+        """The plan ``to_dict`` wrote (what the service stores at submission): derived
+        figures (totals, job time, GPU-seconds) are recomputed, not read."""
+        mem_fields = {f.name for f in fields(MemoryBreakdown)}
+        step_fields = {f.name for f in fields(StepTime)}
+        parallel = ParallelConfig(
+            tp=int(d["tp"]), pp=int(d["pp"]), dp=int(d["dp"]),
+            micro_batch=int(d["micro_batch"]), recompute=d["recompute"],
+            zero_stage=int(d["zero_stage"]),
+            sequence_parallel=bool(d.get("sequence_parallel", False)),
+            flash_attention=bool(d.get("flash_attention", True)),
+        )
+        return cls(
+            gpu_type=str(d["gpu_type"]), parallel=parallel,
+            precision=Precision(d["precision"]),
+            memory=MemoryBreakdown(**{k: int(v) for k, v in d["memory"].items()
+                                      if k in mem_fields}),
+            step=StepTime(**{k: float(v) for k, v in d["step"].items() if k in step_fields}),
+            num_steps=int(d["num_steps"]), required_bytes=int(d["required_bytes"]),
+            rank=int(d.get("rank", 0)), reason=str(d.get("reason", "")),
+            notes=tuple(d.get("notes", ())),
+        )

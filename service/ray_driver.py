@@ -15,11 +15,9 @@ import os
 from typing import TYPE_CHECKING
 
 from orchestrator.backend import WallClock
-from orchestrator.controller import Controller
 from orchestrator.emulated import RayCluster, connect
 from orchestrator.ray_backend import RayBackend, RayBackendConfig
 from orchestrator.trainer.checkpoint import latest_step
-from scheduler.cluster import ClusterState
 
 if TYPE_CHECKING:
     from orchestrator.clusters import ClusterSpec
@@ -28,13 +26,13 @@ log = logging.getLogger(__name__)
 
 
 class RayDriver:
-    """``RayBackend`` on a connected cluster; ``pump`` delivers its events (``poll``)."""
+    """``RayBackend`` on a connected cluster (the loop polls it and reads its inventory)."""
 
     max_pipeline = 1  # the built-in trainer runs tensor and data parallelism, no pipeline
 
     def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int) -> None:
         self.clock = WallClock()
-        self._cluster: RayCluster = connect(spec.path)
+        self.ray_cluster: RayCluster = connect(spec.path)
         try:
             self.backend = RayBackend(
                 RayBackendConfig(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
@@ -42,14 +40,8 @@ class RayDriver:
                 self.clock,
             )
         except Exception:
-            self._cluster.shutdown()
+            self.ray_cluster.shutdown()
             raise
-
-    def inventory(self) -> ClusterState:
-        return self.backend.inventory()
-
-    def pump(self, controller: Controller) -> None:
-        self.backend.poll()
 
     def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
         """The built-in trainer resumes from its newest checkpoint, whatever progress was
@@ -63,7 +55,7 @@ class RayDriver:
         try:
             self.backend.shutdown()
         finally:
-            self._cluster.shutdown()
+            self.ray_cluster.shutdown()
 
 
 def ray_driver_factory(spec: ClusterSpec) -> RayDriver:

@@ -7,8 +7,9 @@ reaches the database through ``EventRecorder``, a Controller listener that write
 ``orchestrator.states.JobEvent`` (state, allocation per node, progress) in one transaction,
 so state survives a restart and the API reads it from one place.
 
-``PendingRunner`` is the default until the Controller is wired in: jobs stay PENDING.
-``ControllerRunner`` adapts a ``Controller`` to the port.
+``PendingRunner`` is the default until the control loop is wired in: jobs stay PENDING.
+In ``frenzy serve`` the loop reads submissions from the database itself
+(``service.app_runtime``), and the runner only wakes it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from service.db.engine import write_session
 from service.db.models import Job
 
 if TYPE_CHECKING:
-    from orchestrator.controller import Controller
     from predictor.plan import Plan
     from predictor.spec import ModelSpec, TrainingSpec
 
@@ -84,40 +84,6 @@ class PendingRunner:
         with self._lock:
             self.cancelled.append(job_id)
         log.debug("job %s cancelled: %s", job_id, reason)
-
-
-class ControllerRunner:
-    """``JobRunner`` over an ``orchestrator.controller.Controller`` (wall-clock seconds).
-
-    The Controller is not thread-safe and the API serves requests from a thread pool, so
-    every call into it holds ``lock`` (share the lock with whatever else drives it: ticks,
-    backend events).
-    """
-
-    def __init__(self, controller: Controller, lock: threading.RLock | None = None) -> None:
-        self._controller = controller
-        self.lock = lock or threading.RLock()
-
-    def submit(self, job: SubmittedJob) -> None:
-        from scheduler.job import JobView
-
-        view = JobView(
-            id=job.id, submit_time=job.submitted_at.timestamp(), plans=job.plans,
-            total_steps=job.train.num_steps, model=job.model, train=job.train,
-            deadline=job.deadline_at.timestamp() if job.deadline_at else None,
-            priority=job.priority,
-        )
-        with self.lock:
-            self._controller.submit(view)
-
-    def cancel(self, job_id: str, reason: str) -> None:
-        from orchestrator.controller import ControllerError
-
-        with self.lock:
-            try:
-                self._controller.cancel(job_id, reason)
-            except (ControllerError, KeyError) as exc:
-                log.info("controller did not cancel %s: %s", job_id, exc)
 
 
 def epoch_to_datetime(seconds: float) -> datetime:
@@ -262,7 +228,7 @@ def _jsonable(value: object) -> bool:
 
 
 def specs_of(job: Job) -> tuple[ModelSpec, TrainingSpec]:
-    """Rebuild a stored job's specs (to re-plan it after a restart)."""
+    """Rebuild a stored job's specs."""
     from predictor.spec import ModelSpec, TrainingSpec
 
     return ModelSpec(**job.model_spec), TrainingSpec(**job.training)
@@ -278,7 +244,6 @@ def resume_view(session: Session) -> list[tuple[Job, Sequence[tuple[str, int]]]]
 
 
 __all__ = [
-    "ControllerRunner",
     "EventRecorder",
     "JobRunner",
     "JobState",

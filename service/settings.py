@@ -47,6 +47,12 @@ class Settings(BaseModel):
     inventory_ttl_s: float = Field(
         1.0, ge=0, description="how long submissions reuse the cluster's GPU-type inventory"
     )
+    extra_gpu_pools: dict[str, int] = Field(
+        default_factory=dict,
+        description="GPU pools the cluster may gain (e.g. an autoscaler's node groups), as "
+                    "TYPE:COUNT,...: submissions are planned for them too, so a job can wait "
+                    "in the queue for a GPU type no live node has yet",
+    )
     token_cache_ttl_s: float = Field(
         5.0, ge=0, description="verified tokens are remembered this long (revocation lag)"
     )
@@ -66,6 +72,20 @@ class Settings(BaseModel):
             if value.startswith(prefix):
                 return "postgresql+psycopg://" + value[len(prefix):]
         return value
+
+    @field_validator("extra_gpu_pools", mode="before")
+    @classmethod
+    def _parse_pools(cls, value: Any) -> Any:
+        """``"A100-80G:4,L4:2"`` (the environment's form) or a mapping."""
+        if not isinstance(value, str):
+            return value
+        pools: dict[str, int] = {}
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            name, sep, count = item.rpartition(":")
+            if not sep or not name or not count.strip().isdigit() or int(count) < 1:
+                raise ValueError(f"{item!r}: write TYPE:COUNT with COUNT >= 1, e.g. A100-80G:4")
+            pools[name.strip()] = int(count)
+        return pools
 
     @property
     def is_sqlite(self) -> bool:

@@ -1,9 +1,9 @@
-"""Replay a workload over a cluster with a policy: the production ``Controller`` driven by a
-``SimBackend`` on a virtual clock.
+"""Replay a workload over a cluster with a policy: the production ``ControlLoop`` over a
+``SimBackend`` on a virtual clock, its jobs from the trace (a ``ListJobSource``).
 
-The loop only moves time and hands over inputs: at the next instant at which something
-happens (an arrival from the trace, a backend event, a periodic tick) it advances the clock,
-submits the arrivals and delivers the backend's due events inside one ``Controller.batch()``
+``ControlLoop.run_virtual`` moves time and hands over inputs: at the next instant at which
+something happens (an arrival from the trace, a backend event, a periodic tick) it advances
+the clock, submits the arrivals and delivers the backend's due events in one turn
 (simultaneous events, one policy call), and repeats until every job has ended or nothing can
 happen any more (then the jobs still queued are reported unfinished).
 
@@ -14,7 +14,6 @@ job of that shape (only the step count differs; plans are re-stamped with it).
 from __future__ import annotations
 
 import logging
-import math
 import re
 import sys
 import time
@@ -26,6 +25,8 @@ from typing import Any, TextIO
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S, SimBackend
 from orchestrator.controller import Controller
+from orchestrator.loop import ControlLoop, ListJobSource
+from orchestrator.states import JobEvent
 from predictor.gpus import get_gpu
 from predictor.plan import Plan
 from predictor.planner import DEFAULT_MAX_GPUS, plan_job
@@ -147,6 +148,7 @@ class ReplayResult:
     controller: Controller
     collector: MetricsCollector
     backend: SimBackend
+    loop: ControlLoop
 
 
 def _default_perf() -> PerfModel:
@@ -175,54 +177,27 @@ def replay(
     backend = SimBackend(clock, perf, cluster, launch_delay_s=config.launch_delay_s,
                          restart_delay_s=config.restart_delay_s)
     collector = MetricsCollector({n.id: n.gpu_type for n in cluster.nodes})
-    ctl = Controller(pol, backend, cluster, clock, listeners=[collector])
-    arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.id))
     samples = {j.id: float(j.train.global_batch * j.total_steps) if j.train else 0.0
-               for j in arrivals}
-    i, n = 0, len(arrivals)
-    next_tick = config.tick_s if config.tick_s else math.inf
+               for j in jobs}
+
+    def on_submitted(ev: JobEvent) -> None:
+        if ev.from_state is None:
+            collector.set_samples(ev.job_id, samples[ev.job_id])
+
+    loop = ControlLoop(pol, backend, ListJobSource(jobs), clock, tick_s=config.tick_s,
+                       listeners=[collector, on_submitted])
+    ctl = loop.controller
     ended = 0
-    stuck_ticked = False
-    while True:
-        if config.max_policy_calls is not None and \
-                len(ctl.policy_wall_s) >= config.max_policy_calls:
-            break
-        t_ev = backend.next_event_time()
-        t_arr = arrivals[i].submit_time if i < n else math.inf
-        t = min(t_ev if t_ev is not None else math.inf, t_arr)
-        if config.tick_s and ctl.active():
-            t = min(t, next_tick)
-        wake = ctl.wake_at  # the policy asked to be called again then
-        if wake is not None and wake > clock.now():
-            t = min(t, wake)
-        else:
-            wake = None
-        if math.isinf(t):
-            if ctl.active() and not stuck_ticked:
-                stuck_ticked = True  # one last round: maybe the policy waits for a tick
-                ctl.tick()
-                continue
-            break
-        stuck_ticked = False
-        if config.until_s is not None and t > config.until_s:
-            break
-        clock.advance_to(max(t, clock.now()))
-        with ctl.batch():
-            while i < n and arrivals[i].submit_time <= t:
-                ctl.submit(arrivals[i])
-                collector.set_samples(arrivals[i].id, samples[arrivals[i].id])
-                i += 1
-            backend.deliver(backend.pop_due(t))
-            if t >= next_tick:
-                ctl.tick()
-                next_tick = t + (config.tick_s or math.inf)
-            elif wake is not None and wake <= t:
-                ctl.tick()
-        if progress is not None:
-            now_ended = sum(1 for r in ctl.jobs.values() if r.state.terminal)
-            if now_ended != ended:
-                ended = now_ended
-                progress.update(ended)
+
+    def on_turn(_loop: ControlLoop) -> None:
+        nonlocal ended
+        now_ended = sum(1 for r in ctl.jobs.values() if r.state.terminal)
+        if progress is not None and now_ended != ended:
+            ended = now_ended
+            progress.update(ended)
+
+    loop.run_virtual(until_s=config.until_s, max_policy_calls=config.max_policy_calls,
+                     on_turn=on_turn if progress is not None else None)
     if progress is not None:
         progress.close()
     unfinished = [r.view.id for r in ctl.jobs.values() if not r.state.terminal]
@@ -230,7 +205,7 @@ def replay(
         log.warning("%s: %d job(s) never finished (e.g. %s): no plan the policy would place",
                     pol.name, len(unfinished), ", ".join(unfinished[:3]))
     metrics = summarize(collector, cluster.total_by_type(), ctl.policy_wall_s)
-    return ReplayResult(pol.name, metrics, ctl, collector, backend)
+    return ReplayResult(pol.name, metrics, ctl, collector, backend, loop)
 
 
 # -- workloads by name ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """predictor/ and scheduler/ are pure cores: no HTTP, SQL, Ray or service imports; the
-orchestrator sits below the simulator and the service (AST checks)."""
+orchestrator (the control loop and its backends) sits below the simulator and the service:
+the service is one of its job sources and listeners, not something it depends on (AST checks)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,19 @@ def test_orchestrator_imports_neither_simulator_nor_service() -> None:
     bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & above) for f in files}
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, f"the orchestrator imports from above it: {bad}"
+
+
+ORCHESTRATOR_FORBIDDEN = {"service", "fastapi", "sqlalchemy", "alembic", "uvicorn",
+                          "starlette", "httpx"}
+
+
+def test_orchestrator_does_not_import_the_service() -> None:
+    files = sorted((ROOT / "orchestrator").rglob("*.py"))
+    assert any(f.name == "loop.py" for f in files)
+    bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & ORCHESTRATOR_FORBIDDEN)
+           for f in files}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"orchestrator imports the service side: {bad}"
 
 
 def test_checker_catches_a_violation(tmp_path: Path) -> None:

@@ -9,8 +9,13 @@ got (``PerfModel.placed_plan``). Its finish is therefore
 
 Stopping or resizing a job accounts the steps made so far (the checkpoint is taken at the
 stop; its cost is charged as the restore delay of the next launch). Events wait in a heap
-keyed by time; ``advance`` delivers those due to the controller's sink. A generation counter
-per job makes events of a superseded launch harmless.
+keyed by time; ``poll(now)`` delivers those due to the controller's sink. A generation
+counter per job makes events of a superseded launch harmless.
+
+Nodes can join and leave (``add_node`` / ``remove_node``): the next ``inventory`` shows it,
+and a job running on a node that left is reported ``Preempted`` at the steps it had made.
+With ``progress_every_s`` set (the service's wall-time simulation), ``poll`` also reports the
+progress of every running job that often, so the database and the dashboard move.
 """
 
 from __future__ import annotations
@@ -20,9 +25,17 @@ import itertools
 import logging
 from dataclasses import dataclass, replace
 
-from orchestrator.backend import BackendEvent, EventSink, Finished, Started, VirtualClock
+from orchestrator.backend import (
+    BackendEvent,
+    Clock,
+    EventSink,
+    Finished,
+    Preempted,
+    Progress,
+    Started,
+)
 from predictor.plan import Plan
-from scheduler.cluster import Allocation, ClusterState
+from scheduler.cluster import Allocation, ClusterState, Node
 from scheduler.job import JobView
 from scheduler.policy import PerfModel
 
@@ -71,12 +84,13 @@ class SimBackend:
 
     def __init__(
         self,
-        clock: VirtualClock,
+        clock: Clock,
         perf: PerfModel,
         topology: ClusterState,
         *,
         launch_delay_s: float = DEFAULT_LAUNCH_DELAY_S,
         restart_delay_s: float = DEFAULT_RESTART_DELAY_S,
+        progress_every_s: float | None = None,
     ) -> None:
         self.clock = clock
         self.perf = perf
@@ -90,6 +104,9 @@ class SimBackend:
         self._heap: list[tuple[float, int, int, BackendEvent]] = []  # (time, seq, gen, event)
         self.step_time_by_job: dict[str, list[float]] = {}
         """Every placed step time a job ran at (for metrics and tests)."""
+        self.progress_every_s = progress_every_s
+        self._last_progress = -float("inf")
+        self._lost: list[BackendEvent] = []
 
     # -- Backend protocol ------------------------------------------------------------------
     def connect(self, sink: EventSink) -> None:
@@ -124,8 +141,41 @@ class SimBackend:
         return run.steps_at(self.clock.now()) if run else 0.0
 
     # -- driving the simulation ------------------------------------------------------------
+    def poll(self, now: float) -> None:
+        """Deliver the events due by ``now`` (and progress reports, when asked for)."""
+        due = self.pop_due(now)
+        if self._lost:
+            due, self._lost = [*self._lost, *due], []
+        self.deliver(due)
+        if self.progress_every_s is not None and now - self._last_progress >= \
+                self.progress_every_s:
+            self._last_progress = now
+            self.deliver([Progress(job_id, now, run.steps_at(now))
+                          for job_id, run in self._runs.items() if run.run_start <= now])
+
+    def inventory(self) -> ClusterState:
+        """The nodes (the same object until one joins or leaves)."""
+        return self._topology
+
+    def add_node(self, node: Node) -> None:
+        """A machine joins (all its GPUs free)."""
+        self._topology = self._topology.with_node(node)
+
+    def remove_node(self, node_id: str, reason: str = "") -> None:
+        """A machine leaves: every job running on it is lost, resumable from the steps it
+        had made (the simulator checkpoints continuously)."""
+        now = self.clock.now()
+        why = reason or f"node {node_id} left the cluster"
+        for job_id, run in list(self._runs.items()):
+            if any(n == node_id for n, _ in run.allocation.placement):
+                del self._runs[job_id]
+                self._lost.append(Preempted(job_id, now, run.steps_at(now), why))
+        self._topology = self._topology.without_node(node_id)
+
     def next_event_time(self) -> float | None:
         """Time of the earliest live event, or None when nothing is scheduled."""
+        if self._lost:
+            return self.clock.now()
         while self._heap:
             t, _, gen, ev = self._heap[0]
             run = self._runs.get(ev.job_id)

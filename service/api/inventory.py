@@ -90,10 +90,13 @@ class Inventory:
 
 
 class InventoryCache:
-    """The provider's GPU types and pool sizes, refreshed at most every ``ttl_s`` seconds."""
+    """The provider's GPU types and pool sizes, refreshed at most every ``ttl_s`` seconds;
+    ``extra`` pools (types the cluster may gain) are added, or enlarge a live pool."""
 
-    def __init__(self, provider: ClusterProvider, ttl_s: float) -> None:
+    def __init__(self, provider: ClusterProvider, ttl_s: float,
+                 extra: Mapping[str, int] | None = None) -> None:
         self._provider = provider
+        self._extra = dict(extra or {})
         self._ttl = ttl_s
         self._lock = threading.Lock()
         self._value: Inventory | None = None
@@ -113,7 +116,10 @@ class InventoryCache:
             if self._value is not None and now - self._at < self._ttl:
                 return self._value
         view = as_view(self._provider())
-        value = Inventory(total_by_type=view.state.total_by_type())
+        pools = view.state.total_by_type()
+        for gpu_type, count in self._extra.items():
+            pools[gpu_type] = max(count, pools.get(gpu_type, 0))
+        value = Inventory(total_by_type=pools)
         with self._lock:
             self._value, self._at = value, now
         return value

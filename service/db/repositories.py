@@ -280,13 +280,13 @@ def list_jobs(
     return list(rows), int(total)
 
 
-def live_jobs(*, session: Session) -> list[Job]:
-    """Every job not yet finished, oldest first: what a restarted Controller must resume."""
-    return list(
-        session.scalars(
-            sa.select(Job).where(Job.state.not_in(TERMINAL)).order_by(Job.created_at)
-        ).all()
-    )
+def live_jobs(*, session: Session, with_plans: bool = False) -> list[Job]:
+    """Every job not yet finished, oldest first: what a restarted Controller must resume
+    (``with_plans``: their stored plans loaded too)."""
+    stmt = sa.select(Job).where(Job.state.not_in(TERMINAL)).order_by(Job.created_at)
+    if with_plans:
+        stmt = stmt.options(undefer(Job.plans))
+    return list(session.scalars(stmt).all())
 
 
 def count_jobs_by_state(*, session: Session, owner: str | None = None) -> dict[str, int]:

@@ -57,17 +57,31 @@ def test_queue_waits_for_capacity_then_starts_on_finish() -> None:
     assert ctl.job("b").state is JobState.STARTING
 
 
-def test_over_allocation_by_a_policy_raises() -> None:
+def test_over_allocation_is_refused_before_anything_happens() -> None:
+    """Applying it raises; a policy returning it gets its round replaced by the fallback's
+    (nothing of the bad round applied: the backend hears only of the fallback's start)."""
     pol = ScriptedPolicy()
-    ctl, _, _, _ = make(pol)
+    ctl, be, _, _ = make(pol)
     j = job("a", gpus=1)
     ctl.submit(j)
-    pol.next = [start(Allocation("a", j.plans[0], (("n0", 5),)), "too many")]
+    bad = [start(Allocation("a", j.plans[0], (("n0", 1),)), "fits"),
+           start(Allocation("b", j.plans[0], (("n0", 5),)), "too many")]
+    with pytest.raises(ControllerError, match="unknown job"):
+        ctl.check(bad)
     with pytest.raises(CapacityError):
-        ctl.tick()
+        ctl.apply([start(Allocation("a", j.plans[0], (("n0", 5),)), "too many")])
+    assert ctl.job("a").state is JobState.PENDING and ctl.cluster.free_gpus == 4
+    pol.next = bad
+    ctl.tick()
+    assert ctl.policy_failures == 1
+    assert ctl.alerts[0].error == "ControllerError: start b: unknown job"
+    assert ctl.alerts[0].fallback == "has-paper"
+    rec = ctl.job("a")
+    assert rec.state is JobState.STARTING and ctl.cluster.free_gpus == 3
+    assert be.commands == [("start", "a")]
 
 
-def test_start_of_a_running_job_is_rejected() -> None:
+def test_start_of_a_running_job_is_refused() -> None:
     pol = ScriptedPolicy()
     ctl, _, _, _ = make(pol)
     j = job("a")
@@ -75,9 +89,28 @@ def test_start_of_a_running_job_is_rejected() -> None:
     alloc = Allocation("a", j.plans[0], (("n0", 1),))
     pol.next = [start(alloc, "go")]
     ctl.tick()
-    pol.next = [start(alloc, "again")]
+    with pytest.raises(ControllerError, match="job is starting"):
+        ctl.check([start(alloc, "again")])
     with pytest.raises(ControllerError, match="not pending"):
-        ctl.tick()
+        ctl.apply([start(alloc, "again")])
+    pol.next = [start(alloc, "again")]
+    ctl.tick()  # the loop is not stopped: the round falls back (nothing left to place)
+    assert ctl.policy_failures == 1 and ctl.job("a").state is JobState.STARTING
+    assert ctl.cluster.free_gpus == 3
+
+
+def test_check_follows_the_order_of_apply() -> None:
+    """Stops free GPUs before starts take them, resizes release before they grant: a round
+    that is valid in ``apply``'s order passes."""
+    ctl, _, _, _ = make(ScriptedPolicy(), sizes=(2,))
+    a, b = job("a", gpus=2), job("b", gpus=2)
+    ctl.submit(a)
+    ctl.apply([start(Allocation("a", a.plans[0], (("n0", 2),)), "go")])
+    ctl.submit(b)
+    swap = [start(Allocation("b", b.plans[0], (("n0", 2),)), "b"), stop("a", "make room")]
+    ctl.check(swap)  # the stop is applied first
+    with pytest.raises(CapacityError):
+        ctl.check(swap[:1])
 
 
 def test_stop_requeues_with_checkpointed_progress_and_resize_moves() -> None:

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backend import WallClock
-from orchestrator.controller import Controller
 from orchestrator.emulated import RayCluster, start_emulated
-from orchestrator.pump import Pump
+from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.ray_backend import (
     NODE_ID_LABEL,
     RayBackend,
@@ -50,15 +49,22 @@ def cluster() -> Iterator[RayCluster]:
 
 
 class Rig:
-    """Backend + controller + pump over the shared cluster, with every JobEvent kept."""
+    """Backend + the control loop (on its thread) over the shared cluster, with every
+    JobEvent kept; jobs and cancellations go in through a ``ListJobSource``."""
 
     def __init__(self, tmp: Path, **cfg: object) -> None:
         self.backend = RayBackend(RayBackendConfig(checkpoint_dir=str(tmp), **cfg))
         self.events: list[JobEvent] = []
-        self.controller = Controller(make_policy("opportunistic"), self.backend,
-                                     self.backend.inventory(), WallClock(),
-                                     listeners=[self.events.append])
-        self.pump = Pump(self.controller, self.backend).start()
+        self.source = ListJobSource()
+        self.loop = ControlLoop(make_policy("opportunistic"), self.backend, self.source,
+                                WallClock(), listeners=[self.events.append]).start()
+        self.controller = self.loop.controller
+
+    def submit(self, *jobs: JobView) -> None:
+        """Hand ``jobs`` to the loop and wait until it has taken them."""
+        self.source.submit(*jobs)  # handed over together: one turn
+        self.loop.wake()
+        assert self.loop.wait_until(lambda c: all(j.id in c.jobs for j in jobs), 30)
 
     def job(self, job_id: str, gpus: int, steps: int) -> JobView:
         train = TrainingSpec(global_batch=8, seq_len=32, precision="fp32", steps=steps)
@@ -69,14 +75,14 @@ class Rig:
                        model=TINY, train=train, requested_gpus=gpus)
 
     def wait(self, job_id: str, pred: object, timeout: float = 90) -> None:
-        assert self.pump.wait_until(lambda c: pred(c.job(job_id)), timeout), \
+        assert self.loop.wait_until(lambda c: pred(c.job(job_id)), timeout), \
             f"{job_id}: {self.controller.job(job_id).state}"
 
     def states(self, job_id: str) -> list[JobState]:
         return [e.to_state for e in self.events if e.job_id == job_id]
 
     def close(self) -> None:
-        self.pump.close()
+        self.loop.stop()
         self.backend.shutdown()
 
 
@@ -100,20 +106,15 @@ def test_inventory_comes_from_node_labels(cluster: RayCluster, rig: Rig) -> None
     assert {(n.id, n.gpu_type, n.total_gpus) for n in state.nodes} == {
         ("big", "A100-80G", 2), ("small", "A100-40G", 1)}
     handle = cluster.add_node(Node("extra", "A100-40G", get_gpu("A100-40G").memory_bytes, 1, 1))
-    try:
-        rig.pump.call(lambda: rig.controller.sync_nodes(rig.backend.inventory().nodes)).result()
-        assert "extra" in rig.controller.cluster.by_id
+    try:  # the loop reads the inventory every turn: nobody tells it
+        assert rig.loop.wait_until(lambda c: "extra" in c.cluster.by_id, 30)
     finally:
         cluster.remove_node(handle)
-    deadline = time.time() + 30
-    while time.time() < deadline and "extra" in rig.controller.cluster.by_id:
-        rig.pump.call(lambda: rig.controller.sync_nodes(rig.backend.inventory().nodes)).result()
-        time.sleep(0.5)
-    assert "extra" not in rig.controller.cluster.by_id
+    assert rig.loop.wait_until(lambda c: "extra" not in c.cluster.by_id, 30)
 
 
 def test_job_runs_on_the_chosen_nodes_learns_and_releases(rig: Rig) -> None:
-    rig.pump.submit(rig.job("a", gpus=2, steps=6)).result()
+    rig.submit(rig.job("a", gpus=2, steps=6))
     rig.wait("a", lambda r: r.state.terminal)
     assert rig.controller.job("a").state is JobState.SUCCEEDED
     placed = next(e for e in rig.events if e.job_id == "a" and e.to_state is JobState.PLACED)
@@ -134,18 +135,19 @@ def test_job_runs_on_the_chosen_nodes_learns_and_releases(rig: Rig) -> None:
 
 
 def test_cancel_mid_run_frees_the_gpus(rig: Rig) -> None:
-    rig.pump.submit(rig.job("c", gpus=1, steps=100_000)).result()
+    rig.submit(rig.job("c", gpus=1, steps=100_000))
     rig.wait("c", lambda r: r.state is JobState.RUNNING)
     assert gpus_in_use() == 1
-    rig.pump.cancel("c").result()
-    assert rig.controller.job("c").state is JobState.CANCELLED
+    rig.source.cancel("c")
+    rig.loop.wake()
+    rig.wait("c", lambda r: r.state is JobState.CANCELLED, timeout=30)
     _free_everywhere(rig)
 
 
 def test_killed_worker_requeues_and_finishes_from_checkpoint(rig: Rig) -> None:
-    rig.pump.submit(rig.job("k", gpus=2, steps=60)).result()
+    rig.submit(rig.job("k", gpus=2, steps=60))
     rig.wait("k", lambda r: r.state is JobState.RUNNING and r.view.steps_done >= 3)
-    rig.pump.call(lambda: rig.backend.kill_worker("k", 1)).result()
+    rig.loop.call(lambda c: rig.backend.kill_worker("k", 1))
     rig.wait("k", lambda r: r.state.terminal, timeout=120)
     rec = rig.controller.job("k")
     assert rec.state is JobState.SUCCEEDED and rec.view.restarts == 1
@@ -158,8 +160,7 @@ def test_killed_worker_requeues_and_finishes_from_checkpoint(rig: Rig) -> None:
 
 
 def test_jobs_exceeding_the_cluster_queue_and_start_in_policy_order(rig: Rig) -> None:
-    rig.pump.call(lambda: [rig.controller.submit(rig.job(j, gpus=2, steps=8))
-                           for j in ("first", "second")]).result()
+    rig.submit(*(rig.job(j, gpus=2, steps=8) for j in ("first", "second")))
     assert rig.controller.job("second").state is JobState.PENDING  # 3 GPUs, 2 + 2 asked
     rig.wait("second", lambda r: r.state.terminal, timeout=120)
     placed = [e.job_id for e in rig.events if e.to_state is JobState.PLACED]
@@ -184,7 +185,7 @@ def test_entrypoint_gets_the_plan_as_environment(rig: Rig, tmp_path: Path) -> No
               "print('frenzy step=3 loss=1.5', flush=True)\n")
     job = rig.job("e", gpus=2, steps=3)
     job.extra["entrypoint"] = [sys.executable, "-c", script]
-    rig.pump.submit(job).result()
+    rig.submit(job)
     rig.wait("e", lambda r: r.state.terminal)
     assert rig.controller.job("e").state is JobState.SUCCEEDED
     envs = [json.loads((tmp_path / "e" / f"env-{r}.json").read_text()) for r in (0, 1)]

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backend import WallClock
-from orchestrator.controller import Controller
 from orchestrator.emulated import RayCluster, start_emulated
-from orchestrator.pump import Pump
+from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.ray_backend import (
     NODE_ID_LABEL,
     RayBackend,
@@ -56,17 +55,19 @@ def test_resize_moves_a_running_job_and_training_continues(cluster: RayCluster,
                                                            tmp_path: Path) -> None:
     backend = RayBackend(RayBackendConfig(checkpoint_dir=str(tmp_path), checkpoint_every=2))
     events: list[JobEvent] = []
-    ctl = Controller(make_policy("opportunistic"), backend, backend.inventory(), WallClock(),
-                     listeners=[events.append])
-    pump = Pump(ctl, backend).start()
+    source = ListJobSource()
+    loop = ControlLoop(make_policy("opportunistic"), backend, source, WallClock(),
+                       listeners=[events.append]).start()
+    ctl = loop.controller
     try:
         train = TrainingSpec(global_batch=8, seq_len=32, precision="fp32", steps=STEPS)
         one = next(p for p in plan_job(TINY, train, [get_gpu("A100-40G")], max_gpus=1).plans
                    if p.num_gpus == 1)  # starts on node "small", the only A100-40G
         job = JobView(id="r", submit_time=time.time(), plans=(one,), total_steps=STEPS,
                       model=TINY, train=train, requested_gpus=1)
-        pump.submit(job).result()
-        assert pump.wait_until(lambda c: c.job("r").state is JobState.RUNNING
+        source.submit(job)
+        loop.wake()
+        assert loop.wait_until(lambda c: "r" in c.jobs and c.job("r").state is JobState.RUNNING
                                and c.job("r").view.steps_done >= 6, 90)
         before = list(backend.losses["r"])
         assert before and before[-1] < before[0]
@@ -76,8 +77,8 @@ def test_resize_moves_a_running_job_and_training_continues(cluster: RayCluster,
                    if p.num_gpus == 2)
         tp2 = replace(big, parallel=replace(big.parallel, tp=2, dp=1, pp=1))
         alloc = Allocation("r", tp2, (("big", 2),))
-        pump.call(lambda: ctl.apply([resize(alloc, "test: move to 2xA100-80G tp2")])).result()
-        assert pump.wait_until(lambda c: c.job("r").state.terminal, 120), ctl.job("r").state
+        loop.call(lambda c: c.apply([resize(alloc, "test: move to 2xA100-80G tp2")]))
+        assert loop.wait_until(lambda c: c.job("r").state.terminal, 120), ctl.job("r").state
         rec = ctl.job("r")
         assert rec.state is JobState.SUCCEEDED and rec.view.restarts == 1
 
@@ -99,6 +100,6 @@ def test_resize_moves_a_running_job_and_training_continues(cluster: RayCluster,
         assert first_loss < before[0] - 0.05
         assert backend.losses["r"][-1] < before[-1]
     finally:
-        pump.close()
+        loop.stop()
         backend.shutdown()
         assert wait_released(10), f"leaked: {gpus_in_use()} GPUs, {live_placement_groups()}"

@@ -7,7 +7,7 @@ from orch_fakes import FifoPolicy, IdentityPerf, cluster, job
 
 from orchestrator.backend import Finished, Started, VirtualClock
 from orchestrator.backends.sim import SimBackend
-from orchestrator.controller import Controller
+from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.states import JobState
 from scheduler.cluster import Allocation
 
@@ -58,18 +58,14 @@ def test_resize_reruns_the_remaining_steps_at_the_new_speed() -> None:
     assert [e.time for e in be.pop_due(1e9)] == [120.0, 160.0]
 
 
-def test_controller_over_sim_backend_runs_a_queue_to_completion() -> None:
+def test_control_loop_over_sim_backend_runs_a_queue_to_completion() -> None:
     clock = VirtualClock()
     state = cluster(2)
     be = SimBackend(clock, IdentityPerf(), state, launch_delay_s=0, restart_delay_s=0)
-    ctl = Controller(FifoPolicy(), be, state, clock)
-    with ctl.batch():
-        for k in range(3):
-            ctl.submit(job(f"j{k}", steps=10, step_s=1.0, gpus=2))
-    while (t := be.next_event_time()) is not None:
-        clock.advance_to(t)
-        with ctl.batch():
-            be.deliver(be.pop_due(t))
+    jobs = [job(f"j{k}", steps=10, step_s=1.0, gpus=2) for k in range(3)]
+    loop = ControlLoop(FifoPolicy(), be, ListJobSource(jobs), clock, tick_s=None)
+    loop.run_virtual()
+    ctl = loop.controller
     ends = sorted(r.end_time for r in ctl.jobs.values())  # type: ignore[type-var]
     assert ends == [10.0, 20.0, 30.0]  # one at a time on the 2 GPUs
     assert all(r.state is JobState.SUCCEEDED for r in ctl.jobs.values())

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -12,7 +11,7 @@ from service_builders import T0, Env, job_body
 
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import SimBackend
-from orchestrator.controller import Controller
+from orchestrator.loop import ControlLoop
 from orchestrator.states import JobEvent, JobState
 from predictor.gpus import get_gpu
 from predictor.plan import Plan
@@ -22,9 +21,10 @@ from scheduler.cluster import Allocation
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.policy import make_policy
 from service.api.inventory import DbClusterProvider
+from service.app_runtime import DbJobSource, WakeRunner
 from service.db import repositories as repo
 from service.db.engine import write_session
-from service.runner import ControllerRunner, EventRecorder, SubmittedJob, resume_view
+from service.runner import EventRecorder, resume_view
 
 
 def _plan() -> Plan:
@@ -116,41 +116,48 @@ def test_admin_stats(env: Env) -> None:
     assert l40s["mean"] == 0.0
 
 
-def test_controller_wired_through_the_port(make_env: Callable[..., Env]) -> None:
-    """The real Controller (HAS over the simulated backend) behind ``ControllerRunner``,
-    its events persisted by ``EventRecorder``: a submission is placed and runs to the end."""
-    holder: dict[str, ControllerRunner] = {}
-
-    class LateBound:
-        def submit(self, job: SubmittedJob) -> None:
-            holder["r"].submit(job)
-
-        def cancel(self, job_id: str, reason: str) -> None:
-            holder["r"].cancel(job_id, reason)
-
-    env = make_env(runner=LateBound())
-    clock = VirtualClock()
+def test_control_loop_wired_to_the_database(make_env: Callable[..., Env]) -> None:
+    """The service's wiring of the one loop: ``ControlLoop`` (HAS over the simulated
+    backend) reading submissions from the database (``DbJobSource``, the plans the API
+    stored) and its events persisted by ``EventRecorder``: a submission is placed on the
+    plan the API ranked and runs to the end; a cancellation the API records is passed on."""
+    env = make_env(runner=WakeRunner())
+    clock = VirtualClock(T0.timestamp())
     state = DbClusterProvider(env.factory)().state
     backend = SimBackend(clock, AnalyticalPerfModel(), state, launch_delay_s=0,
                          restart_delay_s=0)
-    controller = Controller(make_policy("has"), backend, state, clock,
-                            listeners=[_recorder(env)])
-    holder["r"] = ControllerRunner(controller, threading.RLock())
+    recorder = EventRecorder(env.factory)
+    loop = ControlLoop(make_policy("has"), backend, DbJobSource(env.factory), clock,
+                       listeners=[recorder], around_turn=recorder.batched, tick_s=None)
 
-    r = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice"))
+    h = env.headers("alice")
+    r = env.client.post("/v1/jobs", json=job_body(), headers=h)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
-    job = env.client.get(f"/v1/jobs/{job_id}", headers=env.headers("alice")).json()
+    stored = r.json()["plans"]
+    loop.step()
+    job = env.client.get(f"/v1/jobs/{job_id}", headers=h).json()
     assert job["state"] == "starting" and job["chosen_plan"] is not None
-    assert sum(a["gpus"] for a in job["allocation"]) == job["chosen_plan"]["num_gpus"]
-    while (t := backend.next_event_time()) is not None:
-        clock.advance_to(t)
-        backend.deliver(backend.pop_due(t))
-    job = env.client.get(f"/v1/jobs/{job_id}", headers=env.headers("alice")).json()
+    chosen = job["chosen_plan"]
+    assert any(p["rank"] == chosen["rank"] and p["gpu_type"] == chosen["gpu_type"]
+               and p["num_gpus"] == chosen["num_gpus"] for p in stored)
+    assert sum(a["gpus"] for a in job["allocation"]) == chosen["num_gpus"]
+    loop.run_virtual()
+    job = env.client.get(f"/v1/jobs/{job_id}", headers=h).json()
     assert job["state"] == "succeeded" and job["allocation"] == []
     assert job["progress"]["steps_done"] == 100
     with env.factory() as s:
         assert repo.live_jobs(session=s) == []
+
+    # a cancellation recorded by the API reaches the loop, which frees the GPUs
+    other = env.client.post("/v1/jobs", json=job_body(training={
+        "global_batch": 32, "seq_len": 1024, "steps": 100_000}), headers=h).json()["id"]
+    loop.step()
+    assert loop.controller.job(other).state.holds_gpus
+    assert env.client.post(f"/v1/jobs/{other}/cancel", headers=h).status_code == 200
+    loop.step()
+    assert loop.controller.job(other).state is JobState.CANCELLED
+    assert loop.controller.cluster.free_gpus == loop.controller.cluster.total_gpus
 
 
 def test_event_for_unknown_job_is_dropped(env: Env) -> None:

@@ -88,3 +88,13 @@ def test_settings_from_env() -> None:
     assert Settings.from_env({}).database_url == "sqlite:///./var/frenzy.db"
     with pytest.raises(ValueError, match="FRENZY_MAX_GPUS"):
         Settings.from_env({"FRENZY_MAX_GPUS": "0"})
+
+
+def test_extra_gpu_pools_from_env() -> None:
+    s = Settings.from_env({"FRENZY_EXTRA_GPU_POOLS": "A100-80G:4, L4:2"})
+    assert s.extra_gpu_pools == {"A100-80G": 4, "L4": 2}
+    assert Settings.from_env({}).extra_gpu_pools == {}
+    with pytest.raises(ValueError, match=r"FRENZY_EXTRA_GPU_POOLS.*TYPE:COUNT"):
+        Settings.from_env({"FRENZY_EXTRA_GPU_POOLS": "A100-80G"})
+    with pytest.raises(ValueError, match="FRENZY_EXTRA_GPU_POOLS"):
+        Settings.from_env({"FRENZY_EXTRA_GPU_POOLS": "A100-80G:0"})
