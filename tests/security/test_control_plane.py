@@ -1,6 +1,7 @@
-"""The embedded Ray cluster is closed by default: every port its processes listen on is a
-loopback one, token auth is on, the token file is 0600, and a client without the token (or
-with a wrong one) is refused while one with it gets in."""
+"""The control plane is closed by default: every port the embedded Ray cluster's processes
+listen on is a loopback one, token auth is on, the token file is 0600, and a client without
+the token (or with a wrong one) is refused while one with it gets in. The production set-up
+(docker-compose.yml) has auth on, no fixed password and TLS in front of the API."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from sqlalchemy.engine import make_url
 
 from orchestrator import emulated
 from orchestrator.emulated import RayCluster, start_emulated
+from service.settings import Settings, SettingsError
 
-pytestmark = pytest.mark.ray
+ROOT = Path(__file__).resolve().parents[2]
 
 SMALL = Path(__file__).parents[1] / "orchestrator" / "data" / "small-cluster.yaml"
 JOIN = ("import sys, ray\n"
@@ -82,6 +86,7 @@ def _join(address: str, env: dict[str, str],
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.ray
 def test_no_port_of_the_cluster_listens_beyond_loopback(cluster: RayCluster) -> None:
     import ray
 
@@ -102,6 +107,7 @@ def test_no_port_of_the_cluster_listens_beyond_loopback(cluster: RayCluster) -> 
     assert cluster.address.startswith("127.0.0.1:")
 
 
+@pytest.mark.ray
 def test_auth_is_on_and_a_client_without_the_token_is_refused(cluster: RayCluster) -> None:
     token = emulated.ray_auth_token_file()
     assert token == Path(os.environ["FRENZY_RAY_TOKEN_FILE"])
@@ -132,3 +138,48 @@ def test_an_existing_token_file_is_reused_and_tightened(tmp_path: Path) -> None:
     path.write_text("")
     with pytest.raises(ValueError, match="empty"):
         emulated.ensure_ray_auth_token(path)
+
+
+def test_the_database_password_comes_from_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("s3cr3t-from-file\n")
+    env = {"DATABASE_URL": "postgresql://frenzy@postgres:5432/frenzy",
+           "DATABASE_PASSWORD_FILE": str(secret)}
+    url = make_url(Settings.from_env(env).database_url)
+    assert (url.drivername, url.username, url.password, url.host, url.database) == (
+        "postgresql+psycopg", "frenzy", "s3cr3t-from-file", "postgres", "frenzy")
+    secret.write_text("  \n")
+    with pytest.raises(SettingsError, match=r"DATABASE_PASSWORD_FILE: .* is empty"):
+        Settings.from_env(env)
+    with pytest.raises(SettingsError, match="DATABASE_PASSWORD_FILE: cannot read"):
+        Settings.from_env({**env, "DATABASE_PASSWORD_FILE": str(tmp_path / "missing")})
+
+
+def test_compose_has_auth_on_no_fixed_password_and_tls_in_front() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    for name, svc in services.items():
+        env = svc.get("environment") or {}
+        for key, value in env.items():
+            if "PASSWORD" in key:
+                assert key.endswith("_FILE"), f"{name}: {key} holds a password"
+            if key in ("DATABASE_URL",):
+                assert make_url(value).password is None, f"{name}: password in {key}"
+            if key == "RAY_AUTH_MODE":
+                assert value == "token", name
+        if any(str(c).startswith("ray") for c in svc.get("command") or []) or \
+                "RAY_ADDRESS" in env:
+            assert env.get("RAY_AUTH_MODE") == "token", f"{name}: Ray auth not on"
+            assert "ray_auth_token" in svc.get("secrets", []), name
+        assert not any("0.0.0.0" in str(c) for c in svc.get("command") or []
+                       if str(c).startswith("--dashboard-host")), name
+    secrets = compose["secrets"]
+    assert all("file" in s for s in secrets.values())
+    # only the TLS proxy is published; the API is reached through it
+    published = {n for n, svc in services.items() if svc.get("ports")}
+    assert published == {"proxy"}
+    assert "443:443" in services["proxy"]["ports"]
+    caddyfile = next(v.split(":")[0] for v in services["proxy"]["volumes"]
+                     if v.endswith("/etc/caddy/Caddyfile:ro"))
+    text = (ROOT / caddyfile).read_text()
+    assert "reverse_proxy api:8000" in text and "{$FRENZY_HOSTNAME" in text
