@@ -22,9 +22,12 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   list the others; the built-in trainer's folders are ``0700`` (``checkpoint.py``). The
   folders above the root get the search bit (``o+x``) if they lack it, never read;
 * **an end shared with the job**: the entrypoint leads its own session and process group;
-  when it exits, is stopped or its worker ends, the group gets SIGKILL and then so does
-  every process left with the rank's uid, including ones that called ``setsid`` (a helper
-  running as that uid sends ``kill(-1, SIGKILL)`` until no process of the uid is alive);
+  when it exits or is stopped, the group gets SIGKILL and then so does every process left
+  with the rank's uid, including ones that called ``setsid`` (a helper running as that uid
+  sends ``kill(-1, SIGKILL)`` until no process of the uid is alive). When the worker itself
+  dies first (``ray.kill`` on cancel, a crash), a watchdog does the same: a small process in
+  its own session, started before the entrypoint, that waits for the end of a pipe only the
+  worker holds (``python -m orchestrator.sandbox watch``);
 * **output kept in its own log**: the service-owned ``<checkpoint_root>/.logs/<job_id>/``
   folder (``0700``); a failure reason names the exit code and that log, never the output.
 
@@ -150,6 +153,7 @@ class JobBox:
     home: Path
     stop_file: Path
     log_path: Path
+    watchdog: subprocess.Popen[bytes] | None = None
 
     def env(self, protocol: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's whole environment: ``protocol`` plus a minimal base."""
@@ -196,8 +200,13 @@ class JobBox:
         return kill_uid(self.uid, self.gid)
 
     def close(self, proc: subprocess.Popen[str] | None) -> None:
-        """End every process of the rank and remove its run folder."""
+        """End every process of the rank, its watchdog, and remove its run folder."""
         self.kill_all(proc)
+        if self.watchdog is not None:
+            with contextlib.suppress(OSError):
+                self.watchdog.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=KILL_TIMEOUT_S)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
@@ -268,8 +277,34 @@ def prepare(checkpoint_root: str | Path, job_id: str, rank: int) -> JobBox:
         _grant_search(run_dir)
     home = _private_dir(run_dir / "home", 0o700, uid, gid)
     _private_dir(home / "tmp", 0o700, uid, gid)
+    watchdog = None
     if switch:  # an earlier launch of this rank may have left processes (a killed worker)
         kill_uid(uid, gid)  # type: ignore[arg-type]
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.sandbox", "watch", str(uid), str(gid),
+             str(run_dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+            cwd="/", env={**os.environ, "PYTHONPATH": _package_root()})
     return JobBox(job_id=job_id, rank=rank, uid=uid, gid=gid, checkpoint_dir=ckdir,
                   run_dir=run_dir, home=home, stop_file=run_dir / "stop",
-                  log_path=logs / f"rank-{rank}.log")
+                  log_path=logs / f"rank-{rank}.log", watchdog=watchdog)
+
+
+def _package_root() -> str:
+    """The folder that holds the ``orchestrator`` package (for the watchdog's imports)."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def _watch(uid: int, gid: int, run_dir: str) -> None:
+    """Watchdog body: block until the worker's end of the pipe closes (it finished, or
+    died), then end every process of ``uid`` and remove the run folder."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while sys.stdin.buffer.read(4096):
+        pass
+    kill_uid(uid, gid)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "watch":
+    _watch(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

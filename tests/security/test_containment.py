@@ -13,6 +13,8 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -190,6 +192,49 @@ def test_a_background_process_holding_the_output_does_not_keep_the_job_alive(
         pid = int((ck / name).read_text())
         assert not _alive(pid), f"{name} {pid} outlived its job"
     assert sandbox.uid_processes(sandbox.job_uid("holder", 0)) == []
+
+
+ACTOR = """
+import sys
+from orchestrator.sandbox import job_python
+from orchestrator.trainer.entrypoint import run_entrypoint
+from orchestrator.trainer.loop import Control, RunConfig
+cfg = RunConfig(job_id="orphaned", model=None, global_batch=1, seq_len=0, total_steps=1,
+                checkpoint_dir=sys.argv[1], entrypoint=(job_python(), "-c", sys.argv[2]))
+run_entrypoint(cfg, 0, Control())
+"""
+
+
+@needs_root
+def test_the_job_ends_when_its_worker_is_killed(tmp_path: Path) -> None:
+    """``ray.kill`` on cancel SIGKILLs the worker: no code of it runs after that, yet the
+    entrypoint and its ``setsid`` child must not outlive it (the watchdog ends them)."""
+    svc = Service(tmp_path)
+    script = textwrap.dedent("""
+        import os, pathlib, subprocess, time
+        ck = pathlib.Path(os.environ["FRENZY_CHECKPOINT_DIR"])
+        p = subprocess.Popen(["setsid", "sleep", "300"])
+        (ck / "pids").write_text(f"{os.getpid()} {p.pid}")
+        print("frenzy step=1", flush=True)
+        time.sleep(300)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    actor = subprocess.Popen([sys.executable, "-c", ACTOR, str(svc.root), script],
+                             env={**os.environ, "PYTHONPATH": str(root)})
+    pids_file = svc.root / "orphaned" / "pids"
+    deadline = time.monotonic() + 60
+    while not pids_file.exists() and time.monotonic() < deadline:
+        assert actor.poll() is None, "the worker stand-in exited early"
+        time.sleep(0.1)
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert all(_alive(p) for p in pids)
+    actor.kill()
+    actor.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), f"{pids} outlived their killed worker"
+    assert sandbox.uid_processes(sandbox.job_uid("orphaned", 0)) == []
 
 
 @needs_root
