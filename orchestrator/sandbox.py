@@ -29,7 +29,8 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   its own session, started before the entrypoint, that waits for the end of a pipe only the
   worker holds (``python -m orchestrator.sandbox watch``);
 * **output kept in its own log**: the service-owned ``<checkpoint_root>/.logs/<job_id>/``
-  folder (``0700``); a failure reason names the exit code and that log, never the output.
+  folder (``0700``), up to ``LOG_LIMIT_BYTES`` per rank and launch; a failure reason names
+  the exit code and that log, never the output.
 
 What it needs: the worker (the Ray actor) runs as root, as it does in the emulated cluster,
 in CI and in the docker-compose set-up. Under another user it cannot change uid: the
@@ -70,6 +71,9 @@ below 2^31 (some tools read ids as signed 32-bit numbers)."""
 MODE_ENV = "FRENZY_SANDBOX"
 LOG_DIR = ".logs"
 KILL_TIMEOUT_S = 5.0
+LOG_LIMIT_BYTES = 64 * 1024 * 1024
+"""Output characters kept per rank and launch; the rest is dropped (a note says so): a job
+cannot fill the service's disk by printing."""
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -174,11 +178,11 @@ class JobBox:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", close_fds=True, **ids)  # type: ignore[arg-type]
 
-    def open_log(self) -> IO[str]:
+    def open_log(self) -> _CappedLog:
         """The rank's output log (service-owned folder; never opened through a symlink)."""
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                      0o600)
-        return os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+        return _CappedLog(os.fdopen(fd, "w", encoding="utf-8", errors="replace"))
 
     def request_stop(self) -> None:
         """Create the stop file the entrypoint polls for."""
@@ -208,6 +212,29 @@ class JobBox:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.watchdog.wait(timeout=KILL_TIMEOUT_S)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class _CappedLog:
+    """A text log that keeps the first ``LOG_LIMIT_BYTES`` characters written to it."""
+
+    def __init__(self, f: IO[str]) -> None:
+        self._f = f
+        self._left = LOG_LIMIT_BYTES
+
+    def write(self, text: str) -> None:
+        if self._left <= 0:
+            return
+        data = text[:self._left]
+        self._left -= len(data)
+        self._f.write(data)
+        if self._left <= 0:
+            self._f.write(f"\n[frenzy: log cut at {LOG_LIMIT_BYTES} bytes]\n")
+
+    def __enter__(self) -> _CappedLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
 
 
 def uid_processes(uid: int) -> list[int]:

@@ -68,7 +68,13 @@ def run_entrypoint(cfg: RunConfig, rank: int, control: Control) -> RunResult:
     env["FRENZY_RESUME_STEP"] = str(resume)
     control.report(steps_done=resume, checkpoint_step=resume, first_step=resume, loss=None,
                    samples_per_s=None, rank=rank)
-    proc = box.popen(cfg.entrypoint, box.env(env))
+    try:
+        proc = box.popen(cfg.entrypoint, box.env(env))
+    except OSError as e:
+        box.close(None)
+        raise RuntimeError(f"cannot start the entrypoint {cfg.entrypoint[0]!r} on rank {rank}: "
+                           f"{e.strerror} (it runs as an unprivileged user: the program and "
+                           "its folders must be readable and executable by others)") from None
     exited = threading.Event()
 
     def watch_stop() -> None:
@@ -95,7 +101,7 @@ def run_entrypoint(cfg: RunConfig, rank: int, control: Control) -> RunResult:
     try:
         with box.open_log() as out:
             for line in proc.stdout:
-                out.write(line)
+                out.write(line)  # stops at sandbox.LOG_LIMIT_BYTES
                 line = line.rstrip("\n")
                 m = _PROGRESS.match(line)
                 if m:

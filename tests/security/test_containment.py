@@ -258,6 +258,26 @@ def test_output_stays_in_the_jobs_log_not_in_the_failure_reason(tmp_path: Path) 
 
 
 @needs_root
+def test_the_log_is_capped_and_an_unreachable_program_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = Service(tmp_path)
+    monkeypatch.setattr(sandbox, "LOG_LIMIT_BYTES", 100)
+    run(svc, "chatty", "print('x' * 999, flush=True)\nprint('frenzy step=1', flush=True)\n")
+    text = (svc.root / sandbox.LOG_DIR / "chatty" / "rank-0.log").read_text()
+    assert text == "x" * 100 + "\n[frenzy: log cut at 100 bytes]\n"
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    prog = hidden / "train.sh"
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o755)
+    cfg = RunConfig(job_id="unreachable", model=None, global_batch=1, seq_len=0, total_steps=1,
+                    checkpoint_dir=str(svc.root), entrypoint=(str(prog),))
+    with pytest.raises(RuntimeError, match=r"cannot start the entrypoint .*train.sh.*"
+                                           r"Permission denied"):
+        run_entrypoint(cfg, 0, Control())
+
+
+@needs_root
 def test_a_stop_ignored_ends_the_whole_process_group(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The stop file is the service's (the job cannot replace it); a job that ignores it
