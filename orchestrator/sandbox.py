@@ -32,6 +32,15 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   folder (``0700``), up to ``LOG_LIMIT_BYTES`` per rank and launch; a failure reason names
   the exit code and that log, never the output.
 
+Where bubblewrap is installed (Debian package ``bubblewrap``) and works for the job's uid
+(probed once per process), the entrypoint also runs inside ``bwrap``: its own pid namespace
+(it sees only its own processes, and all of them die with ``bwrap``, which dies with the
+worker), a read-only view of ``/`` in which only its home and checkpoint folder are
+writable, a private empty ``/tmp`` (whatever the service keeps there is invisible), its own
+IPC and hostname namespaces; devices (GPUs) and the network stay shared (ranks rendezvous
+over it). Without bwrap the uid rules above hold alone. ``FRENZY_SANDBOX_BWRAP=0`` turns it
+off.
+
 What it needs: the worker (the Ray actor) runs as root, as it does in the emulated cluster,
 in CI and in the docker-compose set-up. Under another user it cannot change uid: the
 default (``FRENZY_SANDBOX=auto``) then still cleans the environment, uses the private
@@ -69,6 +78,7 @@ ID_SPAN = 500_000_000
 """Job uids and gids are drawn from [ID_BASE, ID_BASE + ID_SPAN): far above any account and
 below 2^31 (some tools read ids as signed 32-bit numbers)."""
 MODE_ENV = "FRENZY_SANDBOX"
+BWRAP_ENV = "FRENZY_SANDBOX_BWRAP"
 LOG_DIR = ".logs"
 KILL_TIMEOUT_S = 5.0
 LOG_LIMIT_BYTES = 64 * 1024 * 1024
@@ -158,6 +168,7 @@ class JobBox:
     stop_file: Path
     log_path: Path
     watchdog: subprocess.Popen[bytes] | None = None
+    bwrap: bool = False
 
     def env(self, protocol: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's whole environment: ``protocol`` plus a minimal base."""
@@ -173,6 +184,8 @@ class JobBox:
         ids: dict[str, object] = {}
         if self.uid is not None:
             ids = {"user": self.uid, "group": self.gid, "extra_groups": []}
+        if self.bwrap:
+            argv = bwrap_argv(self, argv)
         return subprocess.Popen(list(argv), env=dict(env), cwd=self.home, umask=0o007,
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -235,6 +248,38 @@ class _CappedLog:
 
     def __exit__(self, *exc: object) -> None:
         self._f.close()
+
+
+def bwrap_argv(box: JobBox, argv: Sequence[str]) -> list[str]:
+    """``argv`` wrapped in bubblewrap (see the module docstring)."""
+    return ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp", "--ro-bind", str(box.run_dir), str(box.run_dir),
+            "--bind", str(box.home), str(box.home),
+            "--bind", str(box.checkpoint_dir), str(box.checkpoint_dir),
+            "--chdir", str(box.home), "--", *argv]
+
+
+_bwrap_ok: bool | None = None
+
+
+def bwrap_usable(uid: int | None, gid: int | None) -> bool:
+    """Whether entrypoints get bubblewrap: installed, not turned off, and a trial run under
+    ``uid`` works (it needs unprivileged user namespaces). Probed once per process."""
+    global _bwrap_ok
+    if os.environ.get(BWRAP_ENV, "1") == "0" or uid is None or not shutil.which("bwrap"):
+        return False
+    if _bwrap_ok is None:
+        trial = subprocess.run(
+            ["bwrap", "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/",
+             "--proc", "/proc", "--tmpfs", "/tmp", "--", "/bin/true"],
+            user=uid, group=gid, extra_groups=[], env={"PATH": SYSTEM_PATH}, cwd="/",
+            capture_output=True, text=True, check=False)
+        _bwrap_ok = trial.returncode == 0
+        if not _bwrap_ok:
+            log.warning("sandbox: bwrap is installed but fails for job uids (%s): entrypoints "
+                        "run with the uid rules only", trial.stderr.strip()[:200])
+    return _bwrap_ok
 
 
 def uid_processes(uid: int) -> list[int]:
@@ -314,7 +359,8 @@ def prepare(checkpoint_root: str | Path, job_id: str, rank: int) -> JobBox:
             cwd="/", env={**os.environ, "PYTHONPATH": _package_root()})
     return JobBox(job_id=job_id, rank=rank, uid=uid, gid=gid, checkpoint_dir=ckdir,
                   run_dir=run_dir, home=home, stop_file=run_dir / "stop",
-                  log_path=logs / f"rank-{rank}.log", watchdog=watchdog)
+                  log_path=logs / f"rank-{rank}.log", watchdog=watchdog,
+                  bwrap=bwrap_usable(uid, gid))
 
 
 def _package_root() -> str:

@@ -37,7 +37,18 @@ PROTOCOL = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "T
             "PP_SIZE", "DP_SIZE", "MICRO_BATCH_SIZE", "GLOBAL_BATCH_SIZE",
             "CUDA_VISIBLE_DEVICES", "FRENZY_JOB_ID", "FRENZY_CHECKPOINT_DIR",
             "FRENZY_TOTAL_STEPS", "FRENZY_RESUME_STEP", "FRENZY_STOP_FILE"}
-BASE = {"PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "PYTHONUNBUFFERED"}
+BASE = {"PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "PYTHONUNBUFFERED",
+        "PWD"}  # bwrap --chdir sets PWD (the home)
+
+
+@pytest.fixture(params=["uid", "bwrap"])
+def layer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the uid rules alone, and again inside bubblewrap where it works."""
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "1" if request.param == "bwrap" else "0")
+    if request.param == "bwrap" and not sandbox.bwrap_usable(
+            sandbox.job_uid("probe", 0), sandbox.job_gid("probe")):
+        pytest.skip("bubblewrap is not installed or does not work for job uids here")
+    return str(request.param)
 
 
 class Service:
@@ -100,7 +111,12 @@ ATTACK = """
     attempt("read_token", lambda: (var / "admin-token").read_text())
     attempt("read_db", lambda: (var / "frenzy.db").read_bytes()[:16])
     attempt("write_db", write_db)
-    attempt("list_root", lambda: os.listdir(root))
+    def list_others():  # under bwrap the root shows just the job's own (bound) folder
+        others = [n for n in os.listdir(root) if n != os.environ["FRENZY_JOB_ID"]]
+        if not others:
+            raise LookupError("only its own folder")
+        return others
+    attempt("list_root", list_others)
     attempt("list_builtin", lambda: os.listdir(root / "victim-builtin"))
     attempt("list_ep", lambda: os.listdir(root / "victim-ep"))
     attempt("read_ep", lambda: (root / "victim-ep" / "model.bin").read_bytes())
@@ -123,7 +139,7 @@ ATTACK = """
 
 @needs_root
 def test_an_entrypoint_cannot_reach_the_service_or_other_jobs(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str) -> None:
     svc = Service(tmp_path)
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
@@ -137,7 +153,10 @@ def test_an_entrypoint_cannot_reach_the_service_or_other_jobs(
     assert escaped == {}, escaped
     for probe in ("read_token", "read_db", "write_db", "list_root", "list_builtin", "list_ep",
                   "read_ep", "plant_builtin", "plant_ep", "read_logs"):
-        assert report[probe][0] in ("PermissionError", "OperationalError"), (probe, report)
+        # bwrap: what lies under the private /tmp is not even there
+        allowed = ("PermissionError", "OperationalError") + (
+            ("FileNotFoundError", "LookupError") if layer == "bwrap" else ())
+        assert report[probe][0] in allowed, (probe, report)
     # its own ids: not root, not the service's groups, one gid per job
     assert report["uid"] == sandbox.job_uid("attacker", 0) >= sandbox.ID_BASE
     assert report["gid"] == sandbox.job_gid("attacker") != sandbox.job_gid("victim-ep")
@@ -155,8 +174,10 @@ def test_an_entrypoint_cannot_reach_the_service_or_other_jobs(
     assert ckpt.latest_step(svc.root, "victim-builtin") == 4
     assert sorted(p.name for p in svc.victim_ep.iterdir()) == ["model.bin"]
     assert (ck / "mine.txt").read_text() == "own folder is writable"
-    # the setsid process ended with the job
-    assert not _alive(report["survivor"]), f"pid {report['survivor']} outlived its job"
+    # the setsid process ended with the job (under bwrap its pid is the namespace's own: the
+    # host view is the uid's process list)
+    if layer == "uid":
+        assert not _alive(report["survivor"]), f"pid {report['survivor']} outlived its job"
     assert sandbox.uid_processes(report["uid"]) == []
     assert took < 20
 
@@ -171,7 +192,7 @@ def _alive(pid: int) -> bool:
 
 @needs_root
 def test_a_background_process_holding_the_output_does_not_keep_the_job_alive(
-        tmp_path: Path) -> None:
+        tmp_path: Path, layer: str) -> None:
     """The main process exits at once; a ``setsid`` child keeps stdout open and forks a
     grandchild: the run returns promptly and none of them is left."""
     svc = Service(tmp_path)
@@ -190,7 +211,7 @@ def test_a_background_process_holding_the_output_does_not_keep_the_job_alive(
         while not (ck / name).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         pid = int((ck / name).read_text())
-        assert not _alive(pid), f"{name} {pid} outlived its job"
+        assert layer == "bwrap" or not _alive(pid), f"{name} {pid} outlived its job"
     assert sandbox.uid_processes(sandbox.job_uid("holder", 0)) == []
 
 
@@ -206,7 +227,7 @@ run_entrypoint(cfg, 0, Control())
 
 
 @needs_root
-def test_the_job_ends_when_its_worker_is_killed(tmp_path: Path) -> None:
+def test_the_job_ends_when_its_worker_is_killed(tmp_path: Path, layer: str) -> None:
     """``ray.kill`` on cancel SIGKILLs the worker: no code of it runs after that, yet the
     entrypoint and its ``setsid`` child must not outlive it (the watchdog ends them)."""
     svc = Service(tmp_path)
@@ -226,7 +247,12 @@ def test_the_job_ends_when_its_worker_is_killed(tmp_path: Path) -> None:
     while not pids_file.exists() and time.monotonic() < deadline:
         assert actor.poll() is None, "the worker stand-in exited early"
         time.sleep(0.1)
-    pids = [int(p) for p in pids_file.read_text().split()]
+    uid = sandbox.job_uid("orphaned", 0)
+    if layer == "bwrap":  # the pids written are the namespace's: look from the host by uid
+        pids = sandbox.uid_processes(uid)
+        assert len(pids) >= 3  # bwrap, its pid-1 helper or the script, the sleeper
+    else:
+        pids = [int(p) for p in pids_file.read_text().split()]
     assert all(_alive(p) for p in pids)
     actor.kill()
     actor.wait()
@@ -234,7 +260,7 @@ def test_the_job_ends_when_its_worker_is_killed(tmp_path: Path) -> None:
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in pids), f"{pids} outlived their killed worker"
-    assert sandbox.uid_processes(sandbox.job_uid("orphaned", 0)) == []
+    assert sandbox.uid_processes(uid) == []
 
 
 @needs_root
@@ -260,6 +286,7 @@ def test_output_stays_in_the_jobs_log_not_in_the_failure_reason(tmp_path: Path) 
 @needs_root
 def test_the_log_is_capped_and_an_unreachable_program_is_named(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "0")  # bwrap would report the exec failure itself
     svc = Service(tmp_path)
     monkeypatch.setattr(sandbox, "LOG_LIMIT_BYTES", 100)
     run(svc, "chatty", "print('x' * 999, flush=True)\nprint('frenzy step=1', flush=True)\n")
@@ -278,8 +305,8 @@ def test_the_log_is_capped_and_an_unreachable_program_is_named(
 
 
 @needs_root
-def test_a_stop_ignored_ends_the_whole_process_group(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stop_ignored_ends_the_whole_process_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str) -> None:
     """The stop file is the service's (the job cannot replace it); a job that ignores it
     gets SIGTERM on its group after the grace period and the run counts as stopped."""
     svc = Service(tmp_path)
@@ -292,7 +319,7 @@ def test_a_stop_ignored_ends_the_whole_process_group(tmp_path: Path,
         try:
             stop.parent.joinpath("mine").write_text("x")
             (ck / "stop_dir").write_text("writable")
-        except PermissionError:
+        except OSError:  # EACCES; EROFS under bwrap
             (ck / "stop_dir").write_text("service-owned")
         print("frenzy step=1", flush=True)
         while not stop.exists():
