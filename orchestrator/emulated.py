@@ -19,6 +19,16 @@ owner (pid and start time) and every ``start_emulated`` first reaps the clusters
 owners (``reap_stale_clusters``): it kills the processes started for them (recognised by
 the log files they hold open in the folder) and removes their folders.
 
+Closed by default. The emulated cluster's GCS, raylets, agents and workers bind to
+127.0.0.1 only (``node_ip_address``; Ray is also told it is a single-machine cluster, so the
+driver does not rewrite 127.0.0.1 to the machine's address), and Ray's token auth is on
+(``RAY_AUTH_MODE=token``): the token is generated at the first start into a ``0600`` file
+(``ray_auth_token_file``: ``$RAY_AUTH_TOKEN_PATH``, else ``$FRENZY_RAY_TOKEN_FILE``, else
+``~/.config/frenzy/ray-auth-token``) and reused after; every node and worker reads it through
+``RAY_AUTH_TOKEN_PATH``. A client without it is refused. Another driver on this machine
+joins with ``client_env()`` in its environment. User code never sees it (its environment is
+rebuilt from scratch and it runs under another uid: ``orchestrator.sandbox``).
+
 ``connect`` is what the service calls: ``RAY_ADDRESS`` set → ``ray.init(address=...)`` to
 that cluster (its nodes started with ``ray start ... --labels=...``, see
 ``ray_start_command``); otherwise the emulated cluster.
@@ -29,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -47,9 +58,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTER = "frenzy-testbed"
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
-LEAN_NODE_ARGS: dict[str, Any] = {"include_log_monitor": False}
+LOOPBACK = "127.0.0.1"
+LEAN_NODE_ARGS: dict[str, Any] = {"include_log_monitor": False, "node_ip_address": LOOPBACK}
 """Every emulated node: no log monitor (it only streams worker logs to drivers, and the
-service connects with ``log_to_driver=False``): one Python process fewer per node."""
+service connects with ``log_to_driver=False``): one Python process fewer per node; every
+port on the loopback address only."""
 LEAN_HEAD_ARGS: dict[str, Any] = {**LEAN_NODE_ARGS, "no_monitor": True}
 """The head also runs no autoscaler monitor: the emulated cluster never scales."""
 TEMP_PREFIX = "frz-"
@@ -140,7 +153,7 @@ def start_emulated(cluster: str | Path = DEFAULT_CLUSTER, *,
     _write_owner(base)
     (base / "ray").mkdir()
     os.environ["RAY_TMPDIR"] = str(base)  # where cluster_utils writes its address file
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    _close_control_plane()
     head, *rest = nodes
     c = Cluster(initialize_head=True, head_node_args=dict(
         num_cpus=1, num_gpus=head.total_gpus, labels=node_labels(head),
@@ -157,6 +170,70 @@ def start_emulated(cluster: str | Path = DEFAULT_CLUSTER, *,
              out.startup_s, c.address, base,
              ", ".join(f"{n.id}={n.total_gpus}x{n.gpu_type}" for n in nodes))
     return out
+
+
+# -- closed control plane: loopback and token auth -------------------------------------------
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for "this cluster is one machine" (``ray_constants.ENABLE_RAY_CLUSTER``): off,
+a driver connects to 127.0.0.1 as given instead of the machine's outward address."""
+
+
+def ray_auth_token_file() -> Path:
+    """Where the emulated cluster's Ray auth token lives (see the module docstring)."""
+    for var in ("RAY_AUTH_TOKEN_PATH", "FRENZY_RAY_TOKEN_FILE"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "frenzy" / "ray-auth-token"
+
+
+def ensure_ray_auth_token(path: Path) -> Path:
+    """Create ``path`` with a new random token unless it exists (mode 0600 from the start:
+    written under a temporary name opened 0600, then renamed); tighten an existing file's
+    mode if others could read it."""
+    if path.exists():
+        if path.stat().st_mode & 0o077:
+            log.warning("Ray auth token file %s was readable by others: now 0600", path)
+            os.chmod(path, 0o600)
+        if not path.read_text().strip():
+            raise ValueError(f"Ray auth token file {path} is empty: delete it or put a token "
+                             "in it")
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    log.info("generated the Ray auth token of the emulated cluster in %s (mode 0600)", path)
+    return path
+
+
+def client_env() -> dict[str, str]:
+    """Environment for another driver process on this machine to join the emulated cluster
+    (auth mode, the token file, single-machine addressing)."""
+    env = {"RAY_AUTH_MODE": "token", SINGLE_MACHINE_ENV: "0"}
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        env["RAY_AUTH_TOKEN_PATH"] = str(ray_auth_token_file())
+    return env
+
+
+def _close_control_plane() -> None:
+    """Token auth on and loopback addressing for this process and everything it starts."""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        log.warning("RAY_AUTH_MODE=%s ignored: the emulated cluster always uses token auth",
+                    os.environ["RAY_AUTH_MODE"])
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        ensure_ray_auth_token(ray_auth_token_file())
+    os.environ.update(client_env())
+    from ray._private import ray_constants
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import: the env var is for children
+    Config.initialize("")  # this process may have read RAY_AUTH_MODE earlier
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 # -- crash safety: clusters whose owner died -------------------------------------------------

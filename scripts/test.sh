@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test run behind `make test` (and so CI's .ci/run): system packages the tests need when
 # they are missing and we may install them (root with apt-get: PostgreSQL for the PostgreSQL
-# variants, Chromium for the dashboard test), a throw-away PostgreSQL on loopback, then ruff
+# variants, Chromium for the dashboard test, bubblewrap for the sandbox's second layer), a throw-away PostgreSQL on loopback, then ruff
 # and pytest. Without root the PostgreSQL/browser tests skip with their reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,7 @@ BIN=.venv/bin
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if [ "${#need[@]}" -gt 0 ]; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
         echo "test: installing ${need[*]}" >&2

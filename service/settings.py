@@ -4,7 +4,9 @@ Nothing is read at import time, so tests (and the CLI) can build their own ``Set
 hand it to ``create_app``; ``get_settings()`` builds the process-wide one lazily and caches it.
 
 Environment variables: ``DATABASE_URL`` and ``FRENZY_<FIELD>`` for every other field (for
-example ``FRENZY_PLAN_CACHE_SIZE=2048``).
+example ``FRENZY_PLAN_CACHE_SIZE=2048``). ``DATABASE_PASSWORD_FILE`` names a file (a Docker
+secret) whose content becomes the password of ``DATABASE_URL``, so no password needs to be
+written in the URL, a compose file or the environment.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -101,6 +104,9 @@ class Settings(BaseModel):
         values: dict[str, Any] = {}
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
+        if env.get("DATABASE_PASSWORD_FILE"):
+            values["database_url"] = _with_password_file(
+                values.get("database_url", DEFAULT_DATABASE_URL), env["DATABASE_PASSWORD_FILE"])
         for name in cls.model_fields:
             key = f"FRENZY_{name.upper()}"
             if key in env:
@@ -113,6 +119,20 @@ class Settings(BaseModel):
             field = str(first["loc"][0]) if first["loc"] else "?"
             var = "DATABASE_URL" if field == "database_url" else f"FRENZY_{field.upper()}"
             raise SettingsError(f"{var}: {first['msg']}") from exc
+
+
+def _with_password_file(url: str, path: str) -> str:
+    """``url`` with the password read from the file ``path`` (surrounding blanks dropped)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        password = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SettingsError(f"DATABASE_PASSWORD_FILE: cannot read {path}: {exc.strerror}") \
+            from exc
+    if not password:
+        raise SettingsError(f"DATABASE_PASSWORD_FILE: {path} is empty")
+    return make_url(url).set(password=password).render_as_string(hide_password=False)
 
 
 @functools.cache

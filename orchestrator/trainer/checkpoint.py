@@ -10,6 +10,14 @@ renamed, so a crash mid-write never leaves a corrupt "latest". The directory mus
 by all nodes (a local disk in the emulated cluster; NFS or a mounted bucket on a real one).
 
 Layout: ``<root>/<job_id>/step-00000012.pt``; the newest ``keep`` files are kept.
+
+Trust. The service reads only checkpoints it wrote: the job's folder is created ``0700`` by
+the trainer's own uid (user entrypoints run under other uids, ``orchestrator.sandbox``, and
+cannot enter it), and a file counts as a checkpoint only when its name is exactly
+``step-<8 digits>.pt``, it is a regular file (not a symlink) and it belongs to the trainer's
+uid, in a folder that is no symlink and belongs to it too. Anything else is ignored with a
+warning. Pruning after a save at step s deletes only trusted files up to s older than the
+kept ones: a newer file, trusted or not, never pushes the real checkpoints out.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +46,40 @@ def job_dir(root: str | Path, job_id: str) -> Path:
     return Path(root) / job_id
 
 
+def _own_dir(d: Path) -> bool:
+    """``d`` is a real folder (no symlink) that belongs to this process's uid."""
+    try:
+        st = d.lstat()
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        log.warning("checkpoint folder %s is not one this trainer wrote (a symlink, or "
+                    "owned by uid %d): ignored", d, st.st_uid)
+        return False
+    return True
+
+
+def _trusted(d: Path) -> dict[int, Path]:
+    """The checkpoints in ``d`` this trainer wrote, by step (see "Trust" above)."""
+    found: dict[int, Path] = {}
+    if not _own_dir(d):
+        return found
+    me = os.geteuid()
+    for f in d.iterdir():
+        m = _NAME.match(f.name)
+        if not m:
+            continue
+        st = f.lstat()
+        if stat.S_ISREG(st.st_mode) and st.st_uid == me:
+            found[int(m.group(1))] = f
+        else:
+            log.warning("%s is not a checkpoint this trainer wrote: ignored", f)
+    return found
+
+
 def latest_step(root: str | Path, job_id: str) -> int:
     """Step of the newest complete checkpoint of ``job_id`` (0 when there is none)."""
-    d = job_dir(root, job_id)
-    if not d.is_dir():
-        return 0
-    steps = [int(m.group(1)) for f in d.iterdir() if (m := _NAME.match(f.name))]
-    return max(steps, default=0)
+    return max(_trusted(job_dir(root, job_id)), default=0)
 
 
 def _gather(t: torch.Tensor, dim: int | None, layout: Layout) -> torch.Tensor:
@@ -78,24 +114,30 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
             full_optim[n] = entry
         if layout.rank == 0:
             d = job_dir(root, job_id)
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not _own_dir(d):
+                raise PermissionError(f"{d}: checkpoint folder not owned by this trainer")
+            os.chmod(d, 0o700)
             path = d / f"step-{step:08d}.pt"
             tmp = d / f".tmp-{step:08d}-{os.getpid()}.pt"
             torch.save({"format": FORMAT, "step": step, "model": full_model,
                         "optim": full_optim, "tp": layout.tp, "dp": layout.dp,
                         **(extra or {})}, tmp)
             os.replace(tmp, path)
-            _prune(d, keep)
+            _prune(d, keep, step)
             log.info("job %s: checkpoint at step %d -> %s", job_id, step, path)
     if dist.is_initialized():
         dist.barrier()  # nobody reports the step before the file exists
     return path
 
 
-def _prune(d: Path, keep: int) -> None:
-    files = sorted(f for f in d.iterdir() if _NAME.match(f.name))
-    for f in files[:-keep]:
-        f.unlink(missing_ok=True)
+def _prune(d: Path, keep: int, saved: int) -> None:
+    """Keep the newest ``keep`` trusted checkpoints up to ``saved`` (just written); files
+    the trainer did not write, and any newer than ``saved``, are never a reason to delete."""
+    files = _trusted(d)
+    older = sorted(s for s in files if s <= saved)
+    for step in older[:-keep]:
+        files[step].unlink(missing_ok=True)
 
 
 def load(root: str | Path, job_id: str, model: nn.Module, optimizer: torch.optim.Optimizer,

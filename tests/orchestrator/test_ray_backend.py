@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from orchestrator.ray_backend import (
     live_placement_groups,
     wait_released,
 )
+from orchestrator.sandbox import job_python
 from orchestrator.states import JobEvent, JobState
 from predictor.gpus import get_gpu
 from predictor.planner import plan_job
@@ -184,7 +184,7 @@ def test_entrypoint_gets_the_plan_as_environment(rig: Rig, tmp_path: Path) -> No
               "{k: os.environ.get(k) for k in keys}))\n"
               "print('frenzy step=3 loss=1.5', flush=True)\n")
     job = rig.job("e", gpus=2, steps=3)
-    job.extra["entrypoint"] = [sys.executable, "-c", script]
+    job.extra["entrypoint"] = [job_python(), "-c", script]  # runs as the job's own uid
     rig.submit(job)
     rig.wait("e", lambda r: r.state.terminal)
     assert rig.controller.job("e").state is JobState.SUCCEEDED

@@ -72,7 +72,6 @@ class Service:
         os.environ["FRENZY_CHECKPOINT_DIR"] = str(self.ckpt)
         os.environ["FRENZY_CHECKPOINT_EVERY"] = str(CKPT_EVERY)
         os.environ.pop("RAY_ADDRESS", None)
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         url = f"sqlite:///{tmp / 'frenzy.db'}"
         migrate(url)
         self.settings = Settings(database_url=url, extra_gpu_pools={"A100-80G": 1})

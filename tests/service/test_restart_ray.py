@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 from serve_helpers import Served, db_rows, serve
 
+from orchestrator.emulated import client_env
+
 pytestmark = pytest.mark.ray
 
 SOLO = """name: solo
@@ -141,7 +143,7 @@ class RayProbe:
     """A driver process connected to the service's cluster, answering one snapshot per line."""
 
     def __init__(self, address: str) -> None:
-        env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+        env = {**os.environ, **client_env()}  # the cluster is closed: token and loopback
         env.pop("RAY_ADDRESS", None)
         self.proc = subprocess.Popen([sys.executable, "-c", RAY_PROBE, address], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
