@@ -36,8 +36,10 @@ KV = ("import sys\n"  # what an attacker's GCS client does: write and read the K
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "FRENZY_RAY_TOKEN_FILE")}
+    saved = {k: os.environ.get(k)
+             for k in ("RAY_ADDRESS", "FRENZY_RAY_TOKEN_FILE", "RAY_AUTH_TOKEN_PATH")}
     os.environ.pop("RAY_ADDRESS", None)
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)  # an earlier cluster in this process set it
     os.environ["FRENZY_RAY_TOKEN_FILE"] = str(tmp_path_factory.mktemp("ray") / "token")
     c = start_emulated(SMALL)
     try:
