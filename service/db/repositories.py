@@ -31,22 +31,50 @@ def add_token(
     is_admin: bool,
     label: str | None = None,
     now: datetime | None = None,
+    expires_at: datetime | None = None,
 ) -> Token:
     """Store a token's hash (never the token itself)."""
     row = Token(
         owner=owner, token_hash=token_hash, is_admin=is_admin, label=label,
-        created_at=now or utcnow(),
+        created_at=now or utcnow(), expires_at=expires_at,
     )
     session.add(row)
     session.flush()
     return row
 
 
-def get_active_token(*, session: Session, token_hash: str) -> Token | None:
-    """The unrevoked token with this hash, if any."""
-    return session.scalar(
-        sa.select(Token).where(Token.token_hash == token_hash, Token.revoked_at.is_(None))
-    )
+ACTIVE_TOKEN = (
+    sa.select(Token.id, Token.owner, Token.is_admin)
+    .where(Token.token_hash == sa.bindparam("token_hash"), Token.revoked_at.is_(None),
+           sa.or_(Token.expires_at.is_(None), Token.expires_at > sa.bindparam("now")))
+)
+"""The live token with a hash (neither revoked nor expired at ``now``): the one query
+every authenticated request makes (``service.db.pg_async`` runs the same statement)."""
+
+
+def get_active_token(
+    *, session: Session, token_hash: str, now: datetime | None = None
+) -> sa.Row[Any] | None:
+    """(id, owner, is_admin) of the token with this hash if it is live at ``now``."""
+    return session.execute(
+        ACTIVE_TOKEN, {"token_hash": token_hash, "now": now or utcnow()}).first()
+
+
+def list_tokens(*, session: Session, owner: str | None = None) -> list[Token]:
+    """Every token (or an owner's), oldest first: what ``frenzy token list`` shows."""
+    stmt = sa.select(Token).order_by(Token.id)
+    if owner is not None:
+        stmt = stmt.where(Token.owner == owner)
+    return list(session.scalars(stmt))
+
+
+def revoke_token(*, session: Session, token_id: int, now: datetime | None = None) -> Token | None:
+    """Revoke one token by its id (a no-op if it already is); None if there is no such id."""
+    row = session.get(Token, token_id)
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = now or utcnow()
+        session.flush()
+    return row
 
 
 def revoke_tokens(*, session: Session, owner: str, now: datetime | None = None) -> int:
