@@ -15,8 +15,8 @@ A scrape costs O(live jobs + jobs placed or finished lately), not O(history):
   indexes). A row that commits more than ``settle_s`` after its own timestamp would be
   missed; the Controller stamps and commits in one transaction.
 
-Aggregates are computed in SQL (``seconds_between`` is the dialect's timestamp
-difference), so no job row reaches Python.
+Aggregates are computed in SQL (``repositories.seconds_between`` is the dialect's
+timestamp difference), so no job row reaches Python.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.states import TERMINAL, JobState
 from service.db.models import AllocationRow, Job, NodeRow
+from service.db.repositories import seconds_between
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                         300.0, 1800.0)
@@ -70,17 +71,6 @@ def _histogram_text(name: str, buckets: Sequence[float], cumulative: Sequence[in
     out.append(f"{name}_sum {total:.6f}")
     out.append(f"{name}_count {count}")
     return out
-
-
-def seconds_between(later: sa.ColumnElement, earlier: sa.ColumnElement,
-                    dialect: str) -> sa.ColumnElement[float]:
-    """``later - earlier`` in seconds, in SQL. SQLite stores timestamps as text and its
-    ``julianday`` is a double of ~2.46e6 days (resolution ~50 µs), so there the difference
-    is rounded to the millisecond."""
-    if dialect == "sqlite":
-        return sa.func.round(
-            (sa.func.julianday(later) - sa.func.julianday(earlier)) * 86400.0, 3)
-    return sa.extract("epoch", later - earlier)
 
 
 @dataclass

@@ -248,7 +248,7 @@ class CancelRequest(_Create):
 
 
 class HolderPublic(BaseModel):
-    job_id: str
+    job_id: str | None = Field(description="null: another user's job")
     gpus: int
 
 

@@ -21,6 +21,7 @@ from service.api.deps import AdminUser, AppContext
 from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
 from service.api.planning import PlanningService, default_planner
+from service.api.quotas import Quotas
 from service.api.routes import admin, cluster, jobs, plans
 from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
@@ -63,12 +64,13 @@ def create_app(
         planning=PlanningService(
             planner or default_planner, cache_size=settings.plan_cache_size,
             default_max_gpus=settings.max_gpus, default_ranking=settings.ranking,
-            max_plans=settings.max_plans_per_job,
+            max_plans=settings.max_plans_per_job, hard_max_gpus=settings.quota_max_gpus,
         ),
         inventory=InventoryCache(provider, settings.inventory_ttl_s),
         clock=clock or utcnow,
         writer=AsyncJobWriter(pg) if pg is not None else JobWriter(engine),
         pg=pg,
+        quotas=Quotas.from_settings(settings),
     )
 
     @asynccontextmanager

@@ -8,7 +8,7 @@ is built once by ``create_app`` and lives on ``app.state``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.api.errors import ApiError
 from service.api.inventory import ClusterProvider, InventoryCache
 from service.api.planning import PlanningService
+from service.api.quotas import Quotas
 from service.auth import Principal, hash_token, plausible_token, verify_token
 from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.writer import JobWriter
@@ -43,6 +44,8 @@ class AppContext:
     PostgreSQL); None: one transaction each."""
     pg: AsyncPg | None = None
     """Async PostgreSQL connections for the hot reads (None on SQLite)."""
+    quotas: Quotas = field(default_factory=Quotas)
+    """Per-user limits checked at submission (``service.api.quotas``)."""
 
 
 async def get_context(request: Request) -> AppContext:

@@ -170,8 +170,12 @@ class PlanningService:
         default_max_gpus: int,
         default_ranking: str,
         max_plans: int,
+        hard_max_gpus: int = 0,
     ) -> None:
+        """``hard_max_gpus`` (0: none) caps every plan's GPUs whatever the body asks for
+        (the ``quota_max_gpus`` setting)."""
         self._planner = planner
+        self._hard_max_gpus = hard_max_gpus
         self._cache_size = cache_size
         self._default_max_gpus = default_max_gpus
         self._default_ranking = default_ranking
@@ -223,6 +227,8 @@ class PlanningService:
                 f"({', '.join(unknown)}); add it to config/gpus.yaml",
             )
         cap = body.max_gpus or self._default_max_gpus
+        if self._hard_max_gpus:
+            cap = min(cap, self._hard_max_gpus)
         if known:
             cap = min(cap, max(inventory.total_by_type[t] for t in known))
         ranking = body.ranking or self._default_ranking

@@ -17,6 +17,7 @@ from orchestrator.states import JobState
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
 from service.api.planning import canonical_hash
+from service.api.quotas import Usage, read_usage
 from service.api.views import job_public, job_summary, stored_job_public, submitted_public
 from service.auth import Principal
 from service.db import repositories as repo
@@ -168,6 +169,12 @@ async def submit_job(
     if planned is None:
         planned = await run_in_threadpool(ctx.planning.plan_request, body, inventory,
                                           request_hash)
+    t = body.training
+    ctx.quotas.check_job(planned, steps_field="training.tokens"
+                         if t.steps is None and t.tokens is not None else "training.steps")
+    if ctx.quotas.needs_usage:
+        usage = await run_in_threadpool(_usage, ctx, user.owner)
+        ctx.quotas.check_usage(user.owner, usage, planned)
     now = ctx.clock()
     job_id = uuid.uuid4().hex
     model_json, training_json, plans_json = planned.stored_json
@@ -224,6 +231,11 @@ def _read_job(ctx: AppContext, job_id: str) -> tuple[Any, list[Any]]:
         if row is None or not row.state.holds_gpus:
             return row, []
         return row, repo.held_allocation_rows(conn=conn, job_id=job_id)
+
+
+def _usage(ctx: AppContext, owner: str) -> Usage:
+    with ctx.session_factory() as session:
+        return read_usage(session, owner)
 
 
 def _insert_one(ctx: AppContext, job: dict[str, object]) -> dict[str, object]:
