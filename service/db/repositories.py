@@ -558,7 +558,8 @@ def _utilisation(
 ) -> dict[str, list[float]]:
     """GPU-seconds allocated per (GPU type, bucket) over ``[start, now]``, summed in SQL:
     the allocations overlapping the window, clipped to it, joined with the bucket numbers
-    (a recursive CTE) and their overlaps summed."""
+    (a recursive CTE) and their overlaps summed. The clipped spans are a materialised CTE:
+    inlined into the join, SQLite recomputed them for every bucket."""
     dialect = session.get_bind().dialect.name
     a = AllocationRow
     lo = seconds_between(_greatest(a.created_at, sa.literal(start, UTCDateTime), dialect),
@@ -571,7 +572,7 @@ def _utilisation(
         sa.select(a.gpu_type.label("gpu_type"), a.gpus.label("gpus"), lo.label("lo"),
                   hi.label("hi"))
         .where(a.created_at < now, sa.or_(a.released_at.is_(None), a.released_at > start))
-        .subquery("spans")
+        .cte("spans").prefix_with("MATERIALIZED")  # computed once, not once per bucket
     )
     seq = sa.select(sa.literal(0).label("b")).cte("bucket_numbers", recursive=True)
     seq = seq.union_all(sa.select(seq.c.b + 1).where(seq.c.b < buckets - 1))

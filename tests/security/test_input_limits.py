@@ -163,3 +163,12 @@ def test_priority_is_refused_with_a_reason(env: Env) -> None:
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "priority"
     assert "no scheduling policy orders jobs by priority" in r.json()["detail"]
+
+
+def test_stats_window_below_a_second_is_a_422(env: Env) -> None:
+    """Found by the schemathesis run: a window of 5e-324 s made zero-length buckets (a
+    division by zero, a 500)."""
+    r = env.client.get("/v1/admin/stats?window_s=5e-324", headers=env.headers("admin"))
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "window_s"
+    r = env.client.get("/v1/admin/stats?window_s=1&buckets=1000", headers=env.headers("admin"))
+    assert r.status_code == 200 and r.json()["bucket_s"] == 0.001
