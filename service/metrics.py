@@ -4,23 +4,43 @@ Every figure is read from the tables the Controller's recorder writes, so any AP
 process answers the same: queue length, jobs by state, GPUs in use and in total by GPU type,
 and the placement latency (submission → first placement) as a cumulative histogram over
 every job ever placed (a job's ``placed_at`` is set once, so the buckets only grow).
+
+A scrape costs O(live jobs + jobs placed or finished lately), not O(history):
+
+* live states are counted from the state index (``WHERE state IN (live states)``);
+* the finished-job totals and the latency histogram are ``Tally`` counters kept by the
+  process: everything stamped before ``now - settle_s`` is *settled* and added once (the
+  first scrape adds the whole history, in one aggregate query each); what was stamped
+  after is re-read on every scrape (a range on the partial ``placed_at`` / ``finished_at``
+  indexes). A row that commits more than ``settle_s`` after its own timestamp would be
+  missed; the Controller stamps and commits in one transaction.
+
+Aggregates are computed in SQL (``repositories.seconds_between`` is the dialect's
+timestamp difference), so no job row reaches Python.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from orchestrator.states import JobState
-from service.db import repositories as repo
+from orchestrator.states import TERMINAL, JobState
 from service.db.models import AllocationRow, Job, NodeRow
+from service.db.repositories import seconds_between
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                         300.0, 1800.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SETTLE_S = 60.0
+"""Rows stamped longer ago than this are added to the counters once, never re-read."""
+LIVE_STATES = tuple(s for s in JobState if s not in TERMINAL)
+_TERMINAL = tuple(s for s in JobState if s in TERMINAL)
 
 
 def _label(value: str) -> str:
@@ -33,22 +53,111 @@ def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> lis
 
 def histogram_lines(name: str, values: Sequence[float], buckets: Sequence[float]) -> list[str]:
     """Cumulative ``_bucket`` lines, ``_sum`` and ``_count`` of ``values``."""
-    out = []
     ordered = sorted(values)
+    counts = []
     i = 0
     for b in buckets:
         while i < len(ordered) and ordered[i] <= b:
             i += 1
-        out.append(f'{name}_bucket{{le="{b:g}"}} {i}')
-    out.append(f'{name}_bucket{{le="+Inf"}} {len(ordered)}')
-    out.append(f"{name}_sum {math.fsum(ordered):.6f}")
-    out.append(f"{name}_count {len(ordered)}")
+        counts.append(i)
+    return _histogram_text(name, buckets, counts, len(ordered), math.fsum(ordered))
+
+
+def _histogram_text(name: str, buckets: Sequence[float], cumulative: Sequence[int],
+                    count: int, total: float) -> list[str]:
+    out = [f'{name}_bucket{{le="{b:g}"}} {n}' for b, n in zip(buckets, cumulative,
+                                                               strict=True)]
+    out.append(f'{name}_bucket{{le="+Inf"}} {count}')
+    out.append(f"{name}_sum {total:.6f}")
+    out.append(f"{name}_count {count}")
     return out
 
 
-def render_metrics(session: Session) -> str:
-    """The exposition text for the current database contents."""
-    by_state = repo.count_jobs_by_state(session=session)
+@dataclass
+class Latency:
+    """A cumulative histogram: counts at or below each bucket bound, count and sum."""
+
+    cumulative: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
+    count: int = 0
+    total: float = 0.0
+
+    def plus(self, other: Latency) -> Latency:
+        return Latency([a + b for a, b in zip(self.cumulative, other.cumulative, strict=True)],
+                       self.count + other.count, self.total + other.total)
+
+
+def _latency(session: Session, lo: datetime | None, hi: datetime | None) -> Latency:
+    """The histogram of jobs first placed in ``[lo, hi)`` (open ends: None), in SQL (each
+    wait computed once, in a materialised CTE, then counted against every bucket)."""
+    dialect = session.get_bind().dialect.name
+    conds = [Job.placed_at.is_not(None)]
+    if lo is not None:
+        conds.append(Job.placed_at >= lo)
+    if hi is not None:
+        conds.append(Job.placed_at < hi)
+    waits = (sa.select(seconds_between(Job.placed_at, Job.created_at, dialect).label("w"))
+             .where(*conds).cte("waits").prefix_with("MATERIALIZED"))
+    cols = [sa.func.sum(sa.case((waits.c.w <= b, 1), else_=0)) for b in LATENCY_BUCKETS_S]
+    row = session.execute(sa.select(sa.func.count(), sa.func.sum(waits.c.w), *cols)).one()
+    return Latency([int(n or 0) for n in row[2:]], int(row[0] or 0), float(row[1] or 0.0))
+
+
+def _finished(session: Session, lo: datetime | None, hi: datetime | None) -> dict[str, int]:
+    """Jobs that finished in ``[lo, hi)``, by (terminal) state."""
+    conds = [Job.finished_at.is_not(None)]  # set once, when a job ends: on the index
+    if lo is not None:
+        conds.append(Job.finished_at >= lo)
+    if hi is not None:
+        conds.append(Job.finished_at < hi)
+    counts = dict.fromkeys((s.value for s in _TERMINAL), 0)
+    # A materialised CTE keeps the range on the finished_at index: grouping the table
+    # directly, SQLite scans the state index instead (ordered by the GROUP BY).
+    ended = sa.select(Job.state).where(*conds).cte("ended").prefix_with("MATERIALIZED")
+    for state, n in session.execute(
+            sa.select(ended.c.state, sa.func.count()).group_by(ended.c.state)):
+        if JobState(state).value in counts:
+            counts[JobState(state).value] += int(n)
+    return counts
+
+
+class Tally:
+    """The settled part of the history counters of one process (see the module doc)."""
+
+    def __init__(self, settle_s: float = SETTLE_S) -> None:
+        self.settle = timedelta(seconds=settle_s)
+        self.until: datetime | None = None
+        """Everything stamped before this instant is counted in ``latency``/``finished``."""
+        self.latency = Latency()
+        self.finished = dict.fromkeys((s.value for s in _TERMINAL), 0)
+        self._lock = threading.Lock()
+
+    def read(self, session: Session, now: datetime) -> tuple[Latency, dict[str, int]]:
+        """The counters as of ``now``: the settled ones advanced to ``now - settle``, plus
+        the rows stamped since (read, not kept)."""
+        with self._lock:
+            hi = now - self.settle
+            if self.until is None or hi > self.until:
+                self.latency = self.latency.plus(_latency(session, self.until, hi))
+                for state, n in _finished(session, self.until, hi).items():
+                    self.finished[state] += n
+                self.until = hi
+            settled_latency, settled_finished, since = (
+                self.latency, dict(self.finished), self.until)
+        recent = _finished(session, since, None)
+        return (settled_latency.plus(_latency(session, since, None)),
+                {s: n + recent[s] for s, n in settled_finished.items()})
+
+
+def render_metrics(session: Session, tally: Tally, now: datetime) -> str:
+    """The exposition text for the current database contents (``tally``: this process's
+    settled counters, advanced as of ``now``)."""
+    by_state = dict.fromkeys((s.value for s in JobState), 0)
+    for state, n in session.execute(
+            sa.select(Job.state, sa.func.count()).where(Job.state.in_(LIVE_STATES))
+            .group_by(Job.state)):
+        by_state[JobState(state).value] = int(n)
+    latency, finished = tally.read(session, now)
+    by_state.update(finished)
     capacity: dict[str, int] = {}
     for gpu_type, total in session.execute(
         sa.select(NodeRow.gpu_type, sa.func.sum(NodeRow.total_gpus))
@@ -61,12 +170,6 @@ def render_metrics(session: Session) -> str:
         .where(AllocationRow.released_at.is_(None)).group_by(AllocationRow.gpu_type)
     ):
         used[gpu_type] = int(gpus or 0)
-    latencies = [
-        (placed - created).total_seconds()
-        for created, placed in session.execute(
-            sa.select(Job.created_at, Job.placed_at).where(Job.placed_at.is_not(None))
-        )
-    ]
     lines: list[str] = []
     lines += _family("frenzy_queue_length", "gauge", "Jobs waiting for GPUs (PENDING).",
                      [f"frenzy_queue_length {by_state[JobState.PENDING.value]}"])
@@ -81,6 +184,7 @@ def render_metrics(session: Session) -> str:
     lines += _family(
         "frenzy_placement_latency_seconds", "histogram",
         "Seconds from submission to a job's first placement.",
-        histogram_lines("frenzy_placement_latency_seconds", latencies, LATENCY_BUCKETS_S),
+        _histogram_text("frenzy_placement_latency_seconds", LATENCY_BUCKETS_S,
+                        latency.cumulative, latency.count, latency.total),
     )
     return "\n".join(lines) + "\n"

@@ -8,12 +8,22 @@ the cross-field rules live in ``predictor.spec`` and reach the client as 422s th
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.states import JobState
 from predictor.spec import Family, Optimizer, Precision
+from service.limits import MODEL_BOUNDS, check_json_document, check_text
+
+SafeStr = Annotated[str, AfterValidator(check_text)]
+"""A string both databases can store (no NUL, no lone surrogate): a 422, not a 500."""
+
+RETIRED_FIELDS: dict[str, str] = {
+    "priority": "no longer accepted: no scheduling policy orders jobs by priority (each "
+                "policy has its own order, see docs/security.md); remove the field",
+}
+"""Request fields that were removed, with the message a client that still sends one gets."""
 
 # -- requests -----------------------------------------------------------------------------
 
@@ -23,51 +33,70 @@ class _Create(BaseModel):
 
 
 class ModelDimensions(_Create):
-    """A model given by its numbers rather than by name."""
+    """A model given by its numbers rather than by name (bounds: ``service.limits``)."""
 
-    name: str = Field("custom", min_length=1, max_length=128)
+    name: SafeStr = Field("custom", min_length=1, max_length=128)
     family: Family = Field(Family.LLAMA, description="layer structure")
-    num_layers: int = Field(gt=0, le=10_000)
-    hidden_size: int = Field(gt=0, le=1 << 20)
-    num_heads: int = Field(gt=0, le=1 << 14)
-    vocab_size: int = Field(gt=0, le=1 << 24)
-    max_seq_len: int = Field(gt=0, le=1 << 24)
-    num_kv_heads: int = Field(0, ge=0, le=1 << 14, description="0: same as num_heads")
-    ffn_hidden_size: int = Field(0, ge=0, le=1 << 22, description="0: 4·hidden (GeLU)")
-    tie_embeddings: bool = True
-    type_vocab_size: int = Field(0, ge=0, le=1 << 16)
+    num_layers: int = Field(gt=0, le=MODEL_BOUNDS["num_layers"], strict=True)
+    hidden_size: int = Field(gt=0, le=MODEL_BOUNDS["hidden_size"], strict=True)
+    num_heads: int = Field(gt=0, le=MODEL_BOUNDS["num_heads"], strict=True)
+    vocab_size: int = Field(gt=0, le=MODEL_BOUNDS["vocab_size"], strict=True)
+    max_seq_len: int = Field(gt=0, le=MODEL_BOUNDS["max_seq_len"], strict=True)
+    num_kv_heads: int = Field(0, ge=0, le=MODEL_BOUNDS["num_kv_heads"], strict=True,
+                              description="0: same as num_heads")
+    ffn_hidden_size: int = Field(0, ge=0, le=MODEL_BOUNDS["ffn_hidden_size"], strict=True,
+                                 description="0: 4·hidden (GeLU)")
+    tie_embeddings: bool = Field(True, strict=True)
+    type_vocab_size: int = Field(0, ge=0, le=MODEL_BOUNDS["type_vocab_size"], strict=True)
 
 
 class TrainingCreate(_Create):
-    """How to train: global batch of ``seq_len``-token sequences, for steps or tokens."""
+    """How to train: global batch of ``seq_len``-token sequences, for steps or tokens.
 
-    global_batch: int = Field(gt=0, le=1 << 20, description="sequences per optimizer step")
-    seq_len: int = Field(gt=0, le=1 << 22, description="tokens per sequence")
+    Numbers are strict (JSON ``true`` is not 1); the product of the batch and the model's
+    size is bounded too (``service.limits.check_planner_range``, checked when planning)."""
+
+    global_batch: int = Field(gt=0, le=1 << 20, strict=True,
+                              description="sequences per optimizer step")
+    seq_len: int = Field(gt=0, le=MODEL_BOUNDS["max_seq_len"], strict=True,
+                         description="tokens per sequence")
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAMW
-    steps: int | None = Field(None, gt=0, le=1 << 40)
-    tokens: int | None = Field(None, gt=0, le=1 << 62)
-    flash_attention: bool = True
-    sequence_parallel: bool = True
+    steps: int | None = Field(None, gt=0, le=1 << 40, strict=True)
+    tokens: int | None = Field(None, gt=0, le=1 << 62, strict=True)
+    flash_attention: bool = Field(True, strict=True)
+    sequence_parallel: bool = Field(True, strict=True)
 
 
 class JobCreate(_Create):
     """A model-only submission: exactly one of ``model`` (catalog name), ``hf_config``
-    (a Hugging Face config.json object) or ``dimensions``, plus the training config."""
+    (a Hugging Face config.json object) or ``dimensions``, plus the training config.
 
-    model: str | None = Field(None, min_length=1, max_length=128, examples=["llama-2-7b"])
-    hf_config: dict[str, Any] | None = Field(None, description="Hugging Face config.json")
+    There is no ``priority``: no scheduling policy reads one (``RETIRED_FIELDS``)."""
+
+    model: SafeStr | None = Field(None, min_length=1, max_length=128,
+                                  examples=["llama-2-7b"])
+    hf_config: dict[str, Any] | None = Field(
+        None, description="Hugging Face config.json (at most 16 levels deep, 4096 entries)")
     dimensions: ModelDimensions | None = None
     training: TrainingCreate
-    deadline_s: float | None = Field(None, gt=0, le=10 * 365 * 86400,
+    deadline_s: float | None = Field(None, gt=0, le=10 * 365 * 86400, strict=True,
                                      description="seconds from submission")
-    priority: int = Field(0, ge=-1000, le=1000)
-    name: str | None = Field(None, min_length=1, max_length=128)
-    entrypoint: str | None = Field(None, min_length=1, max_length=1024,
-                                   description="user training entrypoint (default: built-in)")
-    max_gpus: int | None = Field(None, ge=1, le=4096, description="cap on one plan's GPUs")
-    ranking: str | None = Field(None, max_length=32,
-                                description="gpu_seconds (default), job_time, fewest_gpus")
+    name: SafeStr | None = Field(None, min_length=1, max_length=128)
+    entrypoint: SafeStr | None = Field(None, min_length=1, max_length=1024,
+                                       description="user training entrypoint (default: "
+                                                   "built-in)")
+    max_gpus: int | None = Field(None, ge=1, le=4096, strict=True,
+                                 description="cap on one plan's GPUs")
+    ranking: SafeStr | None = Field(None, max_length=32,
+                                    description="gpu_seconds (default), job_time, fewest_gpus")
+
+    @field_validator("hf_config")
+    @classmethod
+    def _bounded_document(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_json_document(value)
+        return value
 
 
 # -- responses ----------------------------------------------------------------------------
@@ -168,7 +197,7 @@ class JobSummary(BaseModel):
     state: JobState
     state_reason: str
     model_name: str
-    priority: int
+    priority: int = Field(0, description="always 0 for new jobs (no policy reads a priority)")
     progress: ProgressPublic
     deadline_at: datetime | None
     created_at: datetime
@@ -215,11 +244,11 @@ class EventsPublic(BaseModel):
 
 
 class CancelRequest(_Create):
-    reason: str | None = Field(None, max_length=500)
+    reason: SafeStr | None = Field(None, max_length=500)
 
 
 class HolderPublic(BaseModel):
-    job_id: str
+    job_id: str | None = Field(description="null: another user's job")
     gpus: int
 
 

@@ -111,7 +111,7 @@ def _driver_factory(kind: str) -> Callable[..., Any]:
 def ensure_admin_token(url: str, path: Path) -> str:
     """The local admin's token: the one in ``path`` if this database knows it, else a new
     one written there (mode 600)."""
-    from service.auth import create_token, verify_token
+    from service.auth import create_token, verify_token, write_private_file
     from service.db.engine import make_engine, make_session_factory, write_session
 
     engine = make_engine(url)
@@ -128,11 +128,7 @@ def ensure_admin_token(url: str, path: Path) -> str:
                                  label="frenzy serve local admin")
     finally:
         engine.dispose()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(token + "\n")
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    write_private_file(path, token + "\n")  # 0600 from creation, renamed into place
     log.info("local admin token written to %s", path)
     return token
 

@@ -56,9 +56,18 @@ class Settings(BaseModel):
                     "TYPE:COUNT,...: submissions are planned for them too, so a job can wait "
                     "in the queue for a GPU type no live node has yet",
     )
-    token_cache_ttl_s: float = Field(
-        5.0, ge=0, description="verified tokens are remembered this long (revocation lag)"
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024,
+        description="largest request body; larger ones get a 413 before any other work",
     )
+    quota_max_gpus: int = Field(
+        0, ge=0, description="per user: GPUs held plus the new job's smallest plan (0: none)")
+    quota_max_queued: int = Field(
+        0, ge=0, description="per user: jobs waiting for GPUs (PENDING) at once (0: none)")
+    quota_max_steps: int = Field(
+        0, ge=0, description="per job: optimizer steps (0: none)")
+    quota_max_job_time_s: float = Field(
+        0.0, ge=0, description="per job: predicted run time of its fastest plan (0: none)")
     auto_migrate: bool = Field(False, description="run Alembic migrations when the app starts")
     default_page_size: int = Field(50, ge=1)
     max_page_size: int = Field(500, ge=1)

@@ -16,10 +16,12 @@ from datetime import datetime
 from fastapi import FastAPI, Response
 
 from predictor.gpus import load_gpu_catalog
-from service.api.deps import AppContext, TokenCache
+from service.api.body_limit import BodyLimit
+from service.api.deps import AdminUser, AppContext
 from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
 from service.api.planning import PlanningService, default_planner
+from service.api.quotas import Quotas
 from service.api.routes import admin, cluster, jobs, plans
 from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
@@ -27,7 +29,7 @@ from service.db.models import utcnow
 from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.writer import JobWriter
 from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from service.metrics import render_metrics
+from service.metrics import Tally, render_metrics
 from service.runner import JobRunner, PendingRunner
 from service.settings import Settings, get_settings
 
@@ -62,14 +64,14 @@ def create_app(
         planning=PlanningService(
             planner or default_planner, cache_size=settings.plan_cache_size,
             default_max_gpus=settings.max_gpus, default_ranking=settings.ranking,
-            max_plans=settings.max_plans_per_job,
+            max_plans=settings.max_plans_per_job, hard_max_gpus=settings.quota_max_gpus,
         ),
         inventory=InventoryCache(provider, settings.inventory_ttl_s,
                                  extra=settings.extra_gpu_pools),
         clock=clock or utcnow,
-        tokens=TokenCache(settings.token_cache_ttl_s),
         writer=AsyncJobWriter(pg) if pg is not None else JobWriter(engine),
         pg=pg,
+        quotas=Quotas.from_settings(settings),
     )
 
     @asynccontextmanager
@@ -98,6 +100,9 @@ def create_app(
     )
     app.state.ctx = ctx
     install_error_handlers(app)
+    # Outside the routes and their dependencies: a body over the limit is refused before
+    # authentication or parsing allocates anything for it (service.api.body_limit).
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for module in (jobs, plans, cluster, admin):
         app.include_router(module.router, prefix="/v1")
 
@@ -105,11 +110,14 @@ def create_app(
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    tally = Tally()
+
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
-        """Prometheus exposition (``service.metrics``): aggregates only, no auth."""
+    def metrics(_admin: AdminUser) -> Response:
+        """Prometheus exposition (``service.metrics``): aggregates only, for admin tokens
+        (Prometheus: ``authorization: {credentials_file: ...}`` in the scrape config)."""
         with factory() as session:
-            body = render_metrics(session)
+            body = render_metrics(session, tally, ctx.clock())
         return Response(body, media_type=METRICS_CONTENT_TYPE)
 
     install_dashboard(app)

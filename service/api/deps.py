@@ -7,8 +7,6 @@ is built once by ``create_app`` and lives on ``app.state``.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,39 +21,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.api.errors import ApiError
 from service.api.inventory import ClusterProvider, InventoryCache
 from service.api.planning import PlanningService
-from service.auth import Principal, hash_token, verify_token
+from service.api.quotas import Quotas
+from service.auth import Principal, hash_token, plausible_token
+from service.db import repositories as repo
 from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.writer import JobWriter
 from service.runner import JobRunner
 from service.settings import Settings
-
-
-class TokenCache:
-    """Verified tokens remembered for ``ttl_s`` seconds (by hash), so most requests skip
-    the token lookup; a revoked token stops working within ``ttl_s``."""
-
-    def __init__(self, ttl_s: float, max_entries: int = 10_000) -> None:
-        self._ttl = ttl_s
-        self._max = max_entries
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, Principal]] = {}
-
-    def get(self, key: str) -> Principal | None:
-        if not self._ttl:
-            return None
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is None or time.monotonic() - hit[0] > self._ttl:
-            return None
-        return hit[1]
-
-    def put(self, key: str, principal: Principal) -> None:
-        if not self._ttl:
-            return
-        with self._lock:
-            if len(self._entries) >= self._max:
-                self._entries.clear()
-            self._entries[key] = (time.monotonic(), principal)
 
 
 @dataclass
@@ -68,12 +40,13 @@ class AppContext:
     planning: PlanningService
     inventory: InventoryCache
     clock: Callable[[], datetime]
-    tokens: TokenCache = field(default_factory=lambda: TokenCache(0))
     writer: JobWriter | AsyncJobWriter | None = None
     """Group commit of submissions (``service.db.writer``, or ``service.db.pg_async`` on
     PostgreSQL); None: one transaction each."""
     pg: AsyncPg | None = None
     """Async PostgreSQL connections for the hot reads (None on SQLite)."""
+    quotas: Quotas = field(default_factory=Quotas)
+    """Per-user limits checked at submission (``service.api.quotas``)."""
 
 
 async def get_context(request: Request) -> AppContext:
@@ -96,20 +69,25 @@ _bearer = HTTPBearer(auto_error=False, description="API token: `frenzy token cre
 
 
 def _verify(ctx: AppContext, token: str) -> Principal | None:
-    with ctx.session_factory() as session:
-        return verify_token(session=session, token=token)
+    """The token's principal: one Core query on a pooled connection (no ORM session)."""
+    with ctx.engine.connect() as conn:
+        row = conn.execute(repo.ACTIVE_TOKEN,
+                           {"token_hash": hash_token(token), "now": ctx.clock()}).first()
+    return None if row is None else Principal(owner=row[1], is_admin=bool(row[2]),
+                                              token_id=int(row[0]))
 
 
 async def get_current_user(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """The caller of a bearer token; 401 without a valid one.
+    """The caller of a bearer token; 401 without a live one.
 
-    ``async`` so a cached token costs no thread-pool round trip; a token not in the cache
-    is looked up in the thread pool, with its own short session so the request never
-    holds two connections at once. (The context is read from the request, not through
-    ``ContextDep``: one dependency less to resolve on every authenticated request.)
+    The token is looked up on every request (no cache: a revoked or expired token fails
+    on the next request): on SQLite as a local read on the event loop, on PostgreSQL with
+    async psycopg (``service.db.pg_async``), on another database in the thread pool.
+    (The context is read from the request, not through ``ContextDep``: one dependency
+    less to resolve on every authenticated request.)
     """
     ctx: AppContext = request.app.state.ctx
     challenge = {"WWW-Authenticate": "Bearer"}
@@ -117,13 +95,19 @@ async def get_current_user(
         raise ApiError(
             401, "Authorization", "missing; send 'Authorization: Bearer <token>'", challenge
         )
-    key = hash_token(credentials.credentials)
-    principal = ctx.tokens.get(key)
+    token = credentials.credentials
+    principal: Principal | None = None
+    if plausible_token(token):
+        if ctx.pg is not None:
+            row = await ctx.pg.read_token(hash_token(token), ctx.clock())
+            if row is not None:
+                principal = Principal(owner=row[1], is_admin=bool(row[2]), token_id=int(row[0]))
+        elif ctx.engine.dialect.name == "sqlite":
+            principal = _verify(ctx, token)
+        else:
+            principal = await run_in_threadpool(_verify, ctx, token)
     if principal is None:
-        principal = await run_in_threadpool(_verify, ctx, credentials.credentials)
-        if principal is None:
-            raise ApiError(401, "Authorization", "unknown or revoked token", challenge)
-        ctx.tokens.put(key, principal)
+        raise ApiError(401, "Authorization", "unknown, revoked or expired token", challenge)
     return principal
 
 

@@ -15,6 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.schemas import RETIRED_FIELDS
+
 log = logging.getLogger(__name__)
 
 
@@ -50,7 +52,13 @@ def _field_of(loc: Sequence[Any]) -> str:
 def _message_of(err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
     if kind == "extra_forbidden":
-        return "unknown field; check the spelling (see /docs for the accepted fields)"
+        loc = err.get("loc") or ()
+        retired = RETIRED_FIELDS.get(str(loc[-1])) if loc else None
+        return retired or "unknown field; check the spelling (see /docs for the accepted fields)"
+    if kind == "value_error":  # our validators' ValueError: its message, not pydantic's prefix
+        error = err.get("ctx", {}).get("error")
+        if error is not None:
+            return str(error)
     if kind == "missing":
         return "required"
     if kind == "json_invalid":

@@ -22,6 +22,7 @@ from predictor.errors import SpecError
 from predictor.spec import ModelSpec, TrainingSpec
 from service.api.errors import ApiError
 from service.api.inventory import Inventory
+from service.limits import MODEL_BOUNDS, model_bound_problem, planner_range_problem
 from service.schemas import JobCreate, spec_error_field
 
 if TYPE_CHECKING:
@@ -131,11 +132,31 @@ def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
             flash_attention=t.flash_attention, sequence_parallel=t.sequence_parallel,
         )
         train.check_against(model)
+        _check_limits(model, train, source)
     except SpecError as exc:
         raise ApiError(422, spec_error_field(exc.field, source), exc.reason) from None
     except (TypeError, ValueError) as exc:  # a config.json value of the wrong type
         raise ApiError(422, source, str(exc)) from None
     return model, train, source
+
+
+def _check_limits(model: ModelSpec, train: TrainingSpec, source: str) -> None:
+    """``ApiError`` 422 when the model is out of ``service.limits.MODEL_BOUNDS`` (an
+    ``hf_config``'s numbers reach no schema field) or the job out of the planner's
+    integer range (``service.limits.planner_range_problem``)."""
+    from predictor.memory import estimate_memory
+    from predictor.spec import ParallelConfig, Recompute
+
+    bad = model_bound_problem({k: getattr(model, k, None) for k in MODEL_BOUNDS})
+    if bad is not None:
+        name, why = bad
+        field = spec_error_field(name, source)
+        raise ApiError(422, field, why if field.endswith(name) else f"{name}: {why}")
+    whole = ParallelConfig(micro_batch=train.global_batch, recompute=Recompute.NONE,
+                           flash_attention=train.flash_attention)
+    problem = planner_range_problem(estimate_memory(model, train, whole).tensors)
+    if problem is not None:
+        raise ApiError(422, "training.global_batch", problem)
 
 
 class PlanningService:
@@ -149,8 +170,12 @@ class PlanningService:
         default_max_gpus: int,
         default_ranking: str,
         max_plans: int,
+        hard_max_gpus: int = 0,
     ) -> None:
+        """``hard_max_gpus`` (0: none) caps every plan's GPUs whatever the body asks for
+        (the ``quota_max_gpus`` setting)."""
         self._planner = planner
+        self._hard_max_gpus = hard_max_gpus
         self._cache_size = cache_size
         self._default_max_gpus = default_max_gpus
         self._default_ranking = default_ranking
@@ -202,6 +227,8 @@ class PlanningService:
                 f"({', '.join(unknown)}); add it to predictor/data/gpus.yaml",
             )
         cap = body.max_gpus or self._default_max_gpus
+        if self._hard_max_gpus:
+            cap = min(cap, self._hard_max_gpus)
         if known:
             cap = min(cap, max(inventory.total_by_type[t] for t in known))
         ranking = body.ranking or self._default_ranking

@@ -102,6 +102,27 @@ def _sqlite_write_lock(engine: sa.Engine) -> _SqliteWriteLock | None:
         return lock
 
 
+def private_sqlite_file(path: Path) -> None:
+    """Make ``path`` (a SQLite database) readable by its owner only: its folder is created
+    0700 if missing, the file is created 0600 before SQLite opens it (SQLite gives the
+    ``-wal``/``-shm`` files it makes the database file's mode), and an existing file or
+    side file that others may read is narrowed to 0600."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError as exc:  # read-only media and the like: SQLite reports it on connect
+        log.warning("could not create %s: %s", path, exc)
+        return
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        try:
+            mode = p.stat().st_mode & 0o777
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            log.warning("%s was mode %o (readable by others); now 0600", p, mode)
+            p.chmod(0o600)
+
+
 def make_engine(
     url: str,
     *,
@@ -118,7 +139,7 @@ def make_engine(
         )
     database = parsed.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite_file(Path(database).expanduser())
     engine = sa.create_engine(
         url,
         echo=echo,

@@ -93,6 +93,14 @@ class Token(Base):
     label: Mapped[str | None] = mapped_column(sa.String(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """The token stops working at this instant (None: never; revision 0003)."""
+
+
+def _set_only(column: str) -> dict[str, Any]:
+    """A partial index's options: only the rows where ``column`` is set."""
+    where = sa.text(f"{column} IS NOT NULL")
+    return {"sqlite_where": where, "postgresql_where": where}
 
 
 class Job(Base):
@@ -103,6 +111,9 @@ class Job(Base):
         sa.UniqueConstraint("owner", "idempotency_key"),
         sa.Index("ix_jobs_owner_created_at", "owner", "created_at"),
         sa.Index("ix_jobs_state_created_at", "state", "created_at"),
+        sa.Index("ix_jobs_owner_state", "owner", "state"),
+        sa.Index("ix_jobs_placed_at", "placed_at", **_set_only("placed_at")),
+        sa.Index("ix_jobs_finished_at", "finished_at", **_set_only("finished_at")),
     )
 
     id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)

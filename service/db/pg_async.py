@@ -82,6 +82,7 @@ _HELD_DATETIMES = tuple(
 
 _SELECT_JOB = _sql(repo.SELECT_JOB_ROW)
 _SELECT_HELD = _sql(repo.SELECT_HELD)
+_SELECT_TOKEN = _sql(repo.ACTIVE_TOKEN)
 
 
 def _unnest_insert_sql() -> str:
@@ -238,6 +239,22 @@ class AsyncPg:
         self._open = 0
 
     # -- the hot paths -----------------------------------------------------------------------
+    async def read_token(self, token_hash: str, now: datetime) -> tuple[Any, ...] | None:
+        """(id, owner, is_admin) of the live token with this hash at ``now``, else None
+        (``repositories.ACTIVE_TOKEN``: one round trip, on every authenticated request)."""
+        for attempt in (1, 2):
+            conn = await self._acquire()
+            try:
+                cur = await conn.execute(_SELECT_TOKEN, {"token_hash": token_hash, "now": now})
+                return await cur.fetchone()
+            except psycopg.OperationalError:
+                if attempt == 2 or not conn.broken:
+                    raise
+                log.info("PostgreSQL connection lost; reading the token again")
+            finally:
+                self._release(conn)
+        raise AssertionError("unreachable")
+
     async def read_job(self, job_id: str) -> tuple[Any | None, list[Any]]:
         """The job's row (``JobRow``) and the allocations it holds; (None, []) if none."""
         for attempt in (1, 2):

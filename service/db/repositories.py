@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, undefer
 
 from orchestrator.states import HOLDING, TERMINAL, JobState, check_transition
-from service.db.models import AllocationRow, Event, Job, NodeRow, Token, utcnow
+from service.db.models import AllocationRow, Event, Job, NodeRow, Token, UTCDateTime, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +31,50 @@ def add_token(
     is_admin: bool,
     label: str | None = None,
     now: datetime | None = None,
+    expires_at: datetime | None = None,
 ) -> Token:
     """Store a token's hash (never the token itself)."""
     row = Token(
         owner=owner, token_hash=token_hash, is_admin=is_admin, label=label,
-        created_at=now or utcnow(),
+        created_at=now or utcnow(), expires_at=expires_at,
     )
     session.add(row)
     session.flush()
     return row
 
 
-def get_active_token(*, session: Session, token_hash: str) -> Token | None:
-    """The unrevoked token with this hash, if any."""
-    return session.scalar(
-        sa.select(Token).where(Token.token_hash == token_hash, Token.revoked_at.is_(None))
-    )
+ACTIVE_TOKEN = (
+    sa.select(Token.id, Token.owner, Token.is_admin)
+    .where(Token.token_hash == sa.bindparam("token_hash"), Token.revoked_at.is_(None),
+           sa.or_(Token.expires_at.is_(None), Token.expires_at > sa.bindparam("now")))
+)
+"""The live token with a hash (neither revoked nor expired at ``now``): the one query
+every authenticated request makes (``service.db.pg_async`` runs the same statement)."""
+
+
+def get_active_token(
+    *, session: Session, token_hash: str, now: datetime | None = None
+) -> sa.Row[Any] | None:
+    """(id, owner, is_admin) of the token with this hash if it is live at ``now``."""
+    return session.execute(
+        ACTIVE_TOKEN, {"token_hash": token_hash, "now": now or utcnow()}).first()
+
+
+def list_tokens(*, session: Session, owner: str | None = None) -> list[Token]:
+    """Every token (or an owner's), oldest first: what ``frenzy token list`` shows."""
+    stmt = sa.select(Token).order_by(Token.id)
+    if owner is not None:
+        stmt = stmt.where(Token.owner == owner)
+    return list(session.scalars(stmt))
+
+
+def revoke_token(*, session: Session, token_id: int, now: datetime | None = None) -> Token | None:
+    """Revoke one token by its id (a no-op if it already is); None if there is no such id."""
+    row = session.get(Token, token_id)
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = now or utcnow()
+        session.flush()
+    return row
 
 
 def revoke_tokens(*, session: Session, owner: str, now: datetime | None = None) -> int:
@@ -280,6 +308,14 @@ def list_jobs(
     return list(rows), int(total)
 
 
+def owned_job_ids(*, session: Session, owner: str, job_ids: Sequence[str]) -> set[str]:
+    """Those of ``job_ids`` that belong to ``owner`` (one query by primary key)."""
+    if not job_ids:
+        return set()
+    return set(session.scalars(
+        sa.select(Job.id).where(Job.id.in_(list(job_ids)), Job.owner == owner)))
+
+
 def live_jobs(*, session: Session, with_plans: bool = False) -> list[Job]:
     """Every job not yet finished, oldest first: what a restarted Controller must resume
     (``with_plans``: their stored plans loaded too)."""
@@ -499,36 +535,78 @@ class JobStats:
         return self.deadline_met / self.deadline_jobs if self.deadline_jobs else None
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def seconds_between(later: Any, earlier: Any, dialect: str) -> sa.ColumnElement[float]:
+    """``later - earlier`` in seconds, in SQL. SQLite stores timestamps as text and its
+    ``julianday`` is a double of ~2.46e6 days (resolution ~50 µs), so there the difference
+    is rounded to the millisecond."""
+    if dialect == "sqlite":
+        return sa.func.round(
+            (sa.func.julianday(later) - sa.func.julianday(earlier)) * 86400.0, 3)
+    return sa.extract("epoch", later - earlier)
+
+
+def _greatest(a: Any, b: Any, dialect: str) -> sa.ColumnElement[Any]:
+    return sa.func.max(a, b) if dialect == "sqlite" else sa.func.greatest(a, b)
+
+
+def _least(a: Any, b: Any, dialect: str) -> sa.ColumnElement[Any]:
+    return sa.func.min(a, b) if dialect == "sqlite" else sa.func.least(a, b)
+
+
+def _utilisation(
+    session: Session, *, start: datetime, now: datetime, bucket_s: float, buckets: int,
+) -> dict[str, list[float]]:
+    """GPU-seconds allocated per (GPU type, bucket) over ``[start, now]``, summed in SQL:
+    the allocations overlapping the window, clipped to it, joined with the bucket numbers
+    (a recursive CTE) and their overlaps summed. The clipped spans are a materialised CTE:
+    inlined into the join, SQLite recomputed them for every bucket."""
+    dialect = session.get_bind().dialect.name
+    a = AllocationRow
+    lo = seconds_between(_greatest(a.created_at, sa.literal(start, UTCDateTime), dialect),
+                         sa.literal(start, UTCDateTime), dialect)
+    hi = seconds_between(
+        _least(sa.func.coalesce(a.released_at, sa.literal(now, UTCDateTime)),
+               sa.literal(now, UTCDateTime), dialect),
+        sa.literal(start, UTCDateTime), dialect)
+    spans = (
+        sa.select(a.gpu_type.label("gpu_type"), a.gpus.label("gpus"), lo.label("lo"),
+                  hi.label("hi"))
+        .where(a.created_at < now, sa.or_(a.released_at.is_(None), a.released_at > start))
+        .cte("spans").prefix_with("MATERIALIZED")  # computed once, not once per bucket
+    )
+    seq = sa.select(sa.literal(0).label("b")).cte("bucket_numbers", recursive=True)
+    seq = seq.union_all(sa.select(seq.c.b + 1).where(seq.c.b < buckets - 1))
+    b_lo = seq.c.b * bucket_s
+    b_hi = b_lo + bucket_s
+    overlap = _least(spans.c.hi, b_hi, dialect) - _greatest(spans.c.lo, b_lo, dialect)
+    stmt = (
+        sa.select(spans.c.gpu_type, seq.c.b, sa.func.sum(spans.c.gpus * overlap))
+        .select_from(spans.join(seq, sa.and_(spans.c.lo < b_hi, spans.c.hi > b_lo)))
+        .group_by(spans.c.gpu_type, seq.c.b)
+    )
+    used: dict[str, list[float]] = {}
+    for gpu_type, b, gpu_s in session.execute(stmt):
+        used.setdefault(gpu_type, [0.0] * buckets)[int(b)] = float(gpu_s or 0.0)
+    return used
 
 
 def job_stats(*, session: Session, now: datetime, window_s: float, buckets: int) -> JobStats:
     """Utilisation by GPU type (from allocation history against current node capacity),
     queue length, average JCT and queueing time of jobs finished/placed in the window,
-    the deadline hit rate, and jobs by state."""
+    the deadline hit rate, and jobs by state.
+
+    Every figure is an aggregate computed by the database (no job or allocation row is
+    loaded into Python): the cost is the database's scan of the window, not the history
+    shipped to the API process."""
+    dialect = session.get_bind().dialect.name
     start = now - timedelta(seconds=window_s)
     bucket_s = window_s / buckets
     capacity: dict[str, int] = {}
     for node in list_nodes(session=session):
         capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.total_gpus
-    allocs = session.scalars(
-        sa.select(AllocationRow).where(
-            AllocationRow.created_at < now,
-            sa.or_(AllocationRow.released_at.is_(None), AllocationRow.released_at > start),
-        )
-    ).all()
-    used: dict[str, list[float]] = {t: [0.0] * buckets for t in capacity}
-    for a in allocs:
-        series = used.setdefault(a.gpu_type, [0.0] * buckets)
-        lo = max(a.created_at, start)
-        hi = min(a.released_at or now, now)
-        for b in range(buckets):
-            b_lo = start + timedelta(seconds=b * bucket_s)
-            b_hi = b_lo + timedelta(seconds=bucket_s)
-            overlap = (min(hi, b_hi) - max(lo, b_lo)).total_seconds()
-            if overlap > 0:
-                series[b] += a.gpus * overlap
+    used = {t: [0.0] * buckets for t in capacity}
+    used.update(_utilisation(session, start=start, now=now, bucket_s=bucket_s,
+                             buckets=buckets))
     starts = tuple(start + timedelta(seconds=b * bucket_s) for b in range(buckets))
     utilisation = tuple(
         UtilisationSeries(
@@ -542,22 +620,22 @@ def job_stats(*, session: Session, now: datetime, window_s: float, buckets: int)
         for t in sorted(used)
     )
 
-    finished = session.scalars(
-        sa.select(Job).where(Job.finished_at.is_not(None), Job.finished_at >= start)
-    ).all()
-    jcts = [
-        (j.finished_at - j.created_at).total_seconds()
-        for j in finished
-        if j.state is JobState.SUCCEEDED and j.finished_at is not None
-    ]
-    placed = session.scalars(
-        sa.select(Job).where(Job.placed_at.is_not(None), Job.placed_at >= start)
-    ).all()
-    waits = [(j.placed_at - j.created_at).total_seconds() for j in placed if j.placed_at]
+    jct = seconds_between(Job.finished_at, Job.created_at, dialect)
+    finished, avg_jct = session.execute(
+        sa.select(sa.func.count(),
+                  sa.func.avg(sa.case((Job.state == JobState.SUCCEEDED, jct), else_=None)))
+        .where(Job.finished_at.is_not(None), Job.finished_at >= start)
+    ).one()
+    avg_wait = session.scalar(
+        sa.select(sa.func.avg(seconds_between(Job.placed_at, Job.created_at, dialect)))
+        .where(Job.placed_at.is_not(None), Job.placed_at >= start)
+    )
     # A deadline counts once it is decided: the job ended (not by cancellation), or the
     # deadline passed while it was still live. It is met when the job succeeded in time.
-    deadline_rows = session.scalars(
-        sa.select(Job).where(
+    met_case = sa.case((sa.and_(Job.state == JobState.SUCCEEDED, Job.finished_at.is_not(None),
+                                Job.finished_at <= Job.deadline_at), 1), else_=0)
+    deadline_jobs, deadline_met = session.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(met_case), 0)).where(
             Job.deadline_at.is_not(None),
             Job.state != JobState.CANCELLED,
             sa.or_(
@@ -566,16 +644,13 @@ def job_stats(*, session: Session, now: datetime, window_s: float, buckets: int)
                         Job.deadline_at <= now),
             ),
         )
-    ).all()
-    met = sum(
-        1 for j in deadline_rows
-        if j.state is JobState.SUCCEEDED and j.finished_at is not None
-        and j.deadline_at is not None and j.finished_at <= j.deadline_at
-    )
+    ).one()
     by_state = count_jobs_by_state(session=session)
     return JobStats(
         now=now, window_s=window_s, bucket_s=bucket_s, utilisation=utilisation,
         jobs_by_state=by_state, queue_length=by_state[JobState.PENDING.value],
-        avg_jct_s=_mean(jcts), avg_queueing_s=_mean(waits),
-        deadline_jobs=len(deadline_rows), deadline_met=met, finished_in_window=len(finished),
+        avg_jct_s=None if avg_jct is None else float(avg_jct),
+        avg_queueing_s=None if avg_wait is None else float(avg_wait),
+        deadline_jobs=int(deadline_jobs), deadline_met=int(deadline_met),
+        finished_in_window=int(finished),
     )

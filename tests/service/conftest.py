@@ -54,7 +54,7 @@ def migrated_url(db_url: str) -> str:
 
 @pytest.fixture
 def settings(migrated_url: str) -> Settings:
-    return Settings(database_url=migrated_url, inventory_ttl_s=0, token_cache_ttl_s=0)
+    return Settings(database_url=migrated_url, inventory_ttl_s=0)
 
 
 @pytest.fixture

@@ -37,7 +37,9 @@ def test_metrics_reflect_queue_allocations_and_latency(env: Env) -> None:
         repo.set_allocation(session=s, job=job, placement=[("a100-0", 4)], gpu_type="A100-80G",
                             plan_rank=1, now=placed)
         repo.transition_job(session=s, job=job, to=JobState.PLACED, reason="t", now=placed)
-    r = env.client.get("/metrics")
+    assert env.client.get("/metrics").status_code == 401
+    assert env.client.get("/metrics", headers=env.headers("alice")).status_code == 403
+    r = env.client.get("/metrics", headers=env.headers("admin"))
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     v = _values(r.text)
     assert v["frenzy_queue_length"] == 2

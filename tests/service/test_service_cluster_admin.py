@@ -57,7 +57,7 @@ def test_events_move_state_allocations_and_cluster(env: Env) -> None:
     assert job["progress"]["steps_done"] == 40.0 and job["progress"]["fraction"] == 0.4
     assert job["placed_at"] is not None and job["started_at"] is not None
 
-    cluster = env.client.get("/v1/cluster", headers=env.headers("bob")).json()
+    cluster = env.client.get("/v1/cluster", headers=env.headers("admin")).json()
     nodes = {n["id"]: n for n in cluster["nodes"]}
     assert nodes["a100-0"]["free_gpus"] == 6 and nodes["a100-0"]["holders"] == [
         {"job_id": job_id, "gpus": 2}]

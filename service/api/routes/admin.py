@@ -27,7 +27,7 @@ def stats(
     session: SessionDep,
     ctx: ContextDep,
     _admin: AdminUser,
-    window_s: Annotated[float, Query(gt=0, le=90 * 86400, description="look-back")] = 3600.0,
+    window_s: Annotated[float, Query(ge=1, le=90 * 86400, description="look-back (s)")] = 3600.0,
     buckets: Annotated[int, Query(ge=1, le=1000, description="utilisation points")] = 12,
 ) -> StatsPublic:
     s = repo.job_stats(session=session, now=ctx.clock(), window_s=window_s, buckets=buckets)

@@ -1,11 +1,16 @@
-"""Cluster inventory and occupancy: nodes, GPU types, free/used GPUs, who holds what."""
+"""Cluster inventory and occupancy: nodes, GPU types, free/used GPUs, who holds what.
+
+Everyone sees every node's occupancy; job ids are shown to their owner (and to admins)
+only: another user's GPUs appear with ``job_id`` null and their placements are left out,
+so the ids of other users' jobs cannot be learnt here."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import ContextDep, CurrentUser
+from service.api.deps import ContextDep, CurrentUser, SessionDep
 from service.api.inventory import as_view
+from service.db import repositories as repo
 from service.schemas import (
     ClusterPublic,
     ErrorPublic,
@@ -20,12 +25,15 @@ router = APIRouter(prefix="/cluster", tags=["cluster"], responses={401: {"model"
 
 
 @router.get("", response_model=ClusterPublic, summary="Nodes, GPU types and their holders")
-def get_cluster(ctx: ContextDep, _user: CurrentUser) -> ClusterPublic:
+def get_cluster(ctx: ContextDep, user: CurrentUser, session: SessionDep) -> ClusterPublic:
     view = as_view(ctx.cluster_provider())
+    shown = set(view.allocations) if user.is_admin else repo.owned_job_ids(
+        session=session, owner=user.owner, job_ids=list(view.allocations))
     holders: dict[str, list[HolderPublic]] = {}
     for job_id, placement in sorted(view.allocations.items()):
         for node_id, gpus in placement:
-            holders.setdefault(node_id, []).append(HolderPublic(job_id=job_id, gpus=gpus))
+            holders.setdefault(node_id, []).append(
+                HolderPublic(job_id=job_id if job_id in shown else None, gpus=gpus))
     nodes = [
         NodePublic(
             id=n.id, gpu_type=n.gpu_type, gpu_memory_bytes=n.gpu_memory,
@@ -57,6 +65,6 @@ def get_cluster(ctx: ContextDep, _user: CurrentUser) -> ClusterPublic:
                 job_id=job_id,
                 placement=[HolderNodePublic(node_id=nd, gpus=g) for nd, g in placement],
             )
-            for job_id, placement in sorted(view.allocations.items())
+            for job_id, placement in sorted(view.allocations.items()) if job_id in shown
         ],
     )

@@ -7,8 +7,9 @@ import logging
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from pydantic import AfterValidator
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -16,11 +17,13 @@ from orchestrator.states import JobState
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
 from service.api.planning import canonical_hash
+from service.api.quotas import Usage, read_usage
 from service.api.views import job_public, job_summary, stored_job_public, submitted_public
 from service.auth import Principal
 from service.db import repositories as repo
 from service.db.engine import write_connection, write_session
 from service.db.models import Job
+from service.limits import check_text
 from service.runner import SubmittedJob
 from service.schemas import (
     CancelRequest,
@@ -38,7 +41,8 @@ router = APIRouter(
     prefix="/jobs",
     tags=["jobs"],
     responses={
-        401: {"model": ErrorPublic}, 403: {"model": ErrorPublic}, 422: {"model": ErrorPublic},
+        401: {"model": ErrorPublic}, 403: {"model": ErrorPublic}, 404: {"model": ErrorPublic},
+        422: {"model": ErrorPublic}, 429: {"model": ErrorPublic},
     },
 )
 
@@ -75,8 +79,13 @@ MAX_DB_INT = 2**62
 """Bound on integer query parameters: larger values do not fit the database's 64-bit
 integers (a 422, not a driver overflow)."""
 
+JobId = Annotated[
+    str, Path(max_length=128, description="the job's id"), AfterValidator(check_text)]
+"""A job id in the path: any text the databases can store (a NUL is a 422, not a 500)."""
+
 IdempotencyKey = Annotated[
     str | None,
+    AfterValidator(check_text),
     Header(
         alias="Idempotency-Key", min_length=1, max_length=128,
         description="a retried submission with the same key returns the same job",
@@ -89,11 +98,15 @@ def _owned_job(
     with_plans: bool = False,
 ) -> Job:
     job = repo.get_job(session=session, job_id=job_id, for_update=lock, with_plans=with_plans)
-    if job is None:
-        raise ApiError(404, "job_id", f"no job {job_id!r}")
-    if not user.can_see(job.owner):
-        raise ApiError(403, "job_id", f"job {job_id!r} belongs to another user")
+    if job is None or not user.can_see(job.owner):
+        raise _no_job(job_id)
     return job
+
+
+def _no_job(job_id: str) -> ApiError:
+    """The answer for an unknown job and for another user's job alike (a 403 would tell
+    the caller that the id exists)."""
+    return ApiError(404, "job_id", f"no job {job_id!r} of yours")
 
 
 def _full(session: Session, job: Job, shown: int | None) -> JobPublic:
@@ -156,6 +169,12 @@ async def submit_job(
     if planned is None:
         planned = await run_in_threadpool(ctx.planning.plan_request, body, inventory,
                                           request_hash)
+    t = body.training
+    ctx.quotas.check_job(planned, steps_field="training.tokens"
+                         if t.steps is None and t.tokens is not None else "training.steps")
+    if ctx.quotas.needs_usage:
+        usage = await run_in_threadpool(_usage, ctx, user.owner)
+        ctx.quotas.check_usage(user.owner, usage, planned)
     now = ctx.clock()
     job_id = uuid.uuid4().hex
     model_json, training_json, plans_json = planned.stored_json
@@ -165,7 +184,7 @@ async def submit_job(
         request_json=json.dumps(request), request_hash=request_hash,
         idempotency_key=idempotency_key, total_steps=planned.train.num_steps,
         plans_json=plans_json, plan_count=len(planned.plan_dicts), now=now,
-        priority=body.priority, deadline_s=body.deadline_s, entrypoint=body.entrypoint,
+        deadline_s=body.deadline_s, entrypoint=body.entrypoint,
     )
     try:
         # One short transaction, two Core INSERTs (the job with its plans, its first
@@ -186,7 +205,7 @@ async def submit_job(
 
     submitted = SubmittedJob(
         id=job_id, owner=user.owner, model=planned.model, train=planned.train,
-        plans=planned.plans, submitted_at=now, name=body.name, priority=body.priority,
+        plans=planned.plans, submitted_at=now, name=body.name,
         deadline_at=row["deadline_at"], entrypoint=body.entrypoint,
     )
     try:
@@ -212,6 +231,11 @@ def _read_job(ctx: AppContext, job_id: str) -> tuple[Any, list[Any]]:
         if row is None or not row.state.holds_gpus:
             return row, []
         return row, repo.held_allocation_rows(conn=conn, job_id=job_id)
+
+
+def _usage(ctx: AppContext, owner: str) -> Usage:
+    with ctx.session_factory() as session:
+        return read_usage(session, owner)
 
 
 def _insert_one(ctx: AppContext, job: dict[str, object]) -> dict[str, object]:
@@ -242,7 +266,8 @@ def list_jobs(
     user: CurrentUser,
     ctx: ContextDep,
     state: Annotated[list[JobState] | None, Query(description="repeat to OR states")] = None,
-    owner: Annotated[str | None, Query(max_length=64, description="admins only")] = None,
+    owner: Annotated[str | None, Query(max_length=64, description="admins only"),
+                     AfterValidator(check_text)] = None,
     limit: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_DB_INT)] = 0,
 ) -> JobsPublic:
@@ -262,7 +287,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
 async def get_job(
-    job_id: str, user: CurrentUser, request: Request,
+    job_id: JobId, user: CurrentUser, request: Request,
     plans: PlansParam = None,
 ) -> Response:
     """The job with its best ``plans`` ranked plans (default 5; ``?plans=all``).
@@ -277,16 +302,14 @@ async def get_job(
         row, held = _read_job(ctx, job_id)
     else:  # another server database: keep the event loop free
         row, held = await run_in_threadpool(_read_job, ctx, job_id)
-    if row is None:
-        raise ApiError(404, "job_id", f"no job {job_id!r}")
-    if not user.can_see(row.owner):
-        raise ApiError(403, "job_id", f"job {job_id!r} belongs to another user")
+    if row is None or not user.can_see(row.owner):
+        raise _no_job(job_id)
     return _respond(stored_job_public(row, held, _shown(ctx, plans)))
 
 
 @router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
 def list_events(
-    job_id: str,
+    job_id: JobId,
     session: SessionDep,
     user: CurrentUser,
     after: Annotated[int, Query(ge=0, le=MAX_DB_INT, description="events with id > after")] = 0,
@@ -302,7 +325,7 @@ def list_events(
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel a live job")
 def cancel_job(
-    job_id: str,
+    job_id: JobId,
     ctx: ContextDep,
     user: CurrentUser,
     body: Annotated[CancelRequest | None, Body()] = None,

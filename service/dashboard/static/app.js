@@ -79,6 +79,13 @@ function drawCluster(cluster, jobsById) {
   box.replaceChildren(...cluster.nodes.map((n) => {
     const cells = [];
     for (const h of n.holders) {
+      if (h.job_id === null) {  // another user's job: its id is not shown
+        for (let i = 0; i < h.gpus; i++) {
+          cells.push(el("span", { cls: "gpu held", style: "background:#999",
+            title: `${n.id}: another user's job` }));
+        }
+        continue;
+      }
       legend.set(h.job_id, jobsById.get(h.job_id));
       for (let i = 0; i < h.gpus; i++) {
         cells.push(el("span", { cls: "gpu held", style: `background:${colour(h.job_id)}`,
