@@ -74,10 +74,10 @@ NON_TENSOR = NonTensorModel(slack_fraction=0.04, slack_bytes=0, nccl_bytes=512 *
                             workspace_bytes=64 * MIB)
 """Calibrated constants (docs/memory_accuracy.md): ``slack_fraction`` is the median excess
 of the 14 reserved / nvidia-smi rows (ms-swift, Hugging Face docs) over their predicted
-tensors and outside terms (0.0398; leave-one-source-out 0.026 and 0.053). ``nccl_bytes`` is not in the public data
-(no multi-GPU row reads nvidia-smi): NCCL's default 4 MiB buffer (``NCCL_BUFFSIZE``) per
-channel and peer over the 16-32 channels of an NVLink node gives 256-512 MiB; the upper end
-is taken."""
+tensors and outside terms (0.0398; leave-one-source-out 0.026 and 0.053). ``nccl_bytes``
+is not in the public data (no multi-GPU row reads nvidia-smi): NCCL's default 4 MiB buffer
+(``NCCL_BUFFSIZE``) per channel and peer over the 16-32 channels of an NVLink node gives
+256-512 MiB; the upper end is taken."""
 
 FIT_MARGIN = 0.13
 """Fraction of the GPU kept free beyond the device figure: the 95th percentile of
