@@ -152,8 +152,13 @@ def estimate_request(req: MemoryRequest, non_tensor: NonTensorModel = NON_TENSOR
 
 
 def memory_report(spec: Any, non_tensor: NonTensorModel = NON_TENSOR) -> dict[str, Any]:
-    """The ``frenzy memory`` answer for one spec object."""
-    req = parse_memory_spec(spec)
+    """The ``frenzy memory`` answer for one spec object (``SpecError`` on bad input)."""
+    try:
+        req = parse_memory_spec(spec)
+    except SpecError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:  # a value of the wrong JSON type
+        raise SpecError("spec", f"invalid value: {exc}") from None
     mem = estimate_request(req, non_tensor)
     out: dict[str, Any] = {
         "tensors_bytes": mem.tensors,

@@ -88,10 +88,18 @@ class RuntimeProfile:
         if dropout is not None:
             changes.setdefault("hidden_dropout", bool(dropout))
             changes.setdefault("attention_dropout", bool(dropout))
-        known = {f.name for f in fields(self)}
-        for key in changes:
+        known = [f.name for f in fields(self) if f.name not in ("name", "description")]
+        for key, value in changes.items():
             if key not in known:
                 raise SpecError(f"runtime.{key}", f"unknown override; one of {', '.join(known)}")
+            want = type(getattr(self, key))
+            if want is int and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 0):
+                raise SpecError(f"runtime.{key}", f"a non-negative integer, got {value!r}")
+            if want is bool and not isinstance(value, bool):
+                raise SpecError(f"runtime.{key}", f"true or false, got {value!r}")
+            if want is str and not isinstance(value, str):
+                raise SpecError(f"runtime.{key}", f"a string, got {value!r}")
         out = replace(self, **changes)
         out.check()
         return out

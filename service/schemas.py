@@ -96,6 +96,10 @@ class PlanPublic(_Public):
     precision: str
     peak_memory_bytes: int
     required_bytes: int
+    tensors_bytes: int | None = None  # max_memory_allocated
+    reserved_bytes: int | None = None  # max_memory_reserved
+    device_bytes: int | None = None  # nvidia-smi (= peak_memory_bytes)
+    runtime: str = "frenzy"  # the runtime profile the memory was priced for
     memory: dict[str, Any]
     step_time_s: float
     step: dict[str, Any]

@@ -20,7 +20,7 @@ from service.api.deps import AppContext, TokenCache
 from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
 from service.api.planning import PlanningService, default_planner
-from service.api.routes import admin, cluster, jobs, plans
+from service.api.routes import admin, cluster, jobs, memory, plans
 from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
@@ -97,7 +97,7 @@ def create_app(
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, plans, cluster, admin):
+    for module in (jobs, plans, memory, cluster, admin):
         app.include_router(module.router, prefix="/v1")
 
     @app.get("/healthz", include_in_schema=False)
