@@ -272,13 +272,16 @@ def _parts(row: RealRow, base: NonTensorModel) -> tuple[int, int, int]:
 
 def fit_slack(rows: list[RealRow], base: NonTensorModel) -> float:
     """The allocator-slack fraction: the median over the reserved / nvidia-smi rows of
-    (measured − tensors − outside) / tensors; 0 without such rows. The median (not a
+    (measured − tensors − outside) / tensors (outside: the context and NCCL, nvidia-smi
+    rows only); 0 without such rows. The median (not a
     least-squares fit) keeps one fragmented outlier from setting it."""
     ratios = []
     for row in rows:
         if row.quantity == "tensors":
             continue
         tensors, outside, _ = _parts(row, base)
+        if row.quantity == "reserved":
+            outside = 0  # max_memory_reserved holds no context
         ratios.append((row.measured_bytes - tensors - outside) / tensors)
     return max(0.0, statistics.median(ratios)) if ratios else 0.0
 
