@@ -4,8 +4,8 @@
 Each CSV row becomes one spec object (``predictor.memory_spec``) with the row's own runtime
 profile, the stage the figure was read on, and the measured quantity (``tensors`` for
 ``max_memory_allocated`` / active peaks, ``reserved`` for ``max_memory_reserved``,
-``device`` for nvidia-smi). Rows the model cannot express (fp8, context parallelism,
-torch.compile, chunked or fused-in-backward tricks, CPU activation offload, 8-bit or
+``device`` for nvidia-smi). Context parallelism is expressed as its per-rank share (s/cp
+tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8, torch.compile, chunked or fused-in-backward tricks, CPU activation offload, 8-bit or
 factored optimizers, Megatron-FSDP) are kept with the reason they are skipped. The many
 near-identical Megatron CI toy rows are deduplicated: rows with the same spec (and, for
 reserved / nvidia-smi figures, the same GPU) become one row whose measured figure is their
@@ -83,8 +83,6 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
     f = _flags(r["notes"])
     if "fp8" in r["precision"]:
         return None, "fp8 training (not modelled)", ()
-    if int(f.get("cp", "1")) > 1:
-        return None, "context parallelism (not modelled)", ()
     if "megatron-fsdp" in r["zero_stage_or_fsdp"]:
         return None, "Megatron-FSDP (not modelled)", ()
     L, h = int(r["num_layers"]), int(r["hidden_size"])
@@ -104,6 +102,12 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
                 flash_attention=r["flash_attention"].startswith("transformer_engine")
                 and "unfused" not in r["flash_attention"],
                 sequence_parallel=f.get("sequence-parallel") == "True", stage="last")
+    cp = int(f.get("cp", "1"))
+    if cp > 1:  # context parallelism as its per-rank share: s/cp tokens, shards over dp·cp
+        if spec["seq_len"] % cp:
+            return None, "context parallelism with a sequence cp does not divide", ()
+        spec.update(seq_len=spec["seq_len"] // cp, dp=spec["dp"] * cp,
+                    global_batch=spec["global_batch"] * cp)
     options: dict[str, Any] = {}
     if options:
         spec["runtime_options"] = options
