@@ -5,8 +5,9 @@ Each CSV row becomes one spec object (``predictor.memory_spec``) with the row's 
 profile, the stage the figure was read on, and the measured quantity (``tensors`` for
 ``max_memory_allocated`` / active peaks, ``reserved`` for ``max_memory_reserved``,
 ``device`` for nvidia-smi). Context parallelism is expressed as its per-rank share (s/cp
-tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8, torch.compile, chunked or fused-in-backward tricks, CPU activation offload, 8-bit or
-factored optimizers, Megatron-FSDP) are kept with the reason they are skipped. The many
+tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8, torch.compile,
+chunked or fused-in-backward tricks, CPU activation offload, 8-bit or factored optimizers,
+Megatron-FSDP) are kept with the reason they are skipped. The many
 near-identical Megatron CI toy rows are deduplicated: rows with the same spec (and, for
 reserved / nvidia-smi figures, the same GPU) become one row whose measured figure is their
 median (the spread is reported).
