@@ -194,6 +194,11 @@ RUNTIMES: dict[str, RuntimeProfile] = {
 DEFAULT_RUNTIME = FRENZY.name
 """Plans of jobs that name no runtime are priced for the built-in trainer."""
 
+CONSERVATIVE_RUNTIME = HF_TRAINER.name
+"""For a job with its own entrypoint that names no runtime: the profile that keeps every
+optional term (dropout masks with an fp32 softmax, up-cast and shifted logits, torch's
+foreach Adam temporary, DDP's gradient buckets)."""
+
 
 def get_runtime(name: str | RuntimeProfile) -> RuntimeProfile:
     """A profile by name (case-insensitive), with what would fit on error."""

@@ -68,6 +68,11 @@ class JobCreate(_Create):
     max_gpus: int | None = Field(None, ge=1, le=4096, description="cap on one plan's GPUs")
     ranking: str | None = Field(None, max_length=32,
                                 description="gpu_seconds (default), job_time, fewest_gpus")
+    runtime: str | None = Field(
+        None, max_length=32,
+        description="runtime profile the memory is priced for: frenzy (built-in, default), "
+                    "megatron, deepspeed, fsdp2, hf-trainer, torchtune, colossalai; a job "
+                    "with an entrypoint and no runtime gets the most conservative")
 
 
 # -- responses ----------------------------------------------------------------------------

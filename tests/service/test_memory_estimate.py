@@ -85,3 +85,18 @@ def test_post_memory(env: Env) -> None:
                           headers=env.headers("alice"))
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "micro_batchs"
     assert env.client.post("/v1/memory", json=SPEC).status_code == 401
+
+
+def test_jobs_are_priced_for_their_runtime(env: Env) -> None:
+    from service_builders import job_body
+
+    h = env.headers("alice")
+    built_in = env.client.post("/v1/plans", json=job_body(), headers=h).json()["plans"]
+    mega = env.client.post("/v1/plans", json=job_body(runtime="megatron"), headers=h)
+    own = env.client.post("/v1/plans", json=job_body(entrypoint="train.py"), headers=h)
+    assert {p["runtime"] for p in built_in} == {"frenzy"}
+    assert {p["runtime"] for p in mega.json()["plans"]} == {"megatron"}
+    assert {p["runtime"] for p in own.json()["plans"]} == {"hf-trainer"}  # most conservative
+    bad = env.client.post("/v1/plans", json=job_body(runtime="megatorn"), headers=h)
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "runtime"
+    assert "megatron" in bad.json()["detail"]
