@@ -3,8 +3,13 @@
 Pure arithmetic (no torch, no I/O). The planner searches with the same counts split into a
 static and a per-sequence part (``static_terms``, ``activation_terms``: exact, in integers) and
 calls ``estimate_memory`` only for the plans it keeps.
-Every coefficient is a count of the tensors that ``predictor.measure.builder`` — the PyTorch
-implementation this model is checked against — keeps alive; nothing is fitted.
+Every coefficient is a count of tensors; nothing is fitted. Under the default runtime profile
+(``predictor.runtimes.FRENZY``) they are the tensors that ``predictor.measure.builder`` — the
+PyTorch implementation this model is checked against — keeps alive; another profile adds what
+its framework keeps on top (dropout masks, its loss's logits copies, vocabulary padding,
+gathered ZeRO-3 / FSDP2 blocks, foreach-Adam temporaries, DDP buckets; see that module). The
+memory outside the counted tensors (allocator slack, CUDA context, NCCL) is
+``predictor.overhead``'s.
 
 Notation (per rank): D = bytes of the compute dtype (2 mixed, 4 fp32), t = tp, s = sequence,
 b = micro-batch, T = b·s_local tokens held by norms/residuals (s_local = s/t under sequence
