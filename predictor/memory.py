@@ -4,7 +4,7 @@ Pure arithmetic (no torch, no I/O). The planner searches with the same counts sp
 static and a per-sequence part (``static_terms``, ``activation_terms``: exact, in integers) and
 calls ``estimate_memory`` only for the plans it keeps.
 Every coefficient is a count of tensors; nothing is fitted. Under the default runtime profile
-(``predictor.runtimes.FRENZY``) they are the tensors that ``predictor.measure.builder`` — the
+(``predictor.runtimes.REFERENCE``) they are the tensors that ``predictor.measure.builder`` — the
 PyTorch implementation this model is checked against — keeps alive; another profile adds what
 its framework keeps on top (dropout masks, its loss's logits copies, vocabulary padding,
 gathered ZeRO-3 / FSDP2 blocks, foreach-Adam temporaries, DDP buckets; see that module). The
@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from predictor.gpus import GpuType
-from predictor.runtimes import FRENZY, RuntimeProfile
+from predictor.runtimes import REFERENCE, RuntimeProfile
 from predictor.spec import (
     Family,
     ModelSpec,
@@ -211,7 +211,7 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     the compute dtype, no master. ``optimizer_offload``: master and states on the CPU."""
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
-    vocab = rt.padded_vocab(m.vocab_size, tp)
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
     lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, tp, dp, 0, 0, 0)
     e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, tp, dp, pp, stage, 1,
                                                    0 if vocab == m.vocab_size else vocab)
@@ -229,6 +229,10 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         parameters, gradients = D * n_param, D * n_grad
         optimizer_states = D * n_shard * states
         adam = D * max_shard if states == 2 else -1
+    elif rt.fp32_weights_autocast and mixed:  # fp32 weights + autocast's low-precision copies
+        parameters, gradients = 4 * n_param + D * n_full, 4 * n_grad
+        optimizer_states = 4 * n_shard * states
+        adam = 4 * max_shard if states == 2 else -1
     elif rt.sharding == "fsdp2" and zero >= 3:
         gathered = D * ((1 + rt.prefetch_layers) * lay_n if n_layers else 0) + D * e_n
         parameters, gradients = 4 * n_sh + gathered, 4 * n_sh
@@ -236,12 +240,14 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = 4 * max_shard if states == 2 else -1
     else:
         parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
-        if zero >= 3 and rt is not FRENZY and n_layers:
+        if zero >= 3 and rt is not REFERENCE and n_layers:
             parameters += D * min(1 + rt.prefetch_layers, n_layers) * lay_n
         optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
     if rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
         adam = (D if rt.pure_low_precision else 4) * n_shard
+    if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
+        adam = max(adam, 4 * n_grad)
     if rt.ddp_grad_buckets and dp > 1 and zero == 0:
         gradients += gradients  # DDP's flat buckets beside param.grad
     if rt.optimizer_offload:  # fp32 master, states and grad partitions live on the CPU
@@ -324,7 +330,7 @@ def _backward_working_set(m: ModelSpec, x: _Dims, sp: bool, flash: bool, selecti
 
 def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selective: bool,
                   flash: bool, traits: tuple[bool, bool, bool, bool, bool],
-                  rt: RuntimeProfile = FRENZY) -> tuple[int, int, int, int, int]:
+                  rt: RuntimeProfile = REFERENCE) -> tuple[int, int, int, int, int]:
     """Per-rank query width, FFN width, heads and vocabulary rows (q, f, a, vr) at tensor
     parallelism ``t``, and the bytes one layer keeps for its backward over ``T`` tokens
     (``Tf`` with sequence parallelism undone) of sequence length ``s`` (see
@@ -337,7 +343,7 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     k = max(m.num_kv_heads // t, 1) * hd
     f = m.ffn_hidden_size // t
     a = m.num_heads // t
-    vr = -(-rt.padded_vocab(m.vocab_size, t) // t)
+    vr = -(-rt.padded_vocab(m.vocab_size, t) // (t if rt.vocab_parallel else 1))
     one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
     if selective:
         one_layer += (2 * q + 2 * k) * Tf * D
@@ -358,7 +364,7 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
 
 
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
-                   gpu: GpuType | None = None, *, runtime: RuntimeProfile = FRENZY,
+                   gpu: GpuType | None = None, *, runtime: RuntimeProfile = REFERENCE,
                    layers: Sequence[int] | None = None, virtual_stages: int = 1
                    ) -> MemoryBreakdown:
     """Peak tensor memory of one rank of pipeline stage ``stage`` under ``runtime``.
@@ -375,7 +381,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     calls it thousands of times per job."""
     m, t, dp, zero, pp = model, par.tp, par.dp, par.zero_stage, par.pp
     rt = runtime
-    sp = t > 1 and par.sequence_parallel and train.sequence_parallel
+    sp = t > 1 and par.sequence_parallel and train.sequence_parallel and rt.sequence_parallel
     flash = par.flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
@@ -486,7 +492,7 @@ def _candidate_stages(pp: int) -> tuple[int, ...]:
 
 
 def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, zero: int,
-                 runtime: RuntimeProfile = FRENZY) -> StaticTerms:
+                 runtime: RuntimeProfile = REFERENCE) -> StaticTerms:
     """The micro-batch-independent part of ``estimate_stage`` for the stages
     ``estimate_memory`` compares (same counts as there)."""
     base, rem = divmod(model.num_layers, pp)
@@ -503,7 +509,7 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
 
 def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                      recompute: Recompute, sequence_parallel: bool, flash_attention: bool,
-                     runtime: RuntimeProfile = FRENZY) -> ActivationTerms:
+                     runtime: RuntimeProfile = REFERENCE) -> ActivationTerms:
     """The micro-batch-dependent part of ``estimate_stage``, per sequence of the micro-batch.
 
     Every activation, logits and working-set count there is ``b`` times a per-sequence count
@@ -514,7 +520,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     plan's knobs (ANDed with the job's flags, as ``estimate_stage`` does)."""
     m = model
     t = tp
-    sp = t > 1 and sequence_parallel and train.sequence_parallel
+    sp = t > 1 and sequence_parallel and train.sequence_parallel and runtime.sequence_parallel
     flash = flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
@@ -633,7 +639,7 @@ def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[int], ...]) -> list
 
 
 def peak_tensors(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
-                 runtime: RuntimeProfile = FRENZY) -> int:
+                 runtime: RuntimeProfile = REFERENCE) -> int:
     """``estimate_memory(model, train, par, runtime=runtime).tensors`` through the split
     form the planner searches with (the check that both agree)."""
     per_replica = par.micro_batch * max(1, par.micro_batches(train.global_batch))
@@ -662,7 +668,7 @@ def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:
 
 
 def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
-                    gpu: GpuType | None = None, *, runtime: RuntimeProfile = FRENZY,
+                    gpu: GpuType | None = None, *, runtime: RuntimeProfile = REFERENCE,
                     layers: Sequence[int] | None = None, virtual_stages: int = 1,
                     stages: Sequence[int] | None = None) -> MemoryBreakdown:
     """Per-GPU tensor peak of the worst pipeline stage under ``runtime`` (the first and the

@@ -193,8 +193,9 @@ class _MemoryTable:
 
     def static_of(self, tp: int, pp: int, dp: int, zero: int) -> StaticTerms:
         """The static bytes (parameters, gradients, optimizer states) per candidate stage;
-        dp only matters under ZeRO."""
-        skey = (tp, pp, dp if zero else 0, zero)
+        dp matters under ZeRO, and otherwise only whether it is above 1."""
+        # without ZeRO only "dp > 1" matters (DDP buckets, the flat all-reduce)
+        skey = (tp, pp, dp if zero else min(dp, 2), zero)
         static = self.static.get(skey)
         if static is None:
             static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp, zero,

@@ -39,6 +39,12 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   run in fp32 (``softmax`` is on autocast's fp32 list): 4 bytes per probability.
 * ``grad_bytes``: DeepSpeed keeps fp16/bf16 gradient partitions (2), Megatron and torch DDP
   fp32 ``main_grad`` / ``param.grad`` of fp32 parameters (4).
+* ``fp32_weights_autocast``: the model stays in fp32 under ``torch.autocast`` (the built-in
+  trainer): 4 bytes of weights (they are the master, no separate copy), fp32 gradients and
+  states, plus autocast's bf16/fp16 copy of each weight a matmul uses, alive from the
+  forward to that layer's backward (2 bytes per parameter).
+* ``dp_flat_allreduce``: the built-in trainer averages gradients with one ``torch.cat`` of
+  all of them: a 4-byte-per-parameter temporary after the backward.
 * ``pure_low_precision``: weights, gradients and optimizer states all in the compute dtype
   (torchtune and ms-swift full fine-tunes load the model in bf16: 2+2+4 = 8 bytes/param).
 
@@ -78,6 +84,10 @@ class RuntimeProfile:
     grad_bytes: int = 4  # bytes per gradient element in mixed precision (fp32 main grads)
     optimizer_foreach: bool = False  # torch's foreach Adam: a sqrt(v) temporary of every param
     softmax_fp32: bool = False  # autocast runs eager softmax (and its dropout) in fp32
+    vocab_parallel: bool = True  # embedding and head split over tp (else replicated)
+    sequence_parallel: bool = True  # runs sequence parallelism when the plan asks for it
+    fp32_weights_autocast: bool = False  # fp32 weights are the master; autocast casts copies
+    dp_flat_allreduce: bool = False  # dp > 1: the gradients all-reduced as one flat copy
     ddp_grad_buckets: bool = False  # torch DDP's bucket copy of the gradients (dp > 1, no ZeRO)
     classification_head: bool = False  # a sequence-classification head: no vocabulary logits
     executes: str = ""  # what the runtime can run, when narrower than the planner's space
@@ -119,14 +129,26 @@ class RuntimeProfile:
         return -(-vocab // mult) * mult
 
 
+REFERENCE = RuntimeProfile(
+    name="reference",
+    description=(
+        "predictor.measure's PyTorch build (the ground truth of the fake-tensor self-check): "
+        "every plan dimension as the planner prices it (ZeRO, vocab-parallel head, sequence "
+        "parallelism, pipeline stages), bf16 weights with an fp32 master, no dropout, bf16 "
+        "logits plus one fp32 copy"),
+)
+
 FRENZY = RuntimeProfile(
     name="frenzy",
     description=(
-        "the built-in trainer (orchestrator/trainer): no dropout, cross entropy on an fp32 "
-        "copy of the logits, PyTorch SDPA attention, selective recompute checkpoints the "
-        "attention core; the counts are those of predictor.measure's PyTorch build"),
-    executes="tp, dp and recompute; ZeRO, vocab-parallel head and pp are priced but not "
-             "yet executed by the trainer (issue 11 item 3)",
+        "the built-in trainer as it runs (orchestrator/trainer): fp32 weights under autocast, "
+        "no dropout, embedding and head replicated on the tp ranks, no sequence parallelism, "
+        "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
+        "gradients: 10 bytes per logit forward, 14 at its backward), one flat dp all-reduce"),
+    logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
+    fp32_weights_autocast=True, dp_flat_allreduce=True,
+    executes="tp, dp and recompute; ZeRO and pp are priced but not executed by the trainer "
+             "(issue 11 item 3)",
 )
 
 MEGATRON = RuntimeProfile(
@@ -189,7 +211,8 @@ COLOSSALAI = RuntimeProfile(
 )
 
 RUNTIMES: dict[str, RuntimeProfile] = {
-    p.name: p for p in (FRENZY, MEGATRON, DEEPSPEED, FSDP2, HF_TRAINER, TORCHTUNE, COLOSSALAI)}
+    p.name: p for p in (FRENZY, REFERENCE, MEGATRON, DEEPSPEED, FSDP2, HF_TRAINER, TORCHTUNE,
+                        COLOSSALAI)}
 
 DEFAULT_RUNTIME = FRENZY.name
 """Plans of jobs that name no runtime are priced for the built-in trainer."""

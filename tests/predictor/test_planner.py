@@ -11,6 +11,7 @@ from predictor.gpus import GIB, get_gpu
 from predictor.memory import estimate_memory
 from predictor.overhead import NON_TENSOR
 from predictor.planner import DEFAULT_MARGIN, RANKINGS, divisors, plan_job
+from predictor.runtimes import FRENZY
 from predictor.spec import ModelSpec, Precision, Recompute, TrainingSpec
 
 
@@ -39,7 +40,7 @@ def test_every_plan_is_valid_and_fits(llama_result) -> None:
         assert p.num_gpus <= 32 and p.parallel.tp <= 8
         assert p.runtime == "frenzy" and p.to_dict()["runtime"] == "frenzy"
         # the plan's memory is the model's own prediction for that configuration
-        again = estimate_memory(r.model, r.train, p.parallel)
+        again = estimate_memory(r.model, r.train, p.parallel, runtime=FRENZY)
         assert p.memory.tensors == again.tensors + NON_TENSOR.workspace_bytes
         outside = gpu.cuda_context_bytes + (NON_TENSOR.nccl_bytes if p.num_gpus > 1 else 0)
         assert p.memory.device == p.memory.tensors + p.memory.slack + outside
@@ -164,7 +165,8 @@ def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
                                                  recompute=rc, zero_stage=zero,
                                                  sequence_parallel=train.sequence_parallel,
                                                  flash_attention=train.flash_attention)
-                            if estimate_memory(model, train, par).tensors <= budget:
+                            if estimate_memory(model, train, par,
+                                               runtime=FRENZY).tensors <= budget:
                                 chosen.append((i, par))
                                 break
                     if pp == 1:  # only the largest micro-batch of each saver
@@ -225,4 +227,4 @@ def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> Non
                                      micro_batch=mbs[c], recompute=rc, zero_stage=zero,
                                      sequence_parallel=train.sequence_parallel,
                                      flash_attention=train.flash_attention)
-                assert got == estimate_memory(model, train, par).tensors
+                assert got == estimate_memory(model, train, par, runtime=FRENZY).tensors

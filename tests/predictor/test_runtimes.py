@@ -11,7 +11,7 @@ from predictor.gpus import GIB, get_gpu
 from predictor.memory import MemoryBreakdown, estimate_memory, peak_tensors
 from predictor.overhead import NON_TENSOR, NonTensorModel
 from predictor.planner import plan_job
-from predictor.runtimes import FRENZY, MEGATRON, RUNTIMES, get_runtime
+from predictor.runtimes import FRENZY, MEGATRON, REFERENCE, RUNTIMES, get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, Recompute, TrainingSpec
 
 GPT = ModelSpec(name="g", family="gpt2", num_layers=2, hidden_size=64, num_heads=4,
@@ -35,7 +35,8 @@ def test_korthikanti_per_layer_activations_under_megatron() -> None:
     two = estimate_memory(GPT, train, par, runtime=MEGATRON)
     three = estimate_memory(GPT.with_(num_layers=3), train, par, runtime=MEGATRON)
     assert three.activations - two.activations == 34 * s * b * h + 5 * a * s * s * b + 8 * s * b
-    # the built-in trainer keeps no dropout: 32·s·b·h + 2·a·s²·b (+ statistics)
+    # the reference build (and the built-in trainer) keep no dropout: 32·s·b·h + 2·a·s²·b
+    # (+ statistics)
     two_f = estimate_memory(GPT, train, par)
     three_f = estimate_memory(GPT.with_(num_layers=3), train, par)
     assert three_f.activations - two_f.activations == 32 * s * b * h + 2 * a * s * s * b + 8 * s * b
@@ -54,7 +55,7 @@ def test_dropout_masks_with_flash_attention() -> None:
 def test_megatron_pads_the_vocabulary_to_128_tp() -> None:
     assert MEGATRON.padded_vocab(50257, 1) == 50304
     assert MEGATRON.padded_vocab(50257, 2) == 50432  # 197 · 256
-    assert FRENZY.padded_vocab(50257, 2) == 50257
+    assert REFERENCE.padded_vocab(50257, 2) == 50257
     train, par = _train(), ParallelConfig(micro_batch=2)
     m = GPT.with_(vocab_size=1000)  # padded to 1024: 24 more rows of h = 64 (tied)
     mega = estimate_memory(m, train, par, runtime=MEGATRON.with_overrides(dropout=0.0))
@@ -167,3 +168,17 @@ def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
                                                             attention_dropout=False))
     # only the embedding mask (h·T = 64·64 bytes) and the recomputed layer's masks differ
     assert 0 < on.tensors - off.tensors <= 64 * 64 + 2 * 64 * 64 + 4 * 32 * 64 * 3
+
+
+def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
+    # orchestrator/trainer: fp32 weights (the master) + autocast's bf16 copies (2 B), fp32
+    # grads, AdamW m and v: 4 + 2 + 4 + 8 = 18 B/param at tp = 1, with no separate master
+    par = ParallelConfig(micro_batch=2)
+    mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
+    n = LLAMA.num_params()
+    assert (mem.parameters, mem.gradients, mem.optimizer_states) == (6 * n, 4 * n, 8 * n)
+    # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
+    tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=2), runtime=FRENZY)
+    # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
+    per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
+    assert tp2.gradients == 4 * per_rank == 4 * 172352
