@@ -152,7 +152,8 @@ def format_result(result: PlanResult, top: int = 10) -> str:
         return f"{head}\nNo plan fits: {result.infeasible}"
     rows = [
         ("#", "GPUs", "tp", "pp", "dp", "mb", "recomp", "zero", "peak GiB", "of GiB",
-         "params", "grads", "optim", "activ", "logits", "ovh", "step s", "job h", "GPU-h"),
+         "params", "grads", "optim", "activ", "logits", "slack", "ovh", "step s", "job h",
+         "GPU-h"),
     ]
     shown = result.plans if top <= 0 else result.plans[:top]
     for p in shown:
@@ -164,7 +165,7 @@ def format_result(result: PlanResult, top: int = 10) -> str:
             str(p.parallel.zero_stage), f"{mem.total / GIB:.1f}", f"{cap:.0f}",
             f"{mem.parameters / GIB:.1f}", f"{mem.gradients / GIB:.1f}",
             f"{mem.optimizer_states / GIB:.1f}", f"{mem.activations / GIB:.1f}",
-            f"{mem.logits / GIB:.1f}", f"{mem.overhead / GIB:.1f}",
+            f"{mem.logits / GIB:.1f}", f"{mem.slack / GIB:.1f}", f"{mem.overhead / GIB:.1f}",
             f"{p.step_time_s:.3f}", f"{p.job_time_s / 3600:.2f}", f"{p.gpu_seconds / 3600:.1f}",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
