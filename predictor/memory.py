@@ -248,6 +248,8 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = (D if rt.pure_low_precision else 4) * n_shard
     if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
         adam = max(adam, 4 * n_grad)
+    if rt.fp32_weights_autocast and mixed and adam >= 0:
+        adam -= D * n_full  # after the backward autocast's weight copies are gone
     if rt.ddp_grad_buckets and dp > 1 and zero == 0:
         gradients += gradients  # DDP's flat buckets beside param.grad
     if rt.optimizer_offload:  # fp32 master, states and grad partitions live on the CPU
