@@ -85,5 +85,5 @@ is not in the public data (no multi-GPU row reads nvidia-smi): NCCL's default 4 
 FIT_MARGIN = 0.13
 """Fraction of the GPU kept free beyond the device figure: the 95th percentile of
 1 − predicted/measured over the 79 held-out real-GPU rows (``benchmarks.real_memory.
-margin_from``); 10 % would cover 90 % of them, 46 % all (the worst is a fragmented reserved
+margin_from``); 9 % would cover 90 % of them, 46 % all (the worst is a fragmented reserved
 figure, docs/memory_accuracy.md)."""
