@@ -42,7 +42,8 @@ class GpuType:
     pcie_bw_gbs: float
     source: str
     # Calibration constants (each with its own source/derivation in the YAML comments):
-    runtime_overhead_bytes: int = 0  # CUDA context + NCCL/cuBLAS workspaces + fragmentation
+    runtime_overhead_bytes: int = 0  # legacy single figure; see cuda_context_bytes
+    cuda_context_bytes: int = 0  # CUDA context + cuBLAS workspace of one process (nvidia-smi)
     matmul_efficiency: float = 0.5  # achievable fraction of the dense peak in training GEMMs
     nccl_efficiency: float = 0.7  # NCCL bus bandwidth / link bandwidth for large messages
     nccl_latency_us: float = 30.0  # fixed cost of one collective / p2p (launch + sync)
@@ -84,6 +85,8 @@ def _parse(name: str, raw: Any) -> GpuType:
         pcie_bw_gbs=float(raw["pcie_bw_gbs"]),
         source=str(raw["source"]),
         runtime_overhead_bytes=int(raw.get("runtime_overhead_bytes", 0)),
+        cuda_context_bytes=int(raw.get("cuda_context_bytes",
+                                       raw.get("runtime_overhead_bytes", 0))),
         matmul_efficiency=float(raw.get("matmul_efficiency", 0.5)),
         nccl_efficiency=float(raw.get("nccl_efficiency", 0.7)),
         nccl_latency_us=float(raw.get("nccl_latency_us", 30.0)),

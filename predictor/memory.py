@@ -3,8 +3,13 @@
 Pure arithmetic (no torch, no I/O). The planner searches with the same counts split into a
 static and a per-sequence part (``static_terms``, ``activation_terms``: exact, in integers) and
 calls ``estimate_memory`` only for the plans it keeps.
-Every coefficient is a count of the tensors that ``predictor.measure.builder`` — the PyTorch
-implementation this model is checked against — keeps alive; nothing is fitted.
+Every coefficient is a count of tensors; nothing is fitted. Under the default runtime profile
+(``predictor.runtimes.REFERENCE``) they are the tensors that ``predictor.measure.builder`` — the
+PyTorch implementation this model is checked against — keeps alive; another profile adds what
+its framework keeps on top (dropout masks, its loss's logits copies, vocabulary padding,
+gathered ZeRO-3 / FSDP2 blocks, foreach-Adam temporaries, DDP buckets; see that module). The
+memory outside the counted tensors (allocator slack, CUDA context, NCCL) is
+``predictor.overhead``'s.
 
 Notation (per rank): D = bytes of the compute dtype (2 mixed, 4 fp32), t = tp, s = sequence,
 b = micro-batch, T = b·s_local tokens held by norms/residuals (s_local = s/t under sequence
@@ -49,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from predictor.gpus import GpuType
+from predictor.runtimes import REFERENCE, RuntimeProfile
 from predictor.spec import (
     Family,
     ModelSpec,
@@ -69,23 +75,36 @@ class MemoryBreakdown:
     optimizer_states: int  # incl. fp32 master weights in mixed precision
     activations: int  # saved-for-backward of all in-flight micro-batches, incl. embeddings
     logits: int  # logits / cross-entropy buffers (last stage)
-    overhead: int  # CUDA context, communication buffers, fragmentation; 0 without a GPU
+    overhead: int  # CUDA context, cuBLAS/NCCL workspaces (outside the allocator); 0 w/o GPU
     transient: int = 0  # backward working set or optimizer-step temporaries at the peak
     stage: int = 0  # the pipeline stage these figures belong to
+    slack: int = 0  # caching-allocator reserve beyond the tensors (reserved - allocated)
+    workspace: int = 0  # cuBLAS / cuBLASLt workspaces taken from the caching allocator (GPU)
 
     @property
     def total(self) -> int:
-        return self.tensors + self.overhead
+        """The device figure (what nvidia-smi shows): tensors + slack + overhead."""
+        return self.tensors + self.slack + self.overhead
+
+    @property
+    def reserved(self) -> int:
+        """What torch.cuda.max_memory_reserved sees: tensors plus the allocator's slack."""
+        return self.tensors + self.slack
+
+    @property
+    def device(self) -> int:
+        return self.total
 
     @property
     def tensors(self) -> int:
         """What torch.cuda.max_memory_allocated (or the CPU storage tracker) sees."""
         return (self.parameters + self.gradients + self.optimizer_states + self.activations
-                + self.logits + self.transient)
+                + self.logits + self.transient + self.workspace)
 
     def as_dict(self) -> dict[str, int]:
         d = asdict(self)
         d["tensors"] = self.tensors
+        d["reserved"] = self.reserved
         d["total"] = self.total
         return d
 
@@ -134,10 +153,12 @@ def _layer_param_numels(m: ModelSpec, tp: int) -> list[int]:
     return out + norm + norm
 
 
-def _edge_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
-    """Embedding (first stage) and head (last stage) parameter tensors of one rank."""
+def _edge_param_numels(m: ModelSpec, tp: int, pp: int, stage: int, vocab: int = 0
+                       ) -> list[int]:
+    """Embedding (first stage) and head (last stage) parameter tensors of one rank
+    (``vocab``: the padded vocabulary, default the model's)."""
     h = m.hidden_size
-    vr = _cdiv(m.vocab_size, tp)
+    vr = _cdiv(vocab or m.vocab_size, tp)
     first, last = stage == 0, stage == pp - 1
     bert = m.family is Family.BERT
     out: list[int] = []
@@ -166,14 +187,87 @@ def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=8192)
-def _static_sums(m: ModelSpec, tp: int, dp: int, pp: int, stage: int, edge: int
-                 ) -> tuple[int, int, int, int]:
+def _static_sums(m: ModelSpec, tp: int, dp: int, pp: int, stage: int, edge: int,
+                 vocab: int = 0) -> tuple[int, int, int, int]:
     """(elements, ZeRO-shard elements, largest tensor, largest shard) of one layer
     (``edge`` 0) or of the stage's embedding/head tensors (``edge`` 1). Cached: the planner
     asks for the same model many times."""
-    numels = _edge_param_numels(m, tp, pp, stage) if edge else _layer_param_numels(m, tp)
+    numels = (_edge_param_numels(m, tp, pp, stage, vocab) if edge
+              else _layer_param_numels(m, tp))
     shards = [-(-n // dp) for n in numels]
     return sum(numels), sum(shards), max(numels, default=0), max(shards, default=0)
+
+
+def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, zero: int,
+                  stage: int, n_layers: int, rt: RuntimeProfile) -> tuple[int, int, int, int]:
+    """(parameter, gradient, optimizer-state bytes, Adam's sqrt(v) temporary or -1) of one
+    rank of ``stage`` holding ``n_layers`` layers, under the runtime's sharding.
+
+    Default (ZeRO / distributed optimizer): compute-dtype parameters (shards under ZeRO-3,
+    plus, outside the built-in trainer's emulated ZeRO-3, the gathered running block and
+    ``prefetch_layers`` more), fp32 gradients, fp32 master and optimizer states. FSDP2 under
+    ZeRO-3: the fp32 shards are the master (no separate copy); the gathered bf16 blocks and
+    the unsharded root (embedding, head) are added. ``pure_low_precision``: everything in
+    the compute dtype, no master. ``optimizer_offload``: master and states on the CPU."""
+    mixed = train.precision is not Precision.FP32
+    D = 2 if mixed else 4
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+    lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, tp, dp, 0, 0, 0)
+    e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, tp, dp, pp, stage, 1,
+                                                   0 if vocab == m.vocab_size else vocab)
+    n_full = n_layers * lay_n + e_n
+    n_sh = n_layers * lay_sh + e_sh
+    n_param = n_sh if zero >= 3 else n_full
+    n_grad = n_sh if zero >= 2 else n_full
+    n_shard = n_sh if zero >= 1 else n_full
+    if zero >= 1:
+        max_shard = max(lay_max_sh if n_layers else 0, e_max_sh)
+    else:
+        max_shard = max(lay_max_full if n_layers else 0, e_max_full)
+    states = 1 if train.optimizer is Optimizer.SGD else 2
+    if rt.pure_low_precision:
+        parameters, gradients = D * n_param, D * n_grad
+        optimizer_states = D * n_shard * states
+        adam = D * max_shard if states == 2 else -1
+    elif rt.fp32_weights_autocast and mixed:  # fp32 weights + autocast's low-precision copies
+        parameters, gradients = 4 * n_param + D * n_full, 4 * n_grad
+        optimizer_states = 4 * n_shard * states
+        adam = 4 * max_shard if states == 2 else -1
+    elif rt.sharding == "fsdp2" and zero >= 3:
+        gathered = D * ((1 + rt.prefetch_layers) * lay_n if n_layers else 0) + D * e_n
+        parameters, gradients = 4 * n_sh + gathered, 4 * n_sh
+        optimizer_states = 4 * n_sh * states
+        adam = 4 * max_shard if states == 2 else -1
+    else:
+        parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
+        if zero >= 3 and rt is not REFERENCE and n_layers:
+            parameters += D * min(1 + rt.prefetch_layers, n_layers) * lay_n
+        optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
+        adam = 4 * max_shard if states == 2 else -1
+    if rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
+        adam = (D if rt.pure_low_precision else 4) * n_shard
+    if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
+        adam = max(adam, 4 * n_grad)
+    if rt.fp32_weights_autocast and mixed and adam >= 0:
+        adam -= D * n_full  # after the backward autocast's weight copies are gone
+    if rt.ddp_grad_buckets and dp > 1 and zero == 0:
+        gradients += gradients  # DDP's flat buckets beside param.grad
+    if rt.optimizer_offload:  # fp32 master, states and grad partitions live on the CPU
+        optimizer_states, adam = 0, -1
+        if mixed and not rt.pure_low_precision:
+            gradients = D * n_grad
+    return parameters, gradients, optimizer_states, adam
+
+
+def stage_layer_counts(num_layers: int, pp: int, split: str = "first_heavier"
+                       ) -> tuple[int, ...]:
+    """Layers per pipeline stage under a runtime's split rule: ``first_heavier`` gives the
+    remainder to the first stages (the built-in layout), ``even`` to the last ones (as
+    Megatron's ``--decoder-last-pipeline-num-layers`` would when asked; with pp dividing the
+    layers both are the even split)."""
+    base, rem = divmod(num_layers, pp)
+    out = [base + (1 if i < rem else 0) for i in range(pp)]
+    return tuple(out if split == "first_heavier" else out[::-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +298,7 @@ def _layer_activations(m: ModelSpec, x: _Dims, flash: bool, selective: bool) -> 
     else:
         kv = x.q if x.k != x.q else x.k  # GQA repeats K/V to all heads
         n += (2 * x.q + 2 * kv) * Tf * D + x.a * x.s * Tf * D
-    n += (3 if m.swiglu else 2) * x.f * Tf * D
+    n += m.mlp_kept * x.f * Tf * D
     return n
 
 
@@ -230,27 +324,28 @@ def _backward_working_set(m: ModelSpec, x: _Dims, sp: bool, flash: bool, selecti
     d = 12 * x.h * T if m.rmsnorm else 0  # the incoming gradient replaces the freed output
     c = 0
     if not flash:
-        mlp = (3 if m.swiglu else 2) * x.f * Tf * D
+        mlp = m.mlp_kept * x.f * Tf * D
         c = (g_in + x.q * Tf * D + (3 if selective else 2) * x.a * x.s * Tf * D
              - mlp - 2 * x.h * T * D)
     return max(a, b, c, d)
 
 
 def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selective: bool,
-                  flash: bool, traits: tuple[bool, bool, bool, bool, bool]
-                  ) -> tuple[int, int, int, int, int]:
+                  flash: bool, traits: tuple[bool, bool, bool, bool, bool],
+                  rt: RuntimeProfile = REFERENCE) -> tuple[int, int, int, int, int]:
     """Per-rank query width, FFN width, heads and vocabulary rows (q, f, a, vr) at tensor
     parallelism ``t``, and the bytes one layer keeps for its backward over ``T`` tokens
     (``Tf`` with sequence parallelism undone) of sequence length ``s`` (see
     ``_layer_activations``). Shared by ``estimate_stage`` (T for the whole micro-batch) and
-    ``activation_terms`` (T per sequence): every count is linear in the tokens."""
-    swiglu, rmsnorm, _, neox, _ = traits
+    ``activation_terms`` (T per sequence): every count is linear in the tokens. The
+    runtime adds its dropout masks (``predictor.runtimes``) and pads the vocabulary."""
+    _, rmsnorm, _, neox, _ = traits
     h, hd = m.hidden_size, m.head_dim
     q = m.num_heads // t * hd
     k = max(m.num_kv_heads // t, 1) * hd
     f = m.ffn_hidden_size // t
     a = m.num_heads // t
-    vr = -(-m.vocab_size // t)
+    vr = -(-rt.padded_vocab(m.vocab_size, t) // (t if rt.vocab_parallel else 1))
     one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
     if selective:
         one_layer += (2 * q + 2 * k) * Tf * D
@@ -258,19 +353,37 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
         one_layer += (3 * q + 2 * k) * Tf * D + 4 * a * Tf
     else:
         kv = q if k != q else k
-        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * D
-    one_layer += (3 if swiglu else 2) * f * Tf * D
+        P = 4 if rt.softmax_fp32 else D  # bytes per attention probability
+        one_layer += (2 * q + 2 * kv) * Tf * D + a * s * Tf * P
+        if rt.attention_dropout:
+            one_layer += a * s * Tf * (1 + P)  # dropout mask + dropped probabilities
+    if selective and not rt.selective_keeps_core_inputs:
+        one_layer -= (2 * q + 2 * k) * Tf * D
+    one_layer += m.mlp_kept * f * Tf * D
+    if rt.hidden_dropout:
+        one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
     return q, f, a, vr, one_layer
 
 
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
-                   gpu: GpuType | None = None) -> MemoryBreakdown:
-    """Peak memory of one rank of pipeline stage ``stage``.
+                   gpu: GpuType | None = None, *, runtime: RuntimeProfile = REFERENCE,
+                   layers: Sequence[int] | None = None, virtual_stages: int = 1
+                   ) -> MemoryBreakdown:
+    """Peak tensor memory of one rank of pipeline stage ``stage`` under ``runtime``.
+
+    ``layers`` (layers per stage, summing to the model's) overrides the runtime's split;
+    ``virtual_stages`` > 1 is Megatron's interleaved schedule (each stage holds that many
+    chunks of ``layers[stage] / virtual_stages`` layers; stage i keeps
+    ``2·(pp − i − 1) + (v − 1)·pp + 1`` chunks of micro-batches in flight, at most all
+    ``m·v``). ``gpu`` is accepted for callers that predate ``predictor.overhead``: it sets
+    ``overhead`` to the GPU's CUDA context; the calibrated non-tensor figures come from
+    ``predictor.overhead.device_memory``.
 
     Written as straight-line arithmetic over locals (no intermediate objects): the planner
     calls it thousands of times per job."""
     m, t, dp, zero, pp = model, par.tp, par.dp, par.zero_stage, par.pp
-    sp = t > 1 and par.sequence_parallel and train.sequence_parallel
+    rt = runtime
+    sp = t > 1 and par.sequence_parallel and train.sequence_parallel and rt.sequence_parallel
     flash = par.flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
@@ -279,23 +392,16 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     swiglu, rmsnorm, bert, _, learned = traits
 
     # static state: one layer's tensors counted once, times the stage's layers
-    base, rem = divmod(m.num_layers, pp)
-    n_layers = base + (1 if stage < rem else 0)
-    lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, t, dp, 0, 0, 0)
-    e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, t, dp, pp, stage, 1)
-    n_full = n_layers * lay_n + e_n
-    n_sh = n_layers * lay_sh + e_sh
-    n_param = n_sh if zero >= 3 else n_full
-    n_grad = n_sh if zero >= 2 else n_full
-    n_shard = n_sh if zero >= 1 else n_full
-    if zero >= 1:
-        max_shard = max(lay_max_sh if n_layers else 0, e_max_sh)
+    if layers is None:
+        if rt.stage_split == "first_heavier":
+            base, rem = divmod(m.num_layers, pp)
+            n_layers = base + (1 if stage < rem else 0)
+        else:
+            n_layers = stage_layer_counts(m.num_layers, pp, rt.stage_split)[stage]
     else:
-        max_shard = max(lay_max_full if n_layers else 0, e_max_full)
-    states = 1 if train.optimizer is Optimizer.SGD else 2
-    parameters = D * n_param
-    gradients = 4 * n_grad
-    optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
+        n_layers = layers[stage]
+    parameters, gradients, optimizer_states, adam = _static_bytes(
+        m, train, t, pp, dp, zero, stage, n_layers, rt)
 
     # activations of one micro-batch (see _layer_activations / _backward_working_set, the
     # same counts inlined)
@@ -305,14 +411,15 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     Tf = b * s
     recompute = par.recompute
     selective = recompute is Recompute.SELECTIVE
-    n_mlp = 3 if swiglu else 2
-    q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits)
+    q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
     full = recompute is Recompute.FULL
     per_layer = hTD if full else one_layer
-    mb = n_layers * per_layer + hTD  # + the stage's output (next stage's / head's input)
+    mb = hTD  # the stage's output (next stage's / head's input)
     if first:
         mb += 8 * b * s  # token ids
+        if rt.hidden_dropout:
+            mb += h * T  # embedding dropout mask
         if bert:
             mb += hTD + 2 * T * D  # embedding LayerNorm input + statistics
     if last:
@@ -322,7 +429,12 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         else:
             mb += hTD + (4 * T if rmsnorm else 2 * T * D)  # final norm output + stats
     m_total = max(1, train.global_batch // (dp * b))
-    activations = min(m_total, pp - stage) * mb
+    in_flight = min(m_total, pp - stage)
+    activations = in_flight * (mb + n_layers * per_layer)
+    if virtual_stages > 1 and pp > 1:
+        v = virtual_stages
+        chunks = min(m_total * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1)
+        activations = in_flight * mb + chunks * (n_layers // v) * per_layer
     if n_layers and not learned:
         activations += 2 * s * hd * D  # rotary cos/sin tables
 
@@ -332,6 +444,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     w_b = g_in + (3 if swiglu else 1) * f * Tf * D
     w_d = 12 * h * T if rmsnorm else 0
     bwd = max(w_a, w_b, w_d)
+    n_mlp = m.mlp_kept
     if not flash:
         w_c = (g_in + q * Tf * D + (3 if selective else 2) * a * s * Tf * D
                - n_mlp * f * Tf * D - 2 * hTD)
@@ -344,24 +457,24 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     best = None
     top = -1
     if last:
-        lg = Tf * vr
+        lg = 0 if rt.classification_head else Tf * vr
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
-        lf = (6 if mixed else 4) * lg
+        lf = _logit_bytes(rt, mixed, True) * lg
         best, top = (activations, lf, 0), activations + lf
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
-        lb, tb = (2 if mixed else 4) * lg, vr * h * D + h * Tf * D
+        lb, tb = _logit_bytes(rt, mixed, False) * lg, vr * h * D + h * Tf * D
         if activations + lb + tb > top:
             best, top = (activations, lb, tb), activations + lb + tb
     if activations + bwd > top:
         best, top = (activations, 0, bwd), activations + bwd
-    if states == 2 and 4 * max_shard > top:  # Adam's sqrt(v) temporary; activations gone
-        best = (0, 0, 4 * max_shard)
+    if adam > top:  # Adam's sqrt(v) temporary; activations gone
+        best = (0, 0, adam)
     assert best is not None
     return MemoryBreakdown(
         parameters=parameters, gradients=gradients, optimizer_states=optimizer_states,
         activations=best[0], logits=best[1],
-        overhead=gpu.runtime_overhead_bytes if gpu is not None else 0,
+        overhead=gpu.cuda_context_bytes if gpu is not None else 0,
         transient=best[2], stage=stage)
 
 
@@ -380,35 +493,25 @@ def _candidate_stages(pp: int) -> tuple[int, ...]:
     return (0, pp - 1) if pp > 1 else (0,)
 
 
-def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, zero: int
-                 ) -> StaticTerms:
+def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, zero: int,
+                 runtime: RuntimeProfile = REFERENCE) -> StaticTerms:
     """The micro-batch-independent part of ``estimate_stage`` for the stages
     ``estimate_memory`` compares (same counts as there)."""
-    m = model
-    mixed = train.precision is not Precision.FP32
-    D = 2 if mixed else 4
-    states = 1 if train.optimizer is Optimizer.SGD else 2
-    base, rem = divmod(m.num_layers, pp)
-    lay_n, lay_sh, lay_max_full, lay_max_sh = _static_sums(m, tp, dp, 0, 0, 0)
+    base, rem = divmod(model.num_layers, pp)
     out = []
     for stage in _candidate_stages(pp):
         n_layers = base + (1 if stage < rem else 0)
-        e_n, e_sh, e_max_full, e_max_sh = _static_sums(m, tp, dp, pp, stage, 1)
-        n_full = n_layers * lay_n + e_n
-        n_sh = n_layers * lay_sh + e_sh
-        if zero >= 1:
-            max_shard = max(lay_max_sh if n_layers else 0, e_max_sh)
-        else:
-            max_shard = max(lay_max_full if n_layers else 0, e_max_full)
-        static = (D * (n_sh if zero >= 3 else n_full) + 4 * (n_sh if zero >= 2 else n_full)
-                  + 4 * (n_sh if zero >= 1 else n_full) * (states + (1 if mixed else 0)))
-        out.append((static, 4 * max_shard if states == 2 else -1))
+        if runtime.stage_split != "first_heavier":
+            n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
+        par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
+                                             runtime)
+        out.append((par + grad + opt, adam))
     return tuple(out)
 
 
 def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
-                     recompute: Recompute, sequence_parallel: bool, flash_attention: bool
-                     ) -> ActivationTerms:
+                     recompute: Recompute, sequence_parallel: bool, flash_attention: bool,
+                     runtime: RuntimeProfile = REFERENCE) -> ActivationTerms:
     """The micro-batch-dependent part of ``estimate_stage``, per sequence of the micro-batch.
 
     Every activation, logits and working-set count there is ``b`` times a per-sequence count
@@ -419,7 +522,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     plan's knobs (ANDed with the job's flags, as ``estimate_stage`` does)."""
     m = model
     t = tp
-    sp = t > 1 and sequence_parallel and train.sequence_parallel
+    sp = t > 1 and sequence_parallel and train.sequence_parallel and runtime.sequence_parallel
     flash = flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
@@ -429,10 +532,11 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     h, hd = m.hidden_size, m.head_dim
     T = s // t if sp else s  # per sequence of the micro-batch
     Tf = s
+    rt = runtime
     selective = recompute is Recompute.SELECTIVE
     full = recompute is Recompute.FULL
-    n_mlp = 3 if swiglu else 2
-    q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits)
+    n_mlp = m.mlp_kept
+    q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
     per_layer = hTD if full else one_layer
     # backward working set of the first layer, (per sequence, constant) pieces
@@ -448,9 +552,13 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     for stage in _candidate_stages(pp):
         first, last = stage == 0, stage == pp - 1
         n_layers = base + (1 if stage < rem else 0)
+        if rt.stage_split != "first_heavier":
+            n_layers = stage_layer_counts(m.num_layers, pp, rt.stage_split)[stage]
         c_mb = n_layers * per_layer + hTD
         if first:
             c_mb += 8 * s
+            if rt.hidden_dropout:
+                c_mb += h * T
             if bert:
                 c_mb += hTD + 2 * T * D
         if last:
@@ -462,9 +570,9 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         c_rot = 2 * s * hd * D if n_layers and not learned else 0
         moments = list(bwd)
         if last:
-            lg = Tf * vr
-            moments += [((6 if mixed else 4) * lg, 0),
-                        ((2 if mixed else 4) * lg + h * Tf * D, vr * h * D)]
+            lg = 0 if rt.classification_head else Tf * vr
+            moments += [(_logit_bytes(rt, mixed, True) * lg, 0),
+                        (_logit_bytes(rt, mixed, False) * lg + h * Tf * D, vr * h * D)]
         out.append((pp - stage, c_mb, c_rot, tuple(moments)))
     return tuple(out)
 
@@ -532,16 +640,18 @@ def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[int], ...]) -> list
     return out
 
 
-def peak_tensors(model: ModelSpec, train: TrainingSpec, par: ParallelConfig) -> int:
-    """``estimate_memory(model, train, par).tensors`` through the split form the planner
-    searches with (the check that both agree)."""
+def peak_tensors(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
+                 runtime: RuntimeProfile = REFERENCE) -> int:
+    """``estimate_memory(model, train, par, runtime=runtime).tensors`` through the split
+    form the planner searches with (the check that both agree)."""
     per_replica = par.micro_batch * max(1, par.micro_batches(train.global_batch))
     peaks = activation_peaks(
         activation_terms(model, train, par.tp, par.pp, par.recompute,
-                         par.sequence_parallel, par.flash_attention),
+                         par.sequence_parallel, par.flash_attention, runtime),
         per_replica, (par.micro_batch,))
     return peak_tensor_curve(
-        static_terms(model, train, par.tp, par.pp, par.dp, par.zero_stage), peaks)[0]
+        static_terms(model, train, par.tp, par.pp, par.dp, par.zero_stage, runtime),
+        peaks)[0]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -551,16 +661,31 @@ def _traits(m: ModelSpec) -> tuple[bool, bool, bool, bool, bool]:
             m.learned_positions)
 
 
+def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:
+    """Bytes per logit element alive at the loss forward / the output layer's backward
+    (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy)."""
+    if forward:
+        return rt.logits_fwd_bytes if mixed else max(4, rt.logits_fwd_bytes - 2)
+    return rt.logits_bwd_bytes if mixed else max(4, rt.logits_bwd_bytes)
+
+
 def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
-                    gpu: GpuType | None = None) -> MemoryBreakdown:
-    """Per-GPU peak of the worst pipeline stage (the first and the last are the candidates:
-    a middle stage has the first's layers with fewer micro-batches in flight and no
-    embedding). ``overhead`` is ``gpu.runtime_overhead_bytes`` (0 when ``gpu`` is None)."""
-    best = estimate_stage(model, train, par, 0, gpu)
-    if par.pp > 1:
-        last = estimate_stage(model, train, par, par.pp - 1, gpu)
-        if last.tensors > best.tensors:
-            best = last
+                    gpu: GpuType | None = None, *, runtime: RuntimeProfile = REFERENCE,
+                    layers: Sequence[int] | None = None, virtual_stages: int = 1,
+                    stages: Sequence[int] | None = None) -> MemoryBreakdown:
+    """Per-GPU tensor peak of the worst pipeline stage under ``runtime`` (the first and the
+    last are the candidates: a middle stage has the first's layers with fewer micro-batches
+    in flight and no embedding; with explicit ``layers`` every stage is). ``stages`` limits
+    the candidates (e.g. ``(pp - 1,)`` for a measurement taken on the last rank)."""
+    if stages is None:
+        stages = range(par.pp) if layers is not None else _candidate_stages(par.pp)
+    best = None
+    for st in stages:
+        cur = estimate_stage(model, train, par, st, gpu, runtime=runtime, layers=layers,
+                             virtual_stages=virtual_stages)
+        if best is None or cur.tensors > best.tensors:
+            best = cur
+    assert best is not None
     return best
 
 

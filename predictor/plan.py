@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from predictor.memory import MemoryBreakdown
+from predictor.runtimes import DEFAULT_RUNTIME
 from predictor.spec import ParallelConfig, Precision
 from predictor.step_time import StepTime
 
@@ -15,8 +16,10 @@ from predictor.step_time import StepTime
 class Plan:
     """One way to run a job: ``parallel.num_gpus`` GPUs of ``gpu_type``.
 
-    ``required_bytes`` is what a GPU must offer for the plan (peak plus the planner's safety
-    margin); schedulers compare it with a node's GPU memory (Frenzy's ``reqSz``).
+    ``required_bytes`` is what a GPU must offer for the plan (the device figure plus the
+    planner's safety margin); schedulers compare it with a node's GPU memory (Frenzy's
+    ``reqSz``). ``runtime`` names the ``predictor.runtimes`` profile the memory was priced
+    for.
     """
 
     gpu_type: str
@@ -29,6 +32,7 @@ class Plan:
     rank: int = 0
     reason: str = ""
     notes: tuple[str, ...] = field(default=())
+    runtime: str = DEFAULT_RUNTIME
 
     @property
     def num_gpus(self) -> int:
@@ -77,6 +81,10 @@ class Plan:
             "flash_attention": p.flash_attention,
             "precision": self.precision.value,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "tensors_bytes": self.memory.tensors,
+            "reserved_bytes": self.memory.reserved,
+            "device_bytes": self.memory.device,
+            "runtime": self.runtime,
             "required_bytes": self.required_bytes,
             "memory": self.memory.as_dict(),
             "step_time_s": self.step_time_s,

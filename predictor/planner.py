@@ -37,7 +37,9 @@ from predictor.memory import (
     estimate_memory,
     static_terms,
 )
+from predictor.overhead import FIT_MARGIN, NON_TENSOR, NonTensorModel
 from predictor.plan import Plan
+from predictor.runtimes import DEFAULT_RUNTIME, RuntimeProfile, get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
 from predictor.step_time import (
     ComputeBound,
@@ -48,9 +50,10 @@ from predictor.step_time import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MARGIN = 0.05
-"""Fraction of a GPU's memory kept free: allocator fragmentation beyond the modelled
-overhead, and the model's own error (worst case ≈ 8% on tensors, far less on the total)."""
+DEFAULT_MARGIN = FIT_MARGIN
+"""Fraction of a GPU's memory kept free beyond the predicted device figure (tensors +
+allocator slack + CUDA context + NCCL): the model's held-out error on real GPUs
+(``predictor.overhead.FIT_MARGIN``, derived in docs/memory_accuracy.md)."""
 
 DEFAULT_MAX_GPUS = 64
 DEFAULT_MAX_PP = 8
@@ -166,8 +169,10 @@ class _MemoryTable:
     full breakdown (``get``) is built only for the plans the planner keeps.
     """
 
-    def __init__(self, model: ModelSpec, train: TrainingSpec) -> None:
+    def __init__(self, model: ModelSpec, train: TrainingSpec,
+                 runtime: RuntimeProfile | None = None) -> None:
         self.model, self.train = model, train
+        self.runtime = runtime or get_runtime(DEFAULT_RUNTIME)
         self.activation: dict[tuple[int, ...], ActivationRows] = {}
         self.static: dict[tuple[int, ...], StaticTerms] = {}
         self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
@@ -182,17 +187,19 @@ class _MemoryTable:
             rows = self.activation[akey] = activation_rows(
                 activation_terms(self.model, self.train, tp, pp, recompute,
                                  self.train.sequence_parallel and tp > 1,
-                                 self.train.flash_attention),
+                                 self.train.flash_attention, self.runtime),
                 _divisors(self.train.global_batch))
         return rows
 
     def static_of(self, tp: int, pp: int, dp: int, zero: int) -> StaticTerms:
         """The static bytes (parameters, gradients, optimizer states) per candidate stage;
-        dp only matters under ZeRO."""
-        skey = (tp, pp, dp if zero else 0, zero)
+        dp matters under ZeRO, and otherwise only whether it is above 1."""
+        # without ZeRO only "dp > 1" matters (DDP buckets, the flat all-reduce)
+        skey = (tp, pp, dp if zero else min(dp, 2), zero)
         static = self.static.get(skey)
         if static is None:
-            static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp, zero)
+            static = self.static[skey] = static_terms(self.model, self.train, tp, pp, dp, zero,
+                                                      self.runtime)
         return static
 
     def get(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
@@ -202,7 +209,8 @@ class _MemoryTable:
         mem = self.table.get(key)
         if mem is None:
             mem = self.table[key] = estimate_memory(
-                self.model, self.train, self.par(tp, pp, dp, mb, recompute, zero), None)
+                self.model, self.train, self.par(tp, pp, dp, mb, recompute, zero), None,
+                runtime=self.runtime)
         return mem
 
     def par(self, tp: int, pp: int, dp: int, mb: int, recompute: Recompute, zero: int
@@ -319,9 +327,11 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     return (f + np.maximum(p, a)).max(axis=2)
 
 
-def _fitting_groups(table: _MemoryTable, layouts: list[_Layout], budgets: list[float]
+def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
+                    budgets: list[tuple[float, float]]
                     ) -> list[tuple[list[_Group], list[BoundKey]]]:
-    """Per budget (tensor bytes), every configuration that fits, by GPU count (in search
+    """Per budget (tensor bytes on one GPU, on several: NCCL's buffers only exist in the
+    latter), every configuration that fits, by GPU count (in search
     order: counts by first appearance, configurations by layout, then saver, then
     micro-batch), and the distinct lower-bound keys among them.
 
@@ -338,9 +348,11 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout], budgets: list[f
     frugal = np.array([11 if layout.dp > 1 else 8 for layout in layouts])  # _SAVERS index
     least = values[np.arange(len(layouts)), frugal, 0]
     table.floor = min(table.floor, int(least.min()))
+    several = np.array([layout.tp * layout.pp * layout.dp > 1 for layout in layouts])
     out = []
-    for budget in budgets:
-        fit = values <= budget
+    for single, multi in budgets:
+        budget = np.where(several, multi, single)
+        fit = values <= budget[:, None, None]
         cheapest = fit.argmax(axis=1).tolist()
         counts = fit.any(axis=1).sum(axis=1).tolist()
         by_count: dict[int, _Group] = {}
@@ -372,17 +384,17 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout], budgets: list[f
 
 
 def _plan(table: _MemoryTable, gpu: GpuType, step_model: StepTimeModel, cfg: Config,
-          precision: Precision, notes: tuple[str, ...], margin: float) -> Plan:
-    """The ``Plan`` of a search point: its full memory breakdown and step time."""
+          precision: Precision, notes: tuple[str, ...], margin: float,
+          non_tensor: NonTensorModel) -> Plan:
+    """The ``Plan`` of a search point: its full memory breakdown (tensors, allocator slack,
+    memory outside the allocator) and step time; it needs its device figure plus the
+    margin."""
     par = table.par(*cfg)
-    mem = table.get(*cfg)
+    mem: MemoryBreakdown = non_tensor.fill(table.get(*cfg), gpu, par.num_gpus)
     return Plan(
-        gpu_type=gpu.name, parallel=par, precision=precision,
-        memory=MemoryBreakdown(mem.parameters, mem.gradients, mem.optimizer_states,
-                               mem.activations, mem.logits, gpu.runtime_overhead_bytes,
-                               mem.transient, mem.stage),
+        gpu_type=gpu.name, parallel=par, precision=precision, memory=mem,
         step=step_model.estimate(par), num_steps=table.train.num_steps, notes=notes,
-        required_bytes=int((mem.tensors + gpu.runtime_overhead_bytes) / (1.0 - margin)),
+        required_bytes=int(mem.device / (1.0 - margin)), runtime=table.runtime.name,
     )
 
 
@@ -397,10 +409,15 @@ def plan_job(
     margin: float = DEFAULT_MARGIN,
     ranking: str | RankKey = "gpu_seconds",
     keep_all: bool = False,
+    runtime: str | RuntimeProfile = DEFAULT_RUNTIME,
+    non_tensor: NonTensorModel = NON_TENSOR,
 ) -> PlanResult:
     """All plans of ``model`` trained as ``train`` on each GPU type of ``gpus`` (default:
     the whole catalog), ranked; ``keep_all`` keeps every fitting plan, not only the fastest
-    per (GPU type, count)."""
+    per (GPU type, count). Memory is priced for ``runtime`` (a ``predictor.runtimes``
+    profile or its name); a plan fits when its device figure (``non_tensor``'s slack and
+    outside terms on top of the tensors) is at most ``1 - margin`` of the GPU."""
+    profile = get_runtime(runtime)
     train.check_against(model)
     if not 0 <= margin < 1:
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
@@ -415,9 +432,9 @@ def plan_job(
 
     best: dict[tuple[str, int], Plan] = {}  # the fastest plan per (GPU type, count)
     every: list[Plan] = []
-    table = _MemoryTable(model, train)
-    budgets = [gpu.memory_bytes * (1.0 - margin) - gpu.runtime_overhead_bytes
-               for gpu in gpu_list]
+    table = _MemoryTable(model, train, profile)
+    budgets = [(non_tensor.budget(gpu.memory_bytes, gpu, 1, margin),
+                non_tensor.budget(gpu.memory_bytes, gpu, 2, margin)) for gpu in gpu_list]
     bounds: dict[tuple[float, float, Precision], tuple[ComputeBound, dict[BoundKey, float]]] = {}
     shapes = [(tp, pp, dp) for tp in _tp_options(model, train, min(gpus_per_node, max_gpus))
               for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp))
@@ -454,18 +471,20 @@ def plan_job(
                 cfg = cfgs[i]
                 total = step_model.total_s(*cfg, sp_knob, flash)
                 if keep_all:
-                    every.append(_plan(table, gpu, step_model, cfg, precision, notes, margin))
+                    every.append(_plan(table, gpu, step_model, cfg, precision, notes, margin,
+                                       non_tensor))
                 if best_cfg is None or total < best_total:
                     best_total, best_cfg = total, cfg
             if best_cfg is not None and not keep_all:  # built once, for the fastest only
                 best[(gpu.name, n)] = _plan(table, gpu, step_model, best_cfg, precision, notes,
-                                            margin)
+                                            margin, non_tensor)
 
     candidates = every if keep_all else list(best.values())
     if not candidates:
         largest = max(gpu_list, key=lambda g: g.memory_bytes)
-        overhead = min(g.runtime_overhead_bytes for g in gpu_list)
-        need = (table.floor + overhead) / (1.0 - margin)
+        need = min(
+            non_tensor.fill(MemoryBreakdown(table.floor, 0, 0, 0, 0, 0), g, 2).device
+            for g in gpu_list) / (1.0 - margin)
         return PlanResult(
             model=model, train=train, plans=(), considered=considered, min_required_bytes=int(need),
             infeasible=(
@@ -502,6 +521,5 @@ def _with_reasons(ordered: list[Plan], ranking: str | RankKey) -> list[Plan]:
             )
         peak = plan.peak_memory_bytes / GIB
         why += f"; peak {peak:.1f} GiB per GPU"
-        out.append(Plan(plan.gpu_type, plan.parallel, plan.precision, plan.memory, plan.step,
-                        plan.num_steps, plan.required_bytes, i, why, plan.notes))
+        out.append(replace(plan, rank=i, reason=why))
     return out

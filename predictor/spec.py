@@ -30,6 +30,9 @@ class Family(StrEnum):
     BERT = "bert"  # post-LN bidirectional encoder, GeLU MLP, learned positions, MLM head
 
 
+ACTIVATIONS = ("", "gelu", "relu", "swiglu")
+"""MLP activations a ``ModelSpec`` may name; "" keeps the family's own."""
+
 DECODER_FAMILIES = frozenset({Family.GPT2, Family.LLAMA, Family.QWEN2, Family.GPT_NEOX})
 
 
@@ -78,6 +81,7 @@ class ModelSpec:
     ffn_hidden_size: int = 0
     tie_embeddings: bool = True
     type_vocab_size: int = 0  # bert token-type embeddings
+    activation: str = ""  # MLP activation: "" = the family's (gelu / swiglu), or one of ACTIVATIONS
 
     def __hash__(self) -> int:
         # cached (outside the fields, so asdict/replace never see it): the predictor's lookup
@@ -113,12 +117,15 @@ class ModelSpec:
                 "num_kv_heads",
                 f"{self.num_kv_heads} must divide num_heads={self.num_heads}",
             )
+        if self.activation not in ACTIVATIONS:
+            raise SpecError("activation", f"unknown activation {self.activation!r}; one of "
+                            f"{', '.join(a for a in ACTIVATIONS if a)} (or omit it)")
         if family is Family.BERT and self.type_vocab_size < 0:
             raise SpecError("type_vocab_size", "must be >= 0")
         object.__setattr__(self, "_hash", hash((  # an instance attribute, not a field
             self.name, family, self.num_layers, self.hidden_size, self.num_heads,
             self.vocab_size, self.max_seq_len, self.num_kv_heads, self.ffn_hidden_size,
-            self.tie_embeddings, self.type_vocab_size)))
+            self.tie_embeddings, self.type_vocab_size, self.activation)))
 
     # -- architecture traits -------------------------------------------------------------
     @property
@@ -132,7 +139,18 @@ class ModelSpec:
 
     @property
     def swiglu(self) -> bool:
+        if self.activation:
+            return self.activation == "swiglu"
         return self.family in (Family.LLAMA, Family.QWEN2)
+
+    @property
+    def mlp_kept(self) -> int:
+        """f-wide tensors one MLP keeps for backward: ReLU 1 (its output serves its own
+        backward and the next matmul's), GeLU 2 (input and output), SwiGLU 3 (gate, up,
+        product)."""
+        if self.swiglu:
+            return 3
+        return 1 if self.activation == "relu" else 2
 
     @property
     def rmsnorm(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from predictor.errors import SpecError
 from predictor.gpus import GIB, get_gpu
 from predictor.planner import DEFAULT_MARGIN, DEFAULT_MAX_GPUS, RANKINGS, PlanResult, plan_job
+from predictor.runtimes import DEFAULT_RUNTIME, RUNTIMES
 from predictor.spec import Family, ModelSpec, TrainingSpec
 
 log = logging.getLogger("frenzy")
@@ -90,6 +91,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help="fraction of GPU memory kept free (default %(default)s)")
     s.add_argument("--ranking", default="gpu_seconds", choices=sorted(RANKINGS))
+    s.add_argument("--runtime", default=DEFAULT_RUNTIME, choices=sorted(RUNTIMES),
+                   help="the runtime whose memory is priced (default %(default)s)")
     s.add_argument("--top", type=int, default=10, help="plans to print (0 = all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--list-models", action="store_true", help="list catalog models and exit")
@@ -113,7 +116,8 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     gpus = [get_gpu(g) for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     result = plan_job(
-        model, train, gpus, max_gpus=args.max_gpus, margin=args.margin, ranking=args.ranking
+        model, train, gpus, max_gpus=args.max_gpus, margin=args.margin, ranking=args.ranking,
+        runtime=args.runtime,
     )
     if args.json:
         print(json.dumps(result_to_dict(result, args.top)))
@@ -148,7 +152,8 @@ def format_result(result: PlanResult, top: int = 10) -> str:
         return f"{head}\nNo plan fits: {result.infeasible}"
     rows = [
         ("#", "GPUs", "tp", "pp", "dp", "mb", "recomp", "zero", "peak GiB", "of GiB",
-         "params", "grads", "optim", "activ", "logits", "ovh", "step s", "job h", "GPU-h"),
+         "params", "grads", "optim", "activ", "logits", "slack", "ovh", "step s", "job h",
+         "GPU-h"),
     ]
     shown = result.plans if top <= 0 else result.plans[:top]
     for p in shown:
@@ -160,7 +165,7 @@ def format_result(result: PlanResult, top: int = 10) -> str:
             str(p.parallel.zero_stage), f"{mem.total / GIB:.1f}", f"{cap:.0f}",
             f"{mem.parameters / GIB:.1f}", f"{mem.gradients / GIB:.1f}",
             f"{mem.optimizer_states / GIB:.1f}", f"{mem.activations / GIB:.1f}",
-            f"{mem.logits / GIB:.1f}", f"{mem.overhead / GIB:.1f}",
+            f"{mem.logits / GIB:.1f}", f"{mem.slack / GIB:.1f}", f"{mem.overhead / GIB:.1f}",
             f"{p.step_time_s:.3f}", f"{p.job_time_s / 3600:.2f}", f"{p.gpu_seconds / 3600:.1f}",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -177,6 +182,7 @@ def _optional_parsers() -> list[Callable[[argparse._SubParsersAction], None]]:
     adders: list[Callable[[argparse._SubParsersAction], None]] = []
     for module, attr in (
         ("simulator.cli", "add_simulate_parser"),
+        ("service.memory_cli", "add_memory_parser"),
         ("service.tokens_cli", "add_token_parser"),
         ("service.serve_cli", "add_serve_parsers"),
     ):

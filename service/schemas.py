@@ -91,6 +91,12 @@ class JobCreate(_Create):
     ranking: SafeStr | None = Field(None, max_length=32,
                                     description="gpu_seconds (default), job_time, fewest_gpus")
 
+    runtime: SafeStr | None = Field(
+        None, max_length=32,
+        description="runtime profile the memory is priced for: frenzy (built-in, default), "
+                    "megatron, deepspeed, fsdp2, hf-trainer, torchtune, colossalai; a job "
+                    "with an entrypoint and no runtime gets the most conservative")
+
     @field_validator("hf_config")
     @classmethod
     def _bounded_document(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -125,6 +131,10 @@ class PlanPublic(_Public):
     precision: str
     peak_memory_bytes: int
     required_bytes: int
+    tensors_bytes: int | None = None  # max_memory_allocated
+    reserved_bytes: int | None = None  # max_memory_reserved
+    device_bytes: int | None = None  # nvidia-smi (= peak_memory_bytes)
+    runtime: str = "frenzy"  # the runtime profile the memory was priced for
     memory: dict[str, Any]
     step_time_s: float
     step: dict[str, Any]

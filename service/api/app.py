@@ -22,7 +22,7 @@ from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
 from service.api.planning import PlanningService, default_planner
 from service.api.quotas import Quotas
-from service.api.routes import admin, cluster, jobs, plans
+from service.api.routes import admin, cluster, jobs, memory, plans
 from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
@@ -103,7 +103,7 @@ def create_app(
     # Outside the routes and their dependencies: a body over the limit is refused before
     # authentication or parsing allocates anything for it (service.api.body_limit).
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    for module in (jobs, plans, cluster, admin):
+    for module in (jobs, plans, memory, cluster, admin):
         app.include_router(module.router, prefix="/v1")
 
     @app.get("/healthz", include_in_schema=False)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from predictor.errors import SpecError
+from predictor.runtimes import DEFAULT_RUNTIME
 from predictor.spec import ModelSpec, TrainingSpec
 from service.api.errors import ApiError
 from service.api.inventory import Inventory
@@ -52,13 +53,15 @@ def default_planner(
     *,
     max_gpus: int,
     ranking: str,
+    runtime: str = "frenzy",
 ) -> PlanResult:
-    """The predictor's planner over the catalog entries of ``gpu_types``."""
+    """The predictor's planner over the catalog entries of ``gpu_types``, pricing memory for
+    the runtime profile ``runtime``."""
     from predictor.gpus import get_gpu
     from predictor.planner import plan_job
 
     gpus = [get_gpu(t) for t in gpu_types] if gpu_types else None
-    return plan_job(model, train, gpus, max_gpus=max_gpus, ranking=ranking)
+    return plan_job(model, train, gpus, max_gpus=max_gpus, ranking=ranking, runtime=runtime)
 
 
 def known_gpu_types(names: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -104,6 +107,20 @@ def canonical_hash(value: Any) -> str:
     return hashlib.sha256(
         json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
     ).hexdigest()
+
+
+def job_runtime(body: JobCreate) -> str:
+    """The runtime profile a job's memory is priced for: the one it names; a job with its
+    own entrypoint that names none gets the most conservative profile, a built-in job the
+    built-in trainer's. ``ApiError`` 422 naming ``runtime`` when unknown."""
+    from predictor.runtimes import CONSERVATIVE_RUNTIME, get_runtime
+
+    if body.runtime is None:
+        return CONSERVATIVE_RUNTIME if body.entrypoint else DEFAULT_RUNTIME
+    try:
+        return get_runtime(body.runtime).name
+    except SpecError as exc:
+        raise ApiError(422, "runtime", exc.reason) from None
 
 
 def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
@@ -232,9 +249,10 @@ class PlanningService:
         if known:
             cap = min(cap, max(inventory.total_by_type[t] for t in known))
         ranking = body.ranking or self._default_ranking
+        runtime = job_runtime(body)
         key = canonical_hash(
             {"m": spec_dict(model), "t": spec_dict(train), "g": sorted(known.values()), "n": cap,
-             "r": ranking}
+             "r": ranking, **({"rt": runtime} if runtime != DEFAULT_RUNTIME else {})}
         )
         with self._lock:
             hit = self._cache.get(key)
@@ -256,7 +274,7 @@ class PlanningService:
                 return hit if hit.source == source else dataclasses.replace(hit, source=source)
             try:
                 planned = self._compute(model, train, source, sorted(known.values()), cap,
-                                        ranking, key)
+                                        ranking, key, runtime)
                 with self._lock:
                     self.misses += 1
                     if self._cache_size:
@@ -277,10 +295,14 @@ class PlanningService:
         max_gpus: int,
         ranking: str,
         key: str = "",
+        runtime: str = DEFAULT_RUNTIME,
     ) -> Planned:
+        # the runtime goes to the planner only when it is not the default, so planners
+        # written before runtime profiles keep working for built-in jobs
+        extra = {"runtime": runtime} if runtime != DEFAULT_RUNTIME else {}
         try:
             result = self._planner(
-                model, train, gpu_types or None, max_gpus=max_gpus, ranking=ranking
+                model, train, gpu_types or None, max_gpus=max_gpus, ranking=ranking, **extra
             )
         except SpecError as exc:
             raise ApiError(422, spec_error_field(exc.field, source), exc.reason) from None

@@ -35,3 +35,17 @@ def test_lookup_is_case_insensitive_and_errors_suggest() -> None:
         get_gpu("A100-81G")
     assert "A100-80G" in exc.value.reason
     assert len(load_gpu_catalog()) >= len(REQUIRED)
+
+
+def test_types_the_real_memory_data_covers() -> None:
+    # datasheet figures: V100 SXM2 16 GB, H800 (H100 compute, NVLink 400 GB/s), H100 NVL
+    # 94 GB, GH200 96 GB HBM3 at 4 TB/s, GB200 186 GB per GPU
+    assert get_gpu("V100-16G").memory_gib == 16 and not get_gpu("V100-16G").supports(
+        Precision.BF16)
+    assert get_gpu("V100-16G").cuda_context_bytes == 1343 << 20  # measured (HF docs)
+    assert get_gpu("H800-80G").bf16_tflops == 989 and get_gpu("H800-80G").link_bw_gbs == 200
+    assert get_gpu("H100-NVL").memory_gib == 94
+    assert get_gpu("GH200-96G").memory_gib == 96 and get_gpu("GH200-96G").mem_bw_gbs == 4000
+    assert get_gpu("GB200").memory_gib == 186
+    # types without their own figure keep the old single overhead as their context
+    assert get_gpu("A100-80G").cuda_context_bytes == get_gpu("A100-80G").runtime_overhead_bytes

@@ -189,7 +189,7 @@ def test_frenzy_formula_by_hand() -> None:
 
 def test_overhead_and_breakdown_properties() -> None:
     gpu = GpuType("X", 1 << 34, 1.0, 1.0, 1.0, 1.0, "pcie", 1.0, 1.0, "test",
-                  runtime_overhead_bytes=123)
+                  cuda_context_bytes=123)
     mem = estimate_memory(LLAMA, _train(), ParallelConfig(), gpu)
     assert isinstance(mem, MemoryBreakdown)
     assert mem.overhead == 123 and mem.total == mem.tensors + 123

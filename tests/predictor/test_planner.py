@@ -9,7 +9,9 @@ import pytest
 from predictor.errors import SpecError
 from predictor.gpus import GIB, get_gpu
 from predictor.memory import estimate_memory
-from predictor.planner import RANKINGS, divisors, plan_job
+from predictor.overhead import NON_TENSOR
+from predictor.planner import DEFAULT_MARGIN, RANKINGS, divisors, plan_job
+from predictor.runtimes import FRENZY
 from predictor.spec import ModelSpec, Precision, Recompute, TrainingSpec
 
 
@@ -31,13 +33,17 @@ def test_every_plan_is_valid_and_fits(llama_result) -> None:
     assert r.plans
     for p in r.plans:
         p.parallel.check(r.model, r.train)  # heads % tp, layers % pp, batch divisibility
-        cap = get_gpu(p.gpu_type).memory_bytes
-        assert p.peak_memory_bytes <= cap * 0.95
+        gpu = get_gpu(p.gpu_type)
+        # the device figure (tensors + slack + context + NCCL) fits with the margin kept free
+        assert p.peak_memory_bytes <= gpu.memory_bytes * (1 - DEFAULT_MARGIN)
         assert p.required_bytes >= p.peak_memory_bytes
         assert p.num_gpus <= 32 and p.parallel.tp <= 8
+        assert p.runtime == "frenzy" and p.to_dict()["runtime"] == "frenzy"
         # the plan's memory is the model's own prediction for that configuration
-        again = estimate_memory(r.model, r.train, p.parallel, get_gpu(p.gpu_type))
-        assert again.total == p.memory.total
+        again = estimate_memory(r.model, r.train, p.parallel, runtime=FRENZY)
+        assert p.memory.tensors == again.tensors + NON_TENSOR.workspace_bytes
+        outside = gpu.cuda_context_bytes + (NON_TENSOR.nccl_bytes if p.num_gpus > 1 else 0)
+        assert p.memory.device == p.memory.tensors + p.memory.slack + outside
 
 
 def test_one_plan_per_gpu_type_and_count(llama_result) -> None:
@@ -144,11 +150,13 @@ def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
     for gpu in gpus:
         gtrain = train if gpu.supports(train.precision) else replace(train,
                                                                     precision=Precision.FP16)
-        budget = gpu.memory_bytes * 0.95 - gpu.runtime_overhead_bytes
+        one = NON_TENSOR.budget(gpu.memory_bytes, gpu, 1, DEFAULT_MARGIN)
+        several = NON_TENSOR.budget(gpu.memory_bytes, gpu, 2, DEFAULT_MARGIN)
         for tp in _tp_options(model, train, min(8, max_gpus)):
             for pp in divisors(model.num_layers, min(8, max_gpus // tp)):
                 for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
                     chosen = []  # (saver index, micro-batch)
+                    budget = several if tp * pp * dp > 1 else one
                     for mb in divisors(train.global_batch // dp):
                         for i, (rc, zero) in enumerate(_SAVERS):
                             if zero and dp == 1:
@@ -157,7 +165,8 @@ def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
                                                  recompute=rc, zero_stage=zero,
                                                  sequence_parallel=train.sequence_parallel,
                                                  flash_attention=train.flash_attention)
-                            if estimate_memory(model, train, par).tensors <= budget:
+                            if estimate_memory(model, train, par,
+                                               runtime=FRENZY).tensors <= budget:
                                 chosen.append((i, par))
                                 break
                     if pp == 1:  # only the largest micro-batch of each saver
@@ -218,4 +227,4 @@ def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> Non
                                      micro_batch=mbs[c], recompute=rc, zero_stage=zero,
                                      sequence_parallel=train.sequence_parallel,
                                      flash_attention=train.flash_attention)
-                assert got == estimate_memory(model, train, par).tensors
+                assert got == estimate_memory(model, train, par, runtime=FRENZY).tensors

@@ -1,0 +1,182 @@
+"""The built-in trainer's own tensor peak on the CPU, for ``memory_accuracy``'s ``runtime``.
+
+One rank of ``orchestrator.trainer``'s ``ParallelTransformer`` (the model the service trains)
+runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
+``StorageTracker``: the step is the trainer loop's (``orchestrator/trainer/loop.py``:
+autocast forward, cross entropy on ``logits.float()``, ``(loss * scale).backward()`` per
+micro-batch, the flattened dp gradient all-reduce, ``opt.step()``, ``zero_grad``). The
+tensor-parallel and data-parallel all-reduces are replaced by no-ops for the measurement
+(they work in place, so they change no memory), which lets one process measure rank 0 of a
+tp·dp plan. The trainer executes no ZeRO, no vocabulary-parallel head and no pipeline, so
+only tp, dp, micro-batch, recomputation and precision vary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from predictor.measure.tracker import StorageTracker
+from predictor.memory import estimate_memory
+from predictor.runtimes import FRENZY
+from predictor.spec import Family, ModelSpec, Optimizer, ParallelConfig, Precision, TrainingSpec
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _local_collectives() -> Iterator[None]:
+    """``torch.distributed.all_reduce`` as a no-op (the trainer's collectives are in place)."""
+    import torch.distributed as dist
+
+    orig = dist.all_reduce
+    dist.all_reduce = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        dist.all_reduce = orig  # type: ignore[assignment]
+
+
+def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
+                         steps: int = 2, tracker: StorageTracker | None = None) -> int:
+    """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from orchestrator.trainer.loop import FP16_LOSS_SCALE, _autocast
+    from orchestrator.trainer.model import ParallelTransformer
+    from orchestrator.trainer.parallel import Layout, allreduce_grads
+
+    if par.pp != 1 or par.zero_stage:
+        raise ValueError("the built-in trainer runs neither pp > 1 nor ZeRO")
+    layout = Layout(0, par.tp * par.dp, par.tp, par.dp)
+    device = torch.device("cpu")
+    share = train.global_batch // par.dp
+    micro = share // par.micro_batch
+    scale = FP16_LOSS_SCALE if train.precision is Precision.FP16 else 1.0
+    tracker = tracker or StorageTracker()
+    with _local_collectives(), FakeTensorMode(), tracker:
+        net = ParallelTransformer(model, layout, par.recompute)
+        params = list(net.parameters())
+        tracker.label(params, "parameters")
+        if train.optimizer is Optimizer.SGD:
+            opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+        elif train.optimizer is Optimizer.ADAM:
+            opt = torch.optim.Adam(params, lr=1e-3)
+        else:
+            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+        net.train()
+        peak = 0
+        for _ in range(steps):
+            tracker.reset_peak()
+            seq = torch.randint(0, model.vocab_size, (share, train.seq_len + 1))
+            inputs, targets = seq[:, :-1], seq[:, 1:]
+            if model.family is Family.BERT:
+                inputs = inputs.clone()
+            total = torch.zeros(())
+            for mb in range(micro):
+                x = inputs[mb * par.micro_batch:(mb + 1) * par.micro_batch]
+                y = targets[mb * par.micro_batch:(mb + 1) * par.micro_batch]
+                tracker.set_phase("forward")
+                with _autocast(train.precision, device):
+                    logits = net(x)
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                       y.reshape(-1), ignore_index=-100) / micro
+                tracker.set_phase("backward")
+                (loss * scale).backward()
+                total += loss.detach()
+                del logits, loss
+            tracker.set_phase("allreduce")
+            allreduce_grads(params, layout)
+            tracker.set_phase("optimizer")
+            if scale != 1.0:
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.div_(scale)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            peak = tracker.peak
+            del seq, inputs, targets, total
+    return peak
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerCase:
+    model: ModelSpec
+    train: TrainingSpec
+    par: ParallelConfig
+
+    def label(self) -> str:
+        p, t = self.par, self.train
+        return (f"{self.model.name} s{t.seq_len} B{t.global_batch} {t.precision.value} "
+                f"{t.optimizer.value} tp{p.tp}dp{p.dp} mb{p.micro_batch} "
+                f"rc={p.recompute.value}")
+
+
+def _small(name: str, family: str, layers: int, hidden: int, heads: int, vocab: int,
+           **kw: Any) -> ModelSpec:
+    return ModelSpec(name=name, family=family, num_layers=layers, hidden_size=hidden,
+                     num_heads=heads, vocab_size=vocab, max_seq_len=1024, **kw)
+
+
+LLAMA_S = _small("llama-small", "llama", 4, 512, 8, 32000, num_kv_heads=4,
+                 ffn_hidden_size=1408, tie_embeddings=False)
+QWEN_S = _small("qwen2-small", "qwen2", 4, 512, 8, 32000, num_kv_heads=2,
+                ffn_hidden_size=1408, tie_embeddings=False)
+NEOX_S = _small("neox-small", "gpt_neox", 4, 512, 8, 32000, tie_embeddings=False)
+GPT_S = _small("gpt2-small4", "gpt2", 4, 512, 8, 50257)
+BERT_S = _small("bert-small", "bert", 4, 512, 8, 30522, type_vocab_size=2)
+
+
+def _case(model: ModelSpec, s: int, B: int, prec: str = "bf16", opt: str = "adamw",
+          **par: Any) -> TrainerCase:
+    train = TrainingSpec(global_batch=B, seq_len=s, precision=prec, optimizer=opt)
+    return TrainerCase(model, train, ParallelConfig(**par))
+
+
+CASES: list[TrainerCase] = [
+    _case(GPT_S, 256, 4, micro_batch=4),
+    _case(GPT_S, 256, 4, "fp32", "adam", micro_batch=2),
+    _case(GPT_S, 512, 8, micro_batch=2, recompute="selective"),
+    _case(GPT_S, 512, 8, micro_batch=4, recompute="full"),
+    _case(GPT_S, 256, 8, micro_batch=2, tp=2),
+    _case(GPT_S, 256, 8, "fp16", "sgd", micro_batch=2, dp=2),
+    _case(GPT_S, 512, 16, micro_batch=2, tp=2, dp=2, recompute="selective"),
+    _case(LLAMA_S, 256, 4, micro_batch=4),
+    _case(LLAMA_S, 512, 4, micro_batch=2, recompute="full"),
+    _case(LLAMA_S, 256, 8, micro_batch=4, tp=2),
+    _case(LLAMA_S, 256, 8, "fp32", "adamw", micro_batch=2, tp=4),
+    _case(LLAMA_S, 512, 8, micro_batch=1, dp=2, recompute="selective"),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4),
+    _case(QWEN_S, 256, 4, micro_batch=4),
+    _case(QWEN_S, 512, 8, micro_batch=2, tp=2, recompute="selective"),
+    _case(QWEN_S, 256, 8, "fp16", "adam", micro_batch=2, dp=2),
+    _case(NEOX_S, 256, 4, micro_batch=4),
+    _case(NEOX_S, 512, 8, micro_batch=2, tp=2, recompute="full"),
+    _case(NEOX_S, 256, 8, "fp32", "sgd", micro_batch=4, dp=2),
+    _case(BERT_S, 256, 8, micro_batch=8),
+    _case(BERT_S, 256, 8, micro_batch=4, tp=2, recompute="selective"),
+    _case(BERT_S, 512, 8, "fp32", "adamw", micro_batch=2, dp=2),
+    _case(GPT_S, 1024, 4, micro_batch=1, tp=4),
+    _case(LLAMA_S, 1024, 4, micro_batch=1, recompute="selective"),
+]
+
+
+def run(cases: list[TrainerCase] | None = None) -> list[dict[str, Any]]:
+    """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY).tensors``."""
+    rows = []
+    for i, case in enumerate(cases or CASES):
+        m, tr, par = case.model, case.train, case.par
+        measured = measure_trainer_peak(m, tr, par)
+        predicted = estimate_memory(m, tr, par, runtime=FRENZY).tensors
+        err = 100.0 * (predicted - measured) / measured
+        log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
+                 len(cases or CASES), case.label(), measured / 2**20, err)
+        rows.append(dict(config=case.label(), measured=measured, predicted=predicted,
+                         err_pct=err))
+    return rows

@@ -1,0 +1,179 @@
+"""One plan's memory from one JSON object: the ``frenzy memory`` / ``POST /v1/memory`` body.
+
+A spec names the model (catalog name or dimensions), the training configuration, the plan
+(tp, pp, dp, micro-batch, recompute, ZeRO), the runtime profile with its per-job overrides
+(dropout, activation, explicit layers per stage) and the GPU type, and gets back the three
+memory figures (tensors, reserved, device) with their breakdown. Every unknown key is an
+error naming it; README.md ("Memory estimate") lists the fields.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields
+from typing import Any
+
+from predictor.errors import SpecError
+from predictor.gpus import GpuType, get_gpu
+from predictor.memory import MemoryBreakdown, estimate_memory
+from predictor.overhead import NON_TENSOR, NonTensorModel
+from predictor.runtimes import DEFAULT_RUNTIME, RuntimeProfile, get_runtime
+from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
+
+MODEL_FIELDS = ("name", "family", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                "ffn_hidden_size", "vocab_size", "max_seq_len", "tie_embeddings",
+                "type_vocab_size", "activation")
+TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "optimizer")
+PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
+               "sequence_parallel", "flash_attention")
+RUNTIME_OPTIONS = tuple(f.name for f in fields(RuntimeProfile)
+                        if f.name not in ("name", "description", "executes"))
+SPEC_FIELDS = ("model", *TRAIN_FIELDS, *PLAN_FIELDS, "dropout", "activation",
+               "layers_per_stage", "virtual_stages", "runtime", "runtime_options", "gpu",
+               "stage")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRequest:
+    """A parsed spec: everything ``estimate_memory`` and the non-tensor terms need."""
+
+    model: ModelSpec
+    train: TrainingSpec
+    par: ParallelConfig
+    runtime: RuntimeProfile
+    gpu: GpuType | None
+    layers: tuple[int, ...] | None = None
+    virtual_stages: int = 1
+    stage: str | int = "worst"  # "worst", "first", "last" or a stage index
+
+
+def _unknown(where: str, key: str, allowed: tuple[str, ...]) -> SpecError:
+    close = difflib.get_close_matches(key, allowed, n=2)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return SpecError(f"{where}{key}", f"unknown field{hint}; known: {', '.join(allowed)}")
+
+
+def _model(raw: Any, activation: str | None, seq_len: int) -> ModelSpec:
+    if isinstance(raw, str):
+        model = ModelSpec.from_name(raw)
+    elif isinstance(raw, dict):
+        for key in raw:
+            if key not in MODEL_FIELDS:
+                raise _unknown("model.", key, MODEL_FIELDS)
+        body = dict(raw)
+        body.setdefault("name", "custom")
+        if "family" not in body:
+            raise SpecError("model.family", "required for explicit dimensions "
+                            "(gpt2, llama, qwen2, gpt_neox, bert)")
+        body.setdefault("max_seq_len", seq_len)
+        try:
+            model = ModelSpec(**body)
+        except TypeError as exc:
+            raise SpecError("model", str(exc)) from None
+    else:
+        raise SpecError("model", "a catalog name or an object of dimensions is required")
+    if activation:
+        model = model.with_(activation=activation)
+    return model
+
+
+def parse_memory_spec(spec: Any) -> MemoryRequest:
+    """Validate one spec object; ``SpecError`` names the first bad field."""
+    if not isinstance(spec, dict):
+        raise SpecError("spec", f"must be a JSON object, got {type(spec).__name__}")
+    for key in spec:
+        if key not in SPEC_FIELDS:
+            raise _unknown("", key, SPEC_FIELDS)
+    if "model" not in spec:
+        raise SpecError("model", "required: a catalog name or an object of dimensions")
+    for key in ("global_batch", "seq_len"):
+        if key not in spec:
+            raise SpecError(key, "required")
+    model = _model(spec["model"], spec.get("activation"), spec["seq_len"])
+    plan = {k: spec[k] for k in PLAN_FIELDS if k in spec}
+    train = TrainingSpec(
+        **{k: spec[k] for k in TRAIN_FIELDS if k in spec},
+        flash_attention=bool(plan.get("flash_attention", True)),
+        sequence_parallel=bool(plan.get("sequence_parallel", False)))
+    train.check_against(model)
+    par = ParallelConfig(**plan)
+    par.check(model, train)
+
+    runtime = get_runtime(spec.get("runtime", DEFAULT_RUNTIME))
+    options = spec.get("runtime_options") or {}
+    if not isinstance(options, dict):
+        raise SpecError("runtime_options", "must be an object of profile fields")
+    for key in options:
+        if key not in RUNTIME_OPTIONS:
+            raise _unknown("runtime_options.", key, RUNTIME_OPTIONS)
+    if spec.get("dropout") is not None:
+        p = spec["dropout"]
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
+            raise SpecError("dropout", f"a probability in [0, 1), got {p!r}")
+        options = {"hidden_dropout": p > 0, "attention_dropout": p > 0, **options}
+    if options:
+        runtime = runtime.with_overrides(**options)
+
+    layers = spec.get("layers_per_stage")
+    if layers is not None:
+        if (not isinstance(layers, list) or len(layers) != par.pp
+                or not all(isinstance(n, int) and n >= 0 for n in layers)
+                or sum(layers) != model.num_layers):
+            raise SpecError("layers_per_stage",
+                            f"a list of pp={par.pp} layer counts summing to "
+                            f"num_layers={model.num_layers}, got {layers!r}")
+        layers = tuple(layers)
+    vstages = spec.get("virtual_stages", 1)
+    if isinstance(vstages, bool) or not isinstance(vstages, int) or vstages < 1:
+        raise SpecError("virtual_stages", f"a positive integer, got {vstages!r}")
+    if vstages > 1:
+        per = layers or (model.num_layers // par.pp,) * par.pp
+        if any(n % vstages for n in per):
+            raise SpecError("virtual_stages",
+                            f"{vstages} must divide every stage's layers {list(per)}")
+    stage = spec.get("stage", "worst")
+    if stage not in ("worst", "first", "last") and not (
+            isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage < par.pp):
+        raise SpecError("stage", f"worst, first, last or a stage index below pp={par.pp}, "
+                        f"got {stage!r}")
+    gpu = get_gpu(spec["gpu"]) if spec.get("gpu") else None
+    return MemoryRequest(model, train, par, runtime, gpu, layers, vstages, stage)
+
+
+def estimate_request(req: MemoryRequest, non_tensor: NonTensorModel = NON_TENSOR
+                     ) -> MemoryBreakdown:
+    """The breakdown of the requested stage with the non-tensor terms filled in."""
+    pp = req.par.pp
+    stages = {"first": (0,), "last": (pp - 1,)}.get(req.stage) if isinstance(req.stage, str) \
+        else (req.stage,)
+    mem = estimate_memory(req.model, req.train, req.par, runtime=req.runtime,
+                          layers=req.layers, virtual_stages=req.virtual_stages, stages=stages)
+    return non_tensor.fill(mem, req.gpu, req.par.num_gpus)
+
+
+def memory_report(spec: Any, non_tensor: NonTensorModel = NON_TENSOR) -> dict[str, Any]:
+    """The ``frenzy memory`` answer for one spec object (``SpecError`` on bad input)."""
+    try:
+        req = parse_memory_spec(spec)
+    except SpecError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:  # a value of the wrong JSON type
+        raise SpecError("spec", f"invalid value: {exc}") from None
+    mem = estimate_request(req, non_tensor)
+    out: dict[str, Any] = {
+        "tensors_bytes": mem.tensors,
+        "reserved_bytes": mem.reserved,
+        "device_bytes": mem.device,
+        "breakdown": {
+            "parameters": mem.parameters, "gradients": mem.gradients,
+            "optimizer_states": mem.optimizer_states, "activations": mem.activations,
+            "logits": mem.logits, "transient": mem.transient, "workspace": mem.workspace,
+            "allocator_slack": mem.slack, "outside_allocator": mem.overhead,
+            "stage": mem.stage},
+        "runtime": req.runtime.name,
+        "gpu": req.gpu.name if req.gpu else None,
+    }
+    if req.gpu is not None:
+        out["gpu_memory_bytes"] = req.gpu.memory_bytes
+        out["fits"] = mem.device <= req.gpu.memory_bytes
+    return out

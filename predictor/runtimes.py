@@ -1,0 +1,235 @@
+"""Runtime profiles: what a training framework keeps in GPU memory for the same plan.
+
+The same model, batch and (tp, pp, dp, ZeRO, recompute) plan needs different memory under
+different runtimes: one keeps dropout masks, another upcasts the logits twice, pads the
+vocabulary, shards parameters ZeRO-3 style or keeps FSDP2's root module unsharded. A
+``RuntimeProfile`` fixes those choices so ``predictor.memory`` can count them; plans carry the
+profile name they were priced for.
+
+Sizes (bytes per element of the tensor named; T = tokens on the rank, D = compute dtype bytes,
+a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows per rank):
+
+* hidden dropout: one boolean mask per dropout, 1 byte per element: 2·h·T per layer (after
+  attention and after the MLP) and h·T on the embedding (Korthikanti et al. 2022, the
+  ``sbh`` terms of 34·s·b·h). PyTorch's ``native_dropout`` saves the mask as ``bool``.
+* attention-probability dropout (explicit softmax only; flash / fused kernels regenerate it
+  from the RNG state): the mask a·s·T bytes and the dropped output a·s·T·D (the
+  3·a·s²·b of Korthikanti's 5·a·s²·b).
+* loss: bytes per logit element (T_f·V) alive at the loss forward and at the output layer's
+  backward. Built-in trainer and Megatron: the bf16 logits plus one fp32 copy forward (6),
+  the gradient (2) backward; Megatron's vocab-parallel cross entropy also makes a
+  contiguous transposed copy (8 forward) and keeps the fp32 softmax (6 backward). Hugging
+  Face causal-LM heads under autocast keep the half logits and their shifted copy and save
+  ``log_softmax``'s fp32 output (8 forward; 12 backward: the saved output, its gradient
+  and the input gradient); a half model without autocast (DeepSpeed fp16) does all three
+  in 2 bytes (6); torchtune up-casts and deletes before backward (8 forward, 12 backward).
+* vocabulary padding: Megatron pads V to a multiple of 128·tp (``--make-vocab-size-divisible-by``).
+* sharding: ``zero`` (DeepSpeed / Megatron distributed optimizer: bf16 parameters plus fp32
+  master shard), or ``fsdp2`` (fp32 sharded parameters are the master; the bf16 unsharded
+  copy lives only while a block runs — the current and the prefetched block — and the root
+  module (embedding, final norm, head) stays unsharded through forward and backward).
+* ``ddp_grad_buckets``: torch DDP (``gradient_as_bucket_view=False``, its default) keeps its
+  flat all-reduce buckets beside ``param.grad``: a second copy of the gradients when dp > 1
+  without ZeRO (Hugging Face Trainer and Lightning multi-GPU runs).
+* ``optimizer_foreach``: ``torch.optim.Adam(W)``'s default multi-tensor path on CUDA
+  (torch >= 2.0) takes ``sqrt(v)`` of all parameters of a group at once: a temporary the
+  size of the whole state shard at the step, not of the largest tensor (fused and
+  apex/TE multi-tensor Adam have none).
+* ``softmax_fp32``: under autocast, eager attention's softmax (and the dropout after it)
+  run in fp32 (``softmax`` is on autocast's fp32 list): 4 bytes per probability.
+* ``grad_bytes``: DeepSpeed keeps fp16/bf16 gradient partitions (2), Megatron and torch DDP
+  fp32 ``main_grad`` / ``param.grad`` of fp32 parameters (4).
+* ``fp32_weights_autocast``: the model stays in fp32 under ``torch.autocast`` (the built-in
+  trainer): 4 bytes of weights (they are the master, no separate copy), fp32 gradients and
+  states, plus autocast's bf16/fp16 copy of each weight a matmul uses, alive from the
+  forward to that layer's backward (2 bytes per parameter).
+* ``dp_flat_allreduce``: the built-in trainer averages gradients with one ``torch.cat`` of
+  all of them: a 4-byte-per-parameter temporary after the backward.
+* ``pure_low_precision``: weights, gradients and optimizer states all in the compute dtype
+  (torchtune and ms-swift full fine-tunes load the model in bf16: 2+2+4 = 8 bytes/param).
+
+Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
+calibrated per runtime and GPU in ``predictor.overhead``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from predictor.errors import SpecError
+
+STAGE_SPLITS = ("first_heavier", "even", "last_lighter")
+SHARDING = ("zero", "fsdp2")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeProfile:
+    """What one training runtime keeps per plan (see the module docstring for the sizes)."""
+
+    name: str
+    description: str
+    hidden_dropout: bool = False  # dropout masks on the residual branches and embedding
+    attention_dropout: bool = False  # dropout on the attention probabilities
+    logits_fwd_bytes: int = 6  # bytes per logit element at the loss forward (mixed precision)
+    logits_bwd_bytes: int = 2  # bytes per logit element at the output layer's backward
+    vocab_pad: int = 1  # the vocabulary is padded to a multiple of vocab_pad·tp
+    stage_split: str = "first_heavier"  # how layers that do not divide pp are spread
+    sharding: str = "zero"  # "zero" (ZeRO / distributed optimizer) or "fsdp2"
+    prefetch_layers: int = 1  # ZeRO-3 / FSDP2: gathered blocks beyond the one running
+    pure_low_precision: bool = False  # weights, grads, optimizer states in the compute dtype
+    optimizer_offload: bool = False  # fp32 master weights and optimizer states on the CPU
+    selective_keeps_core_inputs: bool = True  # selective recompute keeps Q, K, V (Megatron)
+    grad_bytes: int = 4  # bytes per gradient element in mixed precision (fp32 main grads)
+    optimizer_foreach: bool = False  # torch's foreach Adam: a sqrt(v) temporary of every param
+    softmax_fp32: bool = False  # autocast runs eager softmax (and its dropout) in fp32
+    vocab_parallel: bool = True  # embedding and head split over tp (else replicated)
+    sequence_parallel: bool = True  # runs sequence parallelism when the plan asks for it
+    fp32_weights_autocast: bool = False  # fp32 weights are the master; autocast casts copies
+    dp_flat_allreduce: bool = False  # dp > 1: the gradients all-reduced as one flat copy
+    ddp_grad_buckets: bool = False  # torch DDP's bucket copy of the gradients (dp > 1, no ZeRO)
+    classification_head: bool = False  # a sequence-classification head: no vocabulary logits
+    executes: str = ""  # what the runtime can run, when narrower than the planner's space
+
+    def with_overrides(self, **changes: Any) -> RuntimeProfile:
+        """The profile with per-job overrides (``dropout``: both dropouts at once)."""
+        dropout = changes.pop("dropout", None)
+        if dropout is not None:
+            changes.setdefault("hidden_dropout", bool(dropout))
+            changes.setdefault("attention_dropout", bool(dropout))
+        known = [f.name for f in fields(self) if f.name not in ("name", "description")]
+        for key, value in changes.items():
+            if key not in known:
+                raise SpecError(f"runtime.{key}", f"unknown override; one of {', '.join(known)}")
+            want = type(getattr(self, key))
+            if want is int and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 0):
+                raise SpecError(f"runtime.{key}", f"a non-negative integer, got {value!r}")
+            if want is bool and not isinstance(value, bool):
+                raise SpecError(f"runtime.{key}", f"true or false, got {value!r}")
+            if want is str and not isinstance(value, str):
+                raise SpecError(f"runtime.{key}", f"a string, got {value!r}")
+        out = replace(self, **changes)
+        out.check()
+        return out
+
+    def check(self) -> None:
+        if self.stage_split not in STAGE_SPLITS:
+            raise SpecError("runtime.stage_split",
+                            f"{self.stage_split!r}; one of {', '.join(STAGE_SPLITS)}")
+        if self.sharding not in SHARDING:
+            raise SpecError("runtime.sharding", f"{self.sharding!r}; one of {', '.join(SHARDING)}")
+        if self.vocab_pad < 1:
+            raise SpecError("runtime.vocab_pad", f"must be >= 1, got {self.vocab_pad}")
+
+    def padded_vocab(self, vocab: int, tp: int) -> int:
+        """Vocabulary rows of the whole model after the runtime's padding."""
+        mult = self.vocab_pad * tp if self.vocab_pad > 1 else 1
+        return -(-vocab // mult) * mult
+
+
+REFERENCE = RuntimeProfile(
+    name="reference",
+    description=(
+        "predictor.measure's PyTorch build (the ground truth of the fake-tensor self-check): "
+        "every plan dimension as the planner prices it (ZeRO, vocab-parallel head, sequence "
+        "parallelism, pipeline stages), bf16 weights with an fp32 master, no dropout, bf16 "
+        "logits plus one fp32 copy"),
+)
+
+FRENZY = RuntimeProfile(
+    name="frenzy",
+    description=(
+        "the built-in trainer as it runs (orchestrator/trainer): fp32 weights under autocast, "
+        "no dropout, embedding and head replicated on the tp ranks, no sequence parallelism, "
+        "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
+        "gradients: 10 bytes per logit forward, 14 at its backward), one flat dp all-reduce"),
+    logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
+    fp32_weights_autocast=True, dp_flat_allreduce=True,
+    executes="tp, dp and recompute; ZeRO and pp are priced but not executed by the trainer "
+             "(issue 11 item 3)",
+)
+
+MEGATRON = RuntimeProfile(
+    name="megatron",
+    description=(
+        "Megatron-LM (megatron.core, pretrain_gpt.py): hidden and attention dropout 0.1 by "
+        "default, vocab padded to 128·tp, vocab-parallel cross entropy with an fp32 softmax, "
+        "selective recompute of the attention core, even stage split, distributed optimizer "
+        "= ZeRO-1"),
+    hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=6, logits_bwd_bytes=6,
+    vocab_pad=128, stage_split="even",
+)
+
+DEEPSPEED = RuntimeProfile(
+    name="deepspeed",
+    description=(
+        "DeepSpeed ZeRO 0-3 around a Hugging Face model: model dropout as configured (on by "
+        "default for gpt2/bert), fp16/bf16 model without autocast (logits, their shifted "
+        "copy and log_softmax in the compute dtype), fp16 gradient partitions, FusedAdam, "
+        "ZeRO-3 gathers the running and one prefetched block"),
+    hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=6, logits_bwd_bytes=6,
+    grad_bytes=2,
+)
+
+FSDP2 = RuntimeProfile(
+    name="fsdp2",
+    description=(
+        "torchtitan-style FSDP2 (fully_shard per block, root unsharded, reshard after "
+        "forward): fp32 sharded master parameters, bf16 gathered blocks (running + "
+        "prefetched), no dropout, fp32 loss"),
+    logits_fwd_bytes=6, logits_bwd_bytes=6, sharding="fsdp2", stage_split="even",
+)
+
+HF_TRAINER = RuntimeProfile(
+    name="hf-trainer",
+    description=(
+        "Hugging Face Trainer / accelerate (also ms-swift, Lightning DDP): model dropout as "
+        "configured, eager or flash attention per the model under autocast (fp32 "
+        "softmax), loss on the shifted logits with an fp32 log_softmax, torch foreach "
+        "AdamW, torch DDP buckets on several GPUs"),
+    hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
+    ddp_grad_buckets=True, optimizer_foreach=True, softmax_fp32=True,
+)
+
+TORCHTUNE = RuntimeProfile(
+    name="torchtune",
+    description=(
+        "torchtune full fine-tune recipes: pure bf16 weights, grads and AdamW states, no "
+        "dropout (Llama), logits up-cast to fp32 and deleted before backward"),
+    logits_fwd_bytes=8, logits_bwd_bytes=12, pure_low_precision=True, optimizer_foreach=True,
+)
+
+COLOSSALAI = RuntimeProfile(
+    name="colossalai",
+    description=(
+        "ColossalAI LowLevelZero (ZeRO-1/2) and Gemini (ZeRO-3-like chunks) around a Hugging "
+        "Face model: HF dropout and loss, HybridAdam (multi-tensor, no temporaries) fp32 "
+        "master and states"),
+    hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
+)
+
+RUNTIMES: dict[str, RuntimeProfile] = {
+    p.name: p for p in (FRENZY, REFERENCE, MEGATRON, DEEPSPEED, FSDP2, HF_TRAINER, TORCHTUNE,
+                        COLOSSALAI)}
+
+DEFAULT_RUNTIME = FRENZY.name
+"""Plans of jobs that name no runtime are priced for the built-in trainer."""
+
+CONSERVATIVE_RUNTIME = HF_TRAINER.name
+"""For a job with its own entrypoint that names no runtime: the profile that keeps every
+optional term (dropout masks with an fp32 softmax, up-cast and shifted logits, torch's
+foreach Adam temporary, DDP's gradient buckets)."""
+
+
+def get_runtime(name: str | RuntimeProfile) -> RuntimeProfile:
+    """A profile by name (case-insensitive), with what would fit on error."""
+    if isinstance(name, RuntimeProfile):
+        return name
+    key = str(name).strip().lower()
+    if key in RUNTIMES:
+        return RUNTIMES[key]
+    close = difflib.get_close_matches(key, RUNTIMES, n=2)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise SpecError("runtime", f"unknown runtime {name!r}.{hint} Known: {', '.join(RUNTIMES)}")

@@ -1,0 +1,52 @@
+"""The real-GPU rows as specs, and the leave-one-source-out calibration on made-up rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import real_memory
+from benchmarks.real_memory import Prediction, RealRow, fit_slack, margin_from, stats
+from predictor.memory_spec import estimate_request, parse_memory_spec
+from predictor.overhead import NonTensorModel
+
+SPEC = {"model": "gpt2", "global_batch": 4, "seq_len": 256, "micro_batch": 4,
+        "runtime": "hf-trainer", "gpu": "V100-16G"}
+
+
+def _row(source: str, quantity: str, measured: int) -> RealRow:
+    return RealRow(source, f"{source}:1", dict(SPEC), quantity, measured)
+
+
+def test_fit_slack_recovers_a_known_fraction() -> None:
+    base = NonTensorModel(workspace_bytes=64 << 20)
+    mem = estimate_request(parse_memory_spec(SPEC), base)
+    # reserved = tensors · 1.10; device = tensors · 1.10 + context (1343 MiB on the V100)
+    rows = [_row("a", "reserved", int(mem.tensors * 1.10)),
+            _row("b", "device", int(mem.tensors * 1.10) + (1343 << 20)),
+            _row("c", "tensors", 1)]  # allocated rows carry no slack information
+    assert fit_slack(rows, base) == pytest.approx(0.10, abs=1e-6)
+
+
+def test_margin_covers_the_quantile_of_under_predictions() -> None:
+    rows = [_row("a", "tensors", 100) for _ in range(20)]
+    # 19 rows predicted exactly, one under by 20 %: need 1 − 80/100 = 0.2 for that one
+    preds = [Prediction(r, 100, 100, NonTensorModel()) for r in rows[:19]]
+    preds.append(Prediction(rows[19], 80, 80, NonTensorModel()))
+    assert margin_from(preds, 0.95) == 0.2  # the 20th of 20 sorted needs
+    assert margin_from(preds, 0.90) == 0.0
+    s = stats([p.err_pct for p in preds])
+    assert s["n"] == 20 and s["under_5pct"] == 1 and s["mape"] == pytest.approx(1.0)
+
+
+def test_public_rows_load_as_specs() -> None:
+    try:
+        rows = real_memory.load_rows()
+    except FileNotFoundError:
+        pytest.skip("shared real_memory data not present")
+    usable = [r for r in rows if not r.skip]
+    assert len({r.source for r in usable}) >= 3 and len(usable) >= 40
+    assert sum(r.duplicates for r in rows) == 313  # every CSV row is accounted for
+    for r in usable:
+        parse_memory_spec(r.spec)  # each row is a valid `frenzy memory` spec
+    seven_b = [r for r in usable if "megatron-7b" in r.tags]
+    assert seven_b and all(r.spec["stage"] == "last" for r in seven_b)

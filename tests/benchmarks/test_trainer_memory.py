@@ -1,0 +1,21 @@
+"""The built-in trainer's measured peak against the frenzy profile, on small plans."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from benchmarks.trainer_memory import LLAMA_S, _case, measure_trainer_peak
+from predictor.memory import estimate_memory
+from predictor.runtimes import FRENZY, REFERENCE
+
+
+def test_frenzy_profile_tracks_the_trainer_and_the_builder_counts_do_not() -> None:
+    # two micro-batches per step (gradients exist at the peak), tp 2: rank 0's shard
+    case = _case(LLAMA_S, 128, 4, micro_batch=1, tp=2, dp=2)
+    before = dist.all_reduce
+    measured = measure_trainer_peak(case.model, case.train, case.par)
+    assert dist.all_reduce is before  # the no-op collectives are undone
+    frenzy = estimate_memory(case.model, case.train, case.par, runtime=FRENZY).tensors
+    builder = estimate_memory(case.model, case.train, case.par, runtime=REFERENCE).tensors
+    assert abs(frenzy - measured) / measured < 0.08
+    assert (measured - builder) / measured > 0.15  # replicated head, fp32 weights, CE copies

@@ -1,0 +1,184 @@
+"""Runtime profiles: each knob changes the predicted bytes by the amount worked out by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from predictor.errors import SpecError
+from predictor.gpus import GIB, get_gpu
+from predictor.memory import MemoryBreakdown, estimate_memory, peak_tensors
+from predictor.overhead import NON_TENSOR, NonTensorModel
+from predictor.planner import plan_job
+from predictor.runtimes import FRENZY, MEGATRON, REFERENCE, RUNTIMES, get_runtime
+from predictor.spec import ModelSpec, ParallelConfig, Recompute, TrainingSpec
+
+GPT = ModelSpec(name="g", family="gpt2", num_layers=2, hidden_size=64, num_heads=4,
+                vocab_size=1000, max_seq_len=64)
+LLAMA = ModelSpec(name="l", family="llama", num_layers=2, hidden_size=64, num_heads=4,
+                  num_kv_heads=4, ffn_hidden_size=128, vocab_size=1024, max_seq_len=64,
+                  tie_embeddings=False)
+
+
+def _train(s: int = 32, B: int = 2, **kw) -> TrainingSpec:
+    return TrainingSpec(global_batch=B, seq_len=s, **kw)
+
+
+def test_korthikanti_per_layer_activations_under_megatron() -> None:
+    # Korthikanti et al. 2022, eq. (1): 34·s·b·h + 5·a·s²·b bytes per layer (fp16, t = 1,
+    # no flash, with dropout), plus the two LayerNorms' statistics (2 · 2·s·b·2 bytes) that
+    # the paper leaves out. One extra layer adds exactly that.
+    s, b, h, a = 32, 2, 64, 4
+    train = _train(s, b, flash_attention=False)
+    par = ParallelConfig(micro_batch=b, flash_attention=False)
+    two = estimate_memory(GPT, train, par, runtime=MEGATRON)
+    three = estimate_memory(GPT.with_(num_layers=3), train, par, runtime=MEGATRON)
+    assert three.activations - two.activations == 34 * s * b * h + 5 * a * s * s * b + 8 * s * b
+    # the reference build (and the built-in trainer) keep no dropout: 32·s·b·h + 2·a·s²·b
+    # (+ statistics)
+    two_f = estimate_memory(GPT, train, par)
+    three_f = estimate_memory(GPT.with_(num_layers=3), train, par)
+    assert three_f.activations - two_f.activations == 32 * s * b * h + 2 * a * s * s * b + 8 * s * b
+
+
+def test_dropout_masks_with_flash_attention() -> None:
+    # flash regenerates the attention dropout: only the two residual masks per layer (1 byte
+    # per element) and the embedding mask remain: (2·2 + 1)·s·b·h bytes for 2 layers.
+    s, b, h = 32, 2, 64
+    par = ParallelConfig(micro_batch=b)
+    on = estimate_memory(GPT, _train(s, b), par, runtime=MEGATRON)
+    off = estimate_memory(GPT, _train(s, b), par, runtime=MEGATRON.with_overrides(dropout=0.0))
+    assert on.activations - off.activations == 5 * s * b * h
+
+
+def test_megatron_pads_the_vocabulary_to_128_tp() -> None:
+    assert MEGATRON.padded_vocab(50257, 1) == 50304
+    assert MEGATRON.padded_vocab(50257, 2) == 50432  # 197 · 256
+    assert REFERENCE.padded_vocab(50257, 2) == 50257
+    train, par = _train(), ParallelConfig(micro_batch=2)
+    m = GPT.with_(vocab_size=1000)  # padded to 1024: 24 more rows of h = 64 (tied)
+    mega = estimate_memory(m, train, par, runtime=MEGATRON.with_overrides(dropout=0.0))
+    base = estimate_memory(m, train, par, runtime=MEGATRON.with_overrides(dropout=0.0,
+                                                                          vocab_pad=1))
+    assert mega.parameters - base.parameters == 2 * 24 * 64  # bf16 weights
+
+
+def test_pure_bf16_is_eight_bytes_per_parameter() -> None:
+    rt = get_runtime("torchtune").with_overrides(optimizer_foreach=False)
+    mem = estimate_memory(LLAMA, _train(), ParallelConfig(micro_batch=2), runtime=rt)
+    assert mem.parameters + mem.gradients + mem.optimizer_states == 8 * LLAMA.num_params()
+
+
+def test_fsdp2_keeps_fp32_shards_gathered_blocks_and_the_root() -> None:
+    dp = 4
+    rt = get_runtime("fsdp2")
+    par = ParallelConfig(dp=dp, micro_batch=1, zero_stage=3)
+    mem = estimate_memory(LLAMA, _train(B=4), par, runtime=rt)
+    n = LLAMA.num_params()  # every tensor of LLAMA divides by 4
+    root = LLAMA.embedding_params() + LLAMA.head_params()
+    assert mem.gradients == 4 * n // dp and mem.optimizer_states == 8 * n // dp
+    # fp32 shards + bf16 running and prefetched block + bf16 unsharded root
+    assert mem.parameters == 4 * n // dp + 2 * 2 * LLAMA.layer_params() + 2 * root
+
+
+def test_foreach_adam_temporary_is_the_whole_shard() -> None:
+    big = LLAMA.with_(hidden_size=256, num_heads=4, num_kv_heads=4, ffn_hidden_size=512)
+    train, par = _train(s=8, B=1), ParallelConfig(micro_batch=1)
+    rt = get_runtime("hf-trainer").with_overrides(dropout=0.0)
+    mem = estimate_memory(big, train, par, runtime=rt)
+    assert mem.transient == 4 * big.num_params() and mem.activations == 0
+    loop = estimate_memory(big, train, par, runtime=rt.with_overrides(optimizer_foreach=False))
+    assert loop.transient < mem.transient
+
+
+def test_ddp_buckets_and_classification_head() -> None:
+    rt = get_runtime("hf-trainer").with_overrides(optimizer_foreach=False)
+    par = ParallelConfig(dp=2, micro_batch=1)
+    mem = estimate_memory(LLAMA, _train(), par, runtime=rt)
+    assert mem.gradients == 2 * 4 * LLAMA.num_params()  # param.grad + DDP's buckets
+    cls = estimate_memory(LLAMA, _train(), par,
+                          runtime=rt.with_overrides(classification_head=True))
+    assert cls.logits == 0
+
+
+def test_relu_keeps_one_mlp_tensor() -> None:
+    # GeLU keeps fc1's output and the GeLU output (2·f·T·D), ReLU only its output (f·T·D)
+    s, b = 32, 2
+    par, train = ParallelConfig(micro_batch=b), _train(s, b)
+    gelu = estimate_memory(GPT, train, par)
+    relu = estimate_memory(GPT.with_(activation="relu"), train, par)
+    assert gelu.activations - relu.activations == 2 * 256 * s * b * 2  # 2 layers, f = 4h
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIMES))
+@pytest.mark.parametrize("cfg", [
+    dict(tp=2, pp=2, dp=2, micro_batch=1, zero_stage=1, recompute="selective"),
+    dict(tp=1, pp=1, dp=4, micro_batch=2, zero_stage=3),
+    dict(tp=2, pp=1, dp=1, micro_batch=4, recompute="full", flash_attention=False),
+])
+def test_split_form_agrees_with_estimate_for_every_runtime(name: str, cfg: dict) -> None:
+    m = ModelSpec.from_name("gpt2-medium")
+    train = _train(s=512, B=16, flash_attention=cfg.get("flash_attention", True))
+    par = ParallelConfig(**cfg, sequence_parallel=True)
+    rt = get_runtime(name)
+    assert peak_tensors(m, train, par, rt) == estimate_memory(m, train, par, runtime=rt).tensors
+
+
+def test_unknown_runtime_and_override_name_what_fits() -> None:
+    with pytest.raises(SpecError) as e:
+        get_runtime("megatorn")
+    assert e.value.field == "runtime" and "megatron" in e.value.reason
+    with pytest.raises(SpecError) as e:
+        MEGATRON.with_overrides(drop_out=0.1)
+    assert e.value.field == "runtime.drop_out" and "hidden_dropout" in e.value.reason
+
+
+def test_non_tensor_budget_inverts_the_device_figure() -> None:
+    nt = NonTensorModel(slack_fraction=0.04, slack_bytes=0, nccl_bytes=512 << 20,
+                        workspace_bytes=64 << 20)
+    gpu = get_gpu("A100-80G")
+    budget = nt.budget(gpu.memory_bytes, gpu, 8, 0.13)
+    mem = nt.fill(MemoryBreakdown(int(budget), 0, 0, 0, 0, 0), gpu, 8)
+    assert abs(mem.device - gpu.memory_bytes * 0.87) < 2
+    assert mem.device == mem.reserved + gpu.cuda_context_bytes + (512 << 20)
+    assert mem.reserved == mem.tensors + int(0.04 * mem.tensors)
+
+
+def test_planner_prices_plans_for_the_named_runtime() -> None:
+    model = ModelSpec.from_name("gpt2-medium")
+    train = _train(s=1024, B=16, steps=10)
+    gpus = [get_gpu("A100-40G")]
+    mega = plan_job(model, train, gpus, max_gpus=4, runtime="megatron")
+    assert mega.plans and all(p.runtime == "megatron" for p in mega.plans)
+    for p in mega.plans:
+        again = estimate_memory(model, train, p.parallel, runtime=MEGATRON)
+        assert p.memory.tensors == again.tensors + NON_TENSOR.workspace_bytes
+        assert p.required_bytes <= 40 * GIB
+    frenzy = plan_job(model, train, gpus, max_gpus=4)
+    assert all(p.runtime == "frenzy" for p in frenzy.plans)
+
+
+def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
+    # under full recomputation dropout masks are regenerated: megatron == no-dropout megatron
+    train = _train()
+    par = ParallelConfig(micro_batch=2, recompute=Recompute.FULL)
+    on = estimate_memory(GPT, train, par, runtime=MEGATRON)
+    off = estimate_memory(GPT, train, par, runtime=replace(MEGATRON, hidden_dropout=False,
+                                                            attention_dropout=False))
+    # only the embedding mask (h·T = 64·64 bytes) and the recomputed layer's masks differ
+    assert 0 < on.tensors - off.tensors <= 64 * 64 + 2 * 64 * 64 + 4 * 32 * 64 * 3
+
+
+def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
+    # orchestrator/trainer: fp32 weights (the master) + autocast's bf16 copies (2 B), fp32
+    # grads, AdamW m and v: 4 + 2 + 4 + 8 = 18 B/param at tp = 1, with no separate master
+    par = ParallelConfig(micro_batch=2)
+    mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
+    n = LLAMA.num_params()
+    assert (mem.parameters, mem.gradients, mem.optimizer_states) == (6 * n, 4 * n, 8 * n)
+    # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
+    tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=2), runtime=FRENZY)
+    # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
+    per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
+    assert tp2.gradients == 4 * per_rank == 4 * 172352
