@@ -25,6 +25,7 @@ from predictor.spec import Precision
 from predictor.validation import (
     Case,
     ErrorStats,
+    amp_cases,
     error_stats,
     gpt_pmp_cases,
     gpt_pmp_forward_per_stage,
@@ -77,6 +78,9 @@ def load_cases(gpt_pmp_precision: Precision = Precision.FP32) -> tuple[list[Case
     f = MEASUREMENTS / "llm_foundry" / "mpt_throughput_benchmarks.csv"
     if need(f, "llm_foundry"):
         cases += llm_foundry_cases(read_rows(f))
+    amp = MEASUREMENTS / "amp" / "amp_real_trials.csv"
+    if need(amp, "amp"):
+        cases += amp_cases(read_rows(amp))
     mp = MEASUREMENTS / "megatron_papers" / "paper_reported_throughput.csv"
     if need(mp, "megatron_papers"):
         cases += megatron_paper_cases(read_rows(mp))

@@ -30,6 +30,7 @@ def no_overheads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(st, "ELEMENTWISE_PASSES_F", 0.0)
     monkeypatch.setattr(st, "SOFTMAX_PASSES", 0.0)
     monkeypatch.setattr(st, "NCCL_STEP_LATENCY_S", 0.0)
+    monkeypatch.setattr(st, "MICRO_BATCH_OVERHEAD_S", 0.0)
 
 
 def _zero_latency_gpu(name: str = "A100-80G"):
@@ -107,7 +108,10 @@ def test_bubble_follows_p_minus_1_over_m(no_overheads: None) -> None:
     for p, m in ((2, 8), (4, 8), (4, 32)):
         train = TrainingSpec(global_batch=m, seq_len=1024)
         r = estimate_step_time(model, train, ParallelConfig(pp=p), gpu, Topology())
-        assert r.pp_bubble_s / r.compute_s == pytest.approx((p - 1) / m, rel=1e-6)
+        # the fill is p − 1 stages of layers; the head (vocab 8: ~1e-4 of a stage) runs on
+        # the last stage only, so it is in the compute but not in the fill
+        assert r.pp_bubble_s / r.compute_s == pytest.approx((p - 1) / m, rel=1e-3)
+        assert r.pp_bubble_s / r.compute_s < (p - 1) / m
         assert r.pp_p2p_s > 0
 
 
