@@ -11,25 +11,37 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
   takes ``(F + F_half) / (peak · e_max)``, i.e. its FLOPs at the asymptotic rate plus a fixed
   cost — which is also what kernel-launch and tail effects look like. Memory-bound element-wise
   work (norms, activations, dropout, residuals, softmax without flash, the fp32 loss) is
-  counted in bytes over the GPU's memory bandwidth.
+  counted in bytes over the GPU's memory bandwidth. The matmul rate depends on the training
+  runtime (``predictor.step_calibration``): whether its fp32 matmuls run on TF32, and the
+  calibrated efficiency per (GPU type, matmul mode).
+* **Host dispatch floor**: kernels and collectives are launched asynchronously, so one layer
+  pass takes ``max(GPU work + its tensor-parallel collectives, passes · LAYER_OVERHEAD_S)``
+  (backward counts as two passes); collectives of a launch-bound layer cost nothing extra.
+  Each micro-batch also pays the runtime's own work once per stage (``MICRO_BATCH_OVERHEAD_S``).
 * **Tensor-parallel collectives**: 4 all-reduces of ``b·s·h`` activations per layer per
   micro-batch (2 forward, 2 backward; +2 when full recomputation re-runs the forward), ring cost
   ``α + 2(t−1)/t · bytes / busbw`` on the link the group really uses. Forward all-reduces sit on
   the critical path; the backward ones are issued asynchronously alongside the weight-gradient
   GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed.
-* **Pipeline (1F1B)**: ``(m + p − 1)·(t_f + t_b)`` for the slowest stage (``(p − 1)/v`` bubble
-  with ``v`` interleaved chunks), plus Pipette's hidden critical path: the stage-to-stage p2p
+* **Pipeline (1F1B)**: ``m·t`` of the slowest stage plus the fill and drain through the other
+  stages (``(p − 1)·t`` without the head for an even split, divided by ``v`` interleaved
+  chunks); an explicit uneven split (``par.extra["stage_layers"]``) takes its slowest stage
+  and the sum of the others, plus Pipette's hidden critical path: the stage-to-stage p2p
   transfers of ``b·s·h`` activations, ``2(p − 1)`` of them per round of the bubble path,
   repeated ``max(1, m/p)`` times (Pipette Eq. 3–5 with uniform links).
 * **Data parallel**: gradient all-reduce ``2(d−1)/d · params/rank · grad bytes / busbw``
-  (hierarchical when the group spans nodes), overlapped with backward so that only the part
-  exceeding the last micro-batch's backward is exposed; ZeRO-3 adds two parameter all-gathers
+  (hierarchical when the group spans nodes). A runtime that buckets it into the backward
+  (DDP, FSDP) exposes the part exceeding the last micro-batch's backward and at least the
+  last layer's bucket; one that issues it after the backward (Megatron-LM, DeepSpeed ZeRO-0/1)
+  exposes all of it; ZeRO-3 adds two parameter all-gathers
   per micro-batch, hidden behind compute up to what compute can cover.
-* **Optimizer**: memory-bound, bytes of params+grads+states read and written over HBM bandwidth.
+* **Optimizer**: memory-bound, the runtime's bytes per parameter (its optimizer kernels) over
+  HBM bandwidth.
 
-Constants: the per-GPU ones (``matmul_efficiency``, NCCL efficiency and latency, default
-network bandwidth) live in ``config/gpus.yaml``; the GPU-independent curve constants below were
-calibrated once on the vTrain single-node data set and validated on the others
+Constants: the per-GPU ones (a-priori ``matmul_efficiency``, NCCL efficiency and latency,
+default network bandwidth) live in ``config/gpus.yaml``, calibrated efficiencies and runtime
+profiles in ``predictor/step_calibration.py``; the GPU-independent constants below were
+calibrated on the declared calibration split and validated on the rest
 (``python -m benchmarks.step_time_accuracy``; docs/step_time_accuracy.md).
 
 Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner makes hundreds
@@ -69,7 +81,8 @@ FLASH_BWD_FLOPS_RATIO = 2.5
 LAYER_OVERHEAD_S = 8.0e-4
 # Fraction of a layer's tensor-parallel collectives that stays exposed when the host's
 # dispatch floor, not the GPU, bounds the layer: NCCL calls cost host time of their own and
-# wait for the slowest rank. Calibrated on vTrain single (docs/step_time_accuracy.md).
+# wait for the slowest rank. Calibrated on vTrain single over {0, 0.5, 1}: 0 fits best, i.e.
+# the collectives hide under the floor entirely (docs/step_time_accuracy.md).
 TP_FLOOR_EXPOSED = 0.0
 # The runtime's own host work per micro-batch and stage (forward/backward calls, loss scaling,
 # the pipeline engine's send/receive bookkeeping), m + p − 1 of them on the critical path.
@@ -83,8 +96,10 @@ NCCL_STEP_LATENCY_S = 8.0e-6
 TP_BWD_OVERLAP = 0.5
 # Fraction of peak memory bandwidth element-wise and optimizer kernels reach (STREAM-like).
 MEMORY_EFFICIENCY = 0.8
-# Adam/AdamW mixed precision: read fp32 master, grad, m, v (16 B); write master, m, v and the
-# half copy (14 B). SGD with momentum: 4+4+4 read, 4+4+2 write.
+# HBM bytes per parameter of one optimizer step. Adam/AdamW: the runtime's figure
+# (``RuntimeStepProfile.optimizer_bytes``); these are the fallbacks. Adam mixed precision: read
+# fp32 master, grad, m, v (16 B); write master, m, v and the half copy (14 B). SGD with
+# momentum: 4+4+4 read, 4+4+2 write.
 OPTIMIZER_BYTES = {"adam": 30.0, "adamw": 30.0, "sgd": 22.0}
 
 
