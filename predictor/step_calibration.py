@@ -49,8 +49,14 @@ class RuntimeStepProfile:
 
 
 # Optimizer bytes per parameter:
-# * PyTorch AdamW (foreach/fused) on fp32 master weights with half copies (frenzy's trainer):
-#   read master, grad, m, v (16 B), write master, m, v and the half copy (14 B) = 30.
+# * "frenzy": AdamW on fp32 master weights with half copies, DDP-style bucketed all-reduce
+#   of half gradients: read master, grad, m, v (16 B), write master, m, v and the half copy
+#   (14 B) = 30. NOTE: this is what the planner has always priced, not what today's built-in
+#   trainer does: orchestrator/trainer runs torch.optim.AdamW on fp32 parameters under
+#   autocast (28 B) and all-reduces fp32 gradients in one flat buffer after the backward
+#   (parallel.allreduce_grads), i.e. dp_overlap=False with 4-byte gradients. Switching the profile
+#   to that moves the phoebe golden trace's has average JCT by +35 %, so it waits for the
+#   trainer rework (issue 11, item 3) to settle which of the two is true.
 # * Megatron-LM / DeepSpeed fp16 optimizer (Float16OptimizerWithFloat16Params, DeepSpeed
 #   FP16_Optimizer): copy half grads to fp32 main grads (2 + 4), unscale and inf check (4 + 4),
 #   grad-norm read (4), fused Adam (16 + 12), copy main params back to half (4 + 2) = 52.
@@ -59,7 +65,7 @@ class RuntimeStepProfile:
 RUNTIME_STEP_PROFILES: dict[str, RuntimeStepProfile] = {
     "frenzy": RuntimeStepProfile(
         "frenzy", fp32_tf32=False, dp_overlap=True, optimizer_bytes=30.0,
-        description="the built-in trainer: PyTorch DDP-style bucketed all-reduce, AdamW"),
+        description="the built-in trainer as planned: bucketed all-reduce, AdamW"),
     "megatron": RuntimeStepProfile(
         "megatron", fp32_tf32=True, dp_overlap=False, optimizer_bytes=52.0,
         description="Megatron-LM (gradient all-reduce after the backward pass)"),
