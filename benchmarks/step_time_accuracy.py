@@ -108,11 +108,16 @@ def is_calibration(case: Case) -> bool:
     return bool(rule and rule(case))
 
 
+def is_validation(case: Case) -> bool:
+    """The validation split: every row the calibration split does not name."""
+    return not is_calibration(case)
+
+
 def split_stats(pairs: list[tuple[Case, float]]) -> dict[str, dict[str, ErrorStats]]:
     """Per data set: stats over all rows, the calibration rows and the validation rows."""
     out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for case, pred in pairs:
-        role = "calibration" if is_calibration(case) else "validation"
+        role = "validation" if is_validation(case) else "calibration"
         for part in ("all", role):
             p, m = out.setdefault(case.dataset, {}).setdefault(part, ([], []))
             p.append(pred)
@@ -275,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     result["worst_set_mape"] = round(splits[worst]["all"].mape, 2)
     result["worst_set"] = worst
     result["calibration_sets"] = sorted(CALIBRATION)
+    result["validation_sets"] = sorted(result["per_set_validation_mape"])
     for key in ("gpt_pmp_rtx", "gpt_pmp_dgx-ext"):
         if key in alt_stats:
             result[f"{key.replace('-', '_')}_fp16_reading_mape"] = round(alt_stats[key].mape, 2)

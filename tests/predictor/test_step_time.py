@@ -289,3 +289,19 @@ def test_uneven_stage_split_prices_the_slowest_stage(no_overheads: None) -> None
     with pytest.raises(ValueError, match="stage_layers must give 2"):
         estimate_step_time(model, train, ParallelConfig(pp=2, extra={"stage_layers": (3, 3)}),
                            gpu, Topology())
+
+
+def test_calibration_and_validation_splits_are_disjoint_and_named() -> None:
+    from benchmarks.step_time_accuracy import CALIBRATION, is_calibration, is_validation
+    from predictor.validation import Case
+
+    def case(dataset: str, model: str) -> Case:
+        return Case(dataset, "x", _model().with_(name=model), TrainingSpec(global_batch=1,
+                    seq_len=128), ParallelConfig(), "A100-40G", Topology(), 1.0)
+
+    assert sorted(CALIBRATION) == ["llm_foundry", "vtrain_single"]
+    assert is_calibration(case("vtrain_single", "gpt"))
+    assert is_calibration(case("llm_foundry", "mpt-7b"))
+    for dataset, model in (("llm_foundry", "mpt-13b"), ("llm_foundry", "mpt-760m"),
+                           ("vtrain_multi", "gpt"), ("gpt_pmp_rtx", "gpt"), ("amp_t4", "gpt")):
+        assert is_validation(case(dataset, model)) and not is_calibration(case(dataset, model))
