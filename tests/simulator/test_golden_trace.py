@@ -31,12 +31,13 @@ GOLDEN = {
     # jobs decide the average, and which of them gets the A100s first shifts it either way;
     # on the 18 full Sia workload files the average JCT fell 20%, see docs/jct.md)
     # re-pinned when the step-time model put tensor-parallel collectives under the host
-    # dispatch floor, exposed the last gradient bucket, charged 2 ms per pipeline schedule
-    # step and left the head out of the 1F1B fill (docs/step_time_accuracy.md): has avg JCT
-    # 3227 s -> 2989 s, makespan +1.9 %; opportunistic avg JCT 4838 s -> 4851 s (+0.3 %)
-    "has": (2988.988425627954, 33511.737617786, 14.836402392802604, 42423.97924606805),
-    "opportunistic": (4851.304759590511, 44006.64205978406, 252.81237912007867,
-                      51690.85058002184),
+    # dispatch floor, exposed the last gradient bucket, charged 2 ms per micro-batch, left the
+    # head out of the 1F1B fill and took A100-40G bf16 at 0.75 of peak (calibrated on
+    # llm-foundry; docs/step_time_accuracy.md): has avg JCT 3227 s -> 2854 s, makespan
+    # +2.2 %; opportunistic avg JCT 4838 s -> 5002 s (+3.4 %), makespan +6.0 %
+    "has": (2854.3236026636637, 33297.240780290434, 14.247853181639645, 42573.162771626),
+    "opportunistic": (5002.3636287817, 46137.65268322641, 273.0181782316984,
+                      54692.27399332092),
 }
 
 
