@@ -93,8 +93,8 @@ def runtime_step_profile(runtime: str) -> RuntimeStepProfile:
 # (benchmarks/step_time_accuracy.py, docs/step_time_accuracy.md). Modes: fp16, bf16, tf32, fp32.
 # A100 fp16: vTrain single-node (Megatron-DeepSpeed). A100/H100 bf16: llm-foundry MPT rows of
 # the calibration sizes (125m, 350m, 1b, 7b, 30b) at the vendor power limit (400 W A100 SXM,
-# 700 W H100 SXM), the value of least calibration MAPE on a 0.05 grid per GPU type. Nothing here for a part below its vendor power limit: no shared
-# measurement covers one.
+# 700 W H100 SXM), the value of least calibration MAPE on a 0.05 grid per GPU type. Nothing
+# here for a part below its vendor power limit: no shared measurement covers one.
 MATMUL_EFFICIENCY: dict[tuple[str, str], float] = {
     ("A100-40G", "fp16"): 0.80,
     ("A100-80G", "fp16"): 0.80,
