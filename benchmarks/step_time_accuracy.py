@@ -7,8 +7,13 @@ message. Prints a table per data set (n, MAPE, worst, median predicted/measured)
 ``--json`` the last line is one JSON object with the headline numbers. ``--write-docs`` also
 writes docs/step_time_accuracy.json and the predicted-vs-measured PNG.
 
-Calibration: the model's GPU-independent constants (GEMM half-efficiency size, host dispatch
-floor per layer) were fitted on vTrain single-node only; every other data set is validation.
+Calibration and validation splits (``CALIBRATION`` below; every row not in it is
+validation): the GPU-independent constants (host dispatch floor per layer pass, runtime work
+per micro-batch) and the A100 fp16 efficiency were fitted on vTrain single-node; the A100 and
+H100 bf16 efficiencies on the llm-foundry rows of the MPT sizes 125m, 350m, 1b, 7b and 30b.
+Every other row — vTrain multi-node, Korthikanti, the Megatron papers, llm-foundry 760m, 3b,
+13b and 70b, Sia gpt_pmp, AMP — is validation. The JSON reports each set's MAPE over all its
+rows and over its validation rows, and ``worst_set_mape`` over all sets.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import csv
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from predictor.gpus import load_gpu_catalog
@@ -25,6 +31,7 @@ from predictor.spec import Precision
 from predictor.validation import (
     Case,
     ErrorStats,
+    amp_cases,
     error_stats,
     gpt_pmp_cases,
     gpt_pmp_forward_per_stage,
@@ -77,10 +84,46 @@ def load_cases(gpt_pmp_precision: Precision = Precision.FP32) -> tuple[list[Case
     f = MEASUREMENTS / "llm_foundry" / "mpt_throughput_benchmarks.csv"
     if need(f, "llm_foundry"):
         cases += llm_foundry_cases(read_rows(f))
+    amp = MEASUREMENTS / "amp" / "amp_real_trials.csv"
+    if need(amp, "amp"):
+        cases += amp_cases(read_rows(amp))
     mp = MEASUREMENTS / "megatron_papers" / "paper_reported_throughput.csv"
     if need(mp, "megatron_papers"):
         cases += megatron_paper_cases(read_rows(mp))
     return cases, skipped
+
+
+# The declared calibration split: data set -> predicate on a case (True: calibration row).
+LLM_FOUNDRY_CALIBRATION_SIZES = frozenset({"125m", "350m", "1b", "7b", "30b"})
+CALIBRATION: dict[str, Callable[[Case], bool]] = {
+    "vtrain_single": lambda case: True,
+    "llm_foundry": lambda case: case.model.name.removeprefix("mpt-")
+    in LLM_FOUNDRY_CALIBRATION_SIZES,
+}
+
+
+def is_calibration(case: Case) -> bool:
+    """Whether ``case`` belongs to the calibration split (``CALIBRATION``)."""
+    rule = CALIBRATION.get(case.dataset)
+    return bool(rule and rule(case))
+
+
+def is_validation(case: Case) -> bool:
+    """The validation split: every row the calibration split does not name."""
+    return not is_calibration(case)
+
+
+def split_stats(pairs: list[tuple[Case, float]]) -> dict[str, dict[str, ErrorStats]]:
+    """Per data set: stats over all rows, the calibration rows and the validation rows."""
+    out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for case, pred in pairs:
+        role = "validation" if is_validation(case) else "calibration"
+        for part in ("all", role):
+            p, m = out.setdefault(case.dataset, {}).setdefault(part, ([], []))
+            p.append(pred)
+            m.append(case.measured_s)
+    return {ds: {part: error_stats(p, m) for part, (p, m) in parts.items()}
+            for ds, parts in sorted(out.items())}
 
 
 def _group_key(case: Case) -> str:
@@ -176,6 +219,7 @@ def headline(stats: dict[str, ErrorStats], shape: dict[str, float]) -> dict[str,
         "llm_foundry [A100-80G]": "llm_foundry_a100_80g_mape",
         "llm_foundry [A100-40G]": "llm_foundry_a100_40g_mape",
         "megatron_papers": "megatron_papers_mape",
+        "amp_t4": "amp_t4_mape",
     }
     out: dict[str, float] = {}
     for key, name in names.items():
@@ -218,7 +262,25 @@ def main(argv: list[str] | None = None) -> int:
                   f"{st.median_ratio:17.2f}")
     print("gpt_pmp shape:", json.dumps({k: round(v, 4) for k, v in shape.items()}))
 
+    splits = split_stats(pairs)
+    print(f"\n{'data set':20s} {'rows':>5s} {'MAPE %':>7s} {'calib n':>8s} {'calib %':>8s} "
+          f"{'valid n':>8s} {'valid %':>8s}")
+    for ds, parts in splits.items():
+        cal, val = parts.get("calibration"), parts.get("validation")
+        print(f"{ds:20s} {parts['all'].n:5d} {parts['all'].mape:7.1f} "
+              f"{cal.n if cal else 0:8d} {f'{cal.mape:.1f}' if cal else '-':>8s} "
+              f"{val.n if val else 0:8d} {f'{val.mape:.1f}' if val else '-':>8s}")
+
     result = headline(stats, shape)
+    result["per_set_mape"] = {ds: round(parts["all"].mape, 2) for ds, parts in splits.items()}
+    result["per_set_validation_mape"] = {ds: round(parts["validation"].mape, 2)
+                                         for ds, parts in splits.items()
+                                         if "validation" in parts}
+    worst = max(splits, key=lambda ds: splits[ds]["all"].mape)
+    result["worst_set_mape"] = round(splits[worst]["all"].mape, 2)
+    result["worst_set"] = worst
+    result["calibration_sets"] = sorted(CALIBRATION)
+    result["validation_sets"] = sorted(result["per_set_validation_mape"])
     for key in ("gpt_pmp_rtx", "gpt_pmp_dgx-ext"):
         if key in alt_stats:
             result[f"{key.replace('-', '_')}_fp16_reading_mape"] = round(alt_stats[key].mape, 2)

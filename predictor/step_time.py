@@ -11,25 +11,37 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
   takes ``(F + F_half) / (peak · e_max)``, i.e. its FLOPs at the asymptotic rate plus a fixed
   cost — which is also what kernel-launch and tail effects look like. Memory-bound element-wise
   work (norms, activations, dropout, residuals, softmax without flash, the fp32 loss) is
-  counted in bytes over the GPU's memory bandwidth.
+  counted in bytes over the GPU's memory bandwidth. The matmul rate depends on the training
+  runtime (``predictor.step_calibration``): whether its fp32 matmuls run on TF32, and the
+  calibrated efficiency per (GPU type, matmul mode).
+* **Host dispatch floor**: kernels and collectives are launched asynchronously, so one layer
+  pass takes ``max(GPU work + its tensor-parallel collectives, passes · LAYER_OVERHEAD_S)``
+  (backward counts as two passes); collectives of a launch-bound layer cost nothing extra.
+  Each micro-batch also pays the runtime's own work once per stage (``MICRO_BATCH_OVERHEAD_S``).
 * **Tensor-parallel collectives**: 4 all-reduces of ``b·s·h`` activations per layer per
   micro-batch (2 forward, 2 backward; +2 when full recomputation re-runs the forward), ring cost
   ``α + 2(t−1)/t · bytes / busbw`` on the link the group really uses. Forward all-reduces sit on
   the critical path; the backward ones are issued asynchronously alongside the weight-gradient
   GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed.
-* **Pipeline (1F1B)**: ``(m + p − 1)·(t_f + t_b)`` for the slowest stage (``(p − 1)/v`` bubble
-  with ``v`` interleaved chunks), plus Pipette's hidden critical path: the stage-to-stage p2p
+* **Pipeline (1F1B)**: ``m·t`` of the slowest stage plus the fill and drain through the other
+  stages (``(p − 1)·t`` without the head for an even split, divided by ``v`` interleaved
+  chunks); an explicit uneven split (``par.extra["stage_layers"]``) takes its slowest stage
+  and the sum of the others, plus Pipette's hidden critical path: the stage-to-stage p2p
   transfers of ``b·s·h`` activations, ``2(p − 1)`` of them per round of the bubble path,
   repeated ``max(1, m/p)`` times (Pipette Eq. 3–5 with uniform links).
 * **Data parallel**: gradient all-reduce ``2(d−1)/d · params/rank · grad bytes / busbw``
-  (hierarchical when the group spans nodes), overlapped with backward so that only the part
-  exceeding the last micro-batch's backward is exposed; ZeRO-3 adds two parameter all-gathers
+  (hierarchical when the group spans nodes). A runtime that buckets it into the backward
+  (DDP, FSDP) exposes the part exceeding the last micro-batch's backward and at least the
+  last layer's bucket; one that issues it after the backward (Megatron-LM, DeepSpeed ZeRO-0/1)
+  exposes all of it; ZeRO-3 adds two parameter all-gathers
   per micro-batch, hidden behind compute up to what compute can cover.
-* **Optimizer**: memory-bound, bytes of params+grads+states read and written over HBM bandwidth.
+* **Optimizer**: memory-bound, the runtime's bytes per parameter (its optimizer kernels) over
+  HBM bandwidth.
 
-Constants: the per-GPU ones (``matmul_efficiency``, NCCL efficiency and latency, default
-network bandwidth) live in ``predictor/data/gpus.yaml``; the GPU-independent curve constants
-below were calibrated once on the vTrain single-node data set and validated on the others
+Constants: the per-GPU ones (a-priori ``matmul_efficiency``, NCCL efficiency and latency,
+default network bandwidth) live in ``predictor/data/gpus.yaml``, calibrated efficiencies and runtime
+profiles in ``predictor/step_calibration.py``; the GPU-independent constants below were
+calibrated on the declared calibration split and validated on the rest
 (``python -m benchmarks.step_time_accuracy``; docs/step_time_accuracy.md).
 
 Pure arithmetic: no I/O, no torch; one call is a few microseconds (the planner makes hundreds
@@ -44,6 +56,7 @@ from dataclasses import dataclass
 
 from predictor.gpus import GpuType
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from predictor.step_calibration import DEFAULT_RUNTIME, matmul_rate, runtime_step_profile
 
 # --- GPU-independent constants ----------------------------------------------------------
 # GEMM size (FLOPs) at which a GEMM reaches half of the GPU's asymptotic matmul efficiency.
@@ -65,7 +78,16 @@ FLASH_BWD_FLOPS_RATIO = 2.5
 # Host-side dispatch time per layer per pass (forward, recompute-forward; backward counts
 # twice): kernel launches and framework work. A floor under the layer's GPU time, since
 # launches are asynchronous. Calibrated on vTrain single.
-LAYER_OVERHEAD_S = 8.6e-4
+LAYER_OVERHEAD_S = 8.0e-4
+# Fraction of a layer's tensor-parallel collectives that stays exposed when the host's
+# dispatch floor, not the GPU, bounds the layer: NCCL calls cost host time of their own and
+# wait for the slowest rank. Calibrated on vTrain single over {0, 0.5, 1}: 0 fits best, i.e.
+# the collectives hide under the floor entirely (docs/step_time_accuracy.md).
+TP_FLOOR_EXPOSED = 0.0
+# The runtime's own host work per micro-batch and stage (forward/backward calls, loss scaling,
+# the pipeline engine's send/receive bookkeeping), m + p − 1 of them on the critical path.
+# Calibrated on vTrain single (Megatron-DeepSpeed) only.
+MICRO_BATCH_OVERHEAD_S = 2.0e-3
 # Extra NCCL latency per ring step: A100 nccl-tests (vTrain LUT) 1 MiB all-reduce takes 44 µs on
 # 2 GPUs and 93 µs on 8, i.e. ~30 µs + ~8 µs·(n − 1).
 NCCL_STEP_LATENCY_S = 8.0e-6
@@ -74,8 +96,10 @@ NCCL_STEP_LATENCY_S = 8.0e-6
 TP_BWD_OVERLAP = 0.5
 # Fraction of peak memory bandwidth element-wise and optimizer kernels reach (STREAM-like).
 MEMORY_EFFICIENCY = 0.8
-# Adam/AdamW mixed precision: read fp32 master, grad, m, v (16 B); write master, m, v and the
-# half copy (14 B). SGD with momentum: 4+4+4 read, 4+4+2 write.
+# HBM bytes per parameter of one optimizer step. Adam/AdamW: the runtime's figure
+# (``RuntimeStepProfile.optimizer_bytes``); these are the fallbacks. Adam mixed precision: read
+# fp32 master, grad, m, v (16 B); write master, m, v and the half copy (14 B). SGD with
+# momentum: 4+4+4 read, 4+4+2 write.
 OPTIMIZER_BYTES = {"adam": 30.0, "adamw": 30.0, "sgd": 22.0}
 
 
@@ -307,10 +331,10 @@ def _layer_times(
     elem_f = ELEMENTWISE_PASSES_F * tokens * f * (n_mlp - 1) * nbytes / t
     elem = (elem_h + elem_f) / mem_bps + softmax
 
-    # Kernels are launched asynchronously: the host's dispatch time per layer only shows when
-    # the GPU work is shorter than it (small layers, small micro-batches, large tp).
-    fwd = max(dense_fwd + core_fwd + elem, LAYER_OVERHEAD_S)
-    bwd = max(dense_bwd + core_bwd + 2.0 * elem, 2.0 * LAYER_OVERHEAD_S)
+    # GPU time only: the host's dispatch floor is applied by the caller, over the GPU work
+    # and the tensor-parallel collectives of the layer together (see ``_floored``).
+    fwd = dense_fwd + core_fwd + elem
+    bwd = dense_bwd + core_bwd + 2.0 * elem
     return (fwd, bwd, 0.0), (fwd, bwd, core_fwd + softmax), (fwd, bwd, fwd)
 
 
@@ -328,16 +352,30 @@ def _stage_params_of(model: ModelSpec, tp: int, pp: int) -> float:
     return (layers + edge) / tp
 
 
-def device_rates(gpu: GpuType, precision: Precision) -> tuple[float, float]:
-    """(asymptotic matmul FLOP/s, achievable memory bytes/s) of ``gpu`` in ``precision``: all
-    that the compute terms of a step depend on from the GPU."""
-    return (gpu.peak_tflops(precision) * 1e12 * gpu.matmul_efficiency,
-            gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY)
+def device_rates(gpu: GpuType, precision: Precision, runtime: str = DEFAULT_RUNTIME
+                 ) -> tuple[float, float]:
+    """(asymptotic matmul FLOP/s, achievable memory bytes/s) of ``gpu`` in ``precision`` under
+    ``runtime`` (which says whether fp32 matmuls use TF32): all that the compute terms of a
+    step depend on from the GPU."""
+    return (matmul_rate(gpu, precision, runtime), gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY)
+
+
+def _floored(gpu_s: float, comm_s: float, passes: float) -> tuple[float, float]:
+    """(compute, exposed communication) of one layer pass whose GPU work takes ``gpu_s`` and
+    whose tensor-parallel collectives take ``comm_s`` on the same stream, under the host's
+    dispatch floor of ``passes`` × ``LAYER_OVERHEAD_S``. Kernels and collectives are launched
+    asynchronously, so the floor covers both: a collective issued while the host is still
+    launching costs nothing extra (vTrain and Domino overlap it the same way)."""
+    floor = passes * LAYER_OVERHEAD_S
+    compute = gpu_s if gpu_s > floor else floor
+    both = max(gpu_s + comm_s, floor + TP_FLOOR_EXPOSED * comm_s)
+    return compute, both - compute
 
 
 def compute_lower_bound(
     model: ModelSpec, train: TrainingSpec, gpu: GpuType, *, tp: int, pp: int, dp: int,
     micro_batch: int, recompute: Recompute, flash: bool, sequence_parallel: bool,
+    runtime: str = DEFAULT_RUNTIME,
 ) -> float:
     """A lower bound of ``estimate_step_time(...).total_s`` of that configuration for any
     topology: the step's compute and pipeline bubble without communication (every other
@@ -347,7 +385,7 @@ def compute_lower_bound(
     ``m`` micro-batches per replica."""
     per_micro = lower_bound_per_micro_batch(
         model, train, gpu, tp=tp, pp=pp, micro_batch=micro_batch, recompute=recompute,
-        flash=flash, sequence_parallel=sequence_parallel)
+        flash=flash, sequence_parallel=sequence_parallel, runtime=runtime)
     m = max(1, train.global_batch // (dp * micro_batch))
     return (m + pp - 1) * per_micro  # compute + the 1F1B bubble without its communication
 
@@ -355,12 +393,29 @@ def compute_lower_bound(
 def lower_bound_per_micro_batch(
     model: ModelSpec, train: TrainingSpec, gpu: GpuType, *, tp: int, pp: int,
     micro_batch: int, recompute: Recompute, flash: bool, sequence_parallel: bool,
+    runtime: str = DEFAULT_RUNTIME,
 ) -> float:
     """The part of ``compute_lower_bound`` that does not depend on ``dp``: one micro-batch's
     forward and backward (with recomputation) on the slowest stage, without communication.
     A search over data-parallel sizes computes it once per (tp, pp, micro-batch, saver)."""
-    return ComputeBound(model, train, gpu, flash, sequence_parallel).per_micro_batch(
+    return ComputeBound(model, train, gpu, flash, sequence_parallel, runtime).per_micro_batch(
         tp, pp, micro_batch, recompute)
+
+
+def _layer_passes(lf: float, lb: float, lr: float, recompute: Recompute, c_f: float,
+                  c_b: float) -> tuple[float, float, float, float]:
+    """(forward compute, forward exposed comm, backward+recompute compute, their exposed
+    comm) of one layer for one micro-batch: GPU times ``lf``, ``lb``, ``lr`` (recompute) and
+    the per-pass tensor-parallel collectives ``c_f`` (forward, and a full recompute's
+    re-forward) and ``c_b`` (exposed part of the backward's), each pass under its floor."""
+    f, cf = _floored(lf, c_f, 1.0)
+    b, cb = _floored(lb, c_b, 2.0)
+    if recompute is Recompute.FULL:
+        r, cr = _floored(lr, c_f, 1.0)
+        b, cb = b + r, cb + cr
+    else:  # selective: the attention core re-run inside the backward, no floor of its own
+        b += lr
+    return f, cf, b, cb
 
 
 class ComputeBound:
@@ -371,9 +426,9 @@ class ComputeBound:
     __slots__ = ("_cache", "_flash", "_mem_bps", "_rate", "_sp", "model", "train")
 
     def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType, flash: bool,
-                 sequence_parallel: bool) -> None:
+                 sequence_parallel: bool, runtime: str = DEFAULT_RUNTIME) -> None:
         self.model, self.train = model, train
-        self._rate, self._mem_bps = device_rates(gpu, train.precision)
+        self._rate, self._mem_bps = device_rates(gpu, train.precision, runtime)
         self._flash, self._sp = flash, sequence_parallel
         self._cache: dict[tuple[int, int, Recompute], tuple[float, float, float]] = {}
 
@@ -388,13 +443,17 @@ class ComputeBound:
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch,
                                          tp, recompute, self._flash, self._sp, rate,
                                          self._mem_bps)
+            f, _, b, _ = _layer_passes(lf, lb, lr, recompute, 0.0, 0.0)
             tokens = micro_batch * train.seq_len
             v_local = model.vocab_size / tp
             gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
             loss = 2 * 3 * tokens * v_local * 4 / self._mem_bps
-            parts = self._cache[key] = (lf + lb + lr, 3.0 * gemm, loss)
+            parts = self._cache[key] = (f + b, 3.0 * gemm, loss)
         layer, head, loss = parts
-        return self.model.num_layers / pp * layer + head + loss
+        # the head runs on the last stage only, m of the m + pp − 1 schedule steps: m/(m+pp−1)
+        # >= 1/pp for every m >= 1, so a pp-th of it per step keeps this a lower bound
+        return (self.model.num_layers / pp * layer + MICRO_BATCH_OVERHEAD_S
+                + (head + loss) / pp)
 
 
 def estimate_step_time(
@@ -403,15 +462,32 @@ def estimate_step_time(
     par: ParallelConfig,
     gpu: GpuType,
     topology: Topology | None = None,
+    runtime: str = DEFAULT_RUNTIME,
 ) -> StepTime:
-    """Predict the time of one optimizer step of ``par`` training ``model`` on ``gpu``.
+    """Predict the time of one optimizer step of ``par`` training ``model`` on ``gpu`` under
+    the training ``runtime`` ("frenzy", "megatron", "deepspeed" or "fsdp2").
 
     ``topology`` says how the GPUs are placed; without it the planner's default (full nodes of
     8) is assumed. The plan is not validated here (see ``ParallelConfig.check``); micro-batches
-    per replica are ``global_batch / (dp · micro_batch)``, at least one.
+    per replica are ``global_batch / (dp · micro_batch)``, at least one. An explicit uneven
+    split of the layers over the pipeline stages goes in ``par.extra["stage_layers"]`` (one
+    count per stage, summing to the model's layers).
     """
     topo = topology or default_topology(gpu, par.num_gpus)
-    return StepTimeModel(model, train, gpu, topo).estimate(par)
+    return StepTimeModel(model, train, gpu, topo, runtime=runtime).estimate(par)
+
+
+def _stage_layers(par: ParallelConfig, num_layers: int) -> tuple[int, ...] | None:
+    """The explicit layers per stage of ``par``, checked; None for the even split."""
+    raw = par.extra.get("stage_layers")
+    if raw is None:
+        return None
+    split = tuple(int(x) for x in raw)
+    if len(split) != par.pp or sum(split) != num_layers or min(split) < 0:
+        raise ValueError(
+            f"stage_layers must give {par.pp} non-negative counts summing to {num_layers}, "
+            f"got {list(split)}")
+    return split
 
 
 class StepTimeModel:
@@ -426,6 +502,7 @@ class StepTimeModel:
 
     __slots__ = (
         "_compute",
+        "_dp_overlap",
         "_grad_bytes",
         "_layouts",
         "_links",
@@ -435,22 +512,28 @@ class StepTimeModel:
         "_rate",
         "gpu",
         "model",
+        "runtime",
         "topo",
         "train",
     )
 
     def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType,
-                 topology: Topology, compute_cache: dict | None = None) -> None:
+                 topology: Topology, compute_cache: dict | None = None,
+                 runtime: str = DEFAULT_RUNTIME) -> None:
         """``compute_cache`` (optional) holds the per-micro-batch compute times, which do not
-        depend on the placement: models of the same job, GPU type and precision (differing
-        only in ``topology``) may share one dict."""
+        depend on the placement: models of the same job, GPU type, precision and runtime
+        (differing only in ``topology``) may share one dict."""
+        profile = runtime_step_profile(runtime)
         self.model, self.train, self.gpu, self.topo = model, train, gpu, topology
+        self.runtime = runtime
         self._compute = {} if compute_cache is None else compute_cache
         self._links = _links(gpu, topology)
-        self._rate, self._mem_bps = device_rates(gpu, train.precision)
+        self._rate, self._mem_bps = device_rates(gpu, train.precision, runtime)
         self._nbytes = _act_bytes(train.precision)
         self._grad_bytes = 4.0 if train.precision is Precision.FP32 else 2.0
-        self._opt_bytes = OPTIMIZER_BYTES.get(train.optimizer.value, 30.0)
+        self._opt_bytes = (profile.optimizer_bytes if train.optimizer.value in ("adam", "adamw")
+                           else OPTIMIZER_BYTES.get(train.optimizer.value, 30.0))
+        self._dp_overlap = profile.dp_overlap
         self._layouts: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
     def _layout(self, t: int, p: int, d: int) -> tuple[float, ...]:
@@ -501,21 +584,21 @@ class StepTimeModel:
         return StepTime(*self._parts(
             par.tp, par.pp, par.dp, par.micro_batch, par.recompute, par.zero_stage,
             par.sequence_parallel, par.flash_attention,
-            max(1, int(par.extra.get("virtual_pp", 1)))))
+            max(1, int(par.extra.get("virtual_pp", 1))),
+            _stage_layers(par, self.model.num_layers)))
 
     def total_s(self, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
                 zero_stage: int, sequence_parallel: bool, flash_attention: bool) -> float:
         """``estimate(...).total_s`` of a plan given by its knobs (no interleaving), without
         building the ``ParallelConfig`` or the ``StepTime``: what a search compares."""
         return self._parts(tp, pp, dp, micro_batch, recompute, zero_stage,
-                           sequence_parallel and tp > 1, flash_attention, 1)[6]
+                           sequence_parallel and tp > 1, flash_attention, 1, None)[6]
 
     def _parts(self, t: int, p: int, d: int, mb: int, recompute: Recompute, zero: int,
-               sp: bool, flash: bool, virtual: int
+               sp: bool, flash: bool, virtual: int, split: tuple[int, ...] | None
                ) -> tuple[float, float, float, float, float, float, float]:
         """(compute, tp comm, pipeline bubble, pipeline p2p, dp comm, optimizer, total)."""
         model, train, links = self.model, self.train, self._links
-        rate, mem_bps = self._rate, self._mem_bps
         m = max(1, train.global_batch // (d * mb))
         layout = self._layouts.get((t, p, d))
         if layout is None:
@@ -523,35 +606,55 @@ class StepTimeModel:
         tp_nodes, tp_groups, bw, dp_nodes, groups_per_node, params, all_reduce, opt_full, \
             opt_shard = layout
 
-        # -- compute of the slowest (last) stage, per micro-batch ---------------------------
-        ckey = (t, mb, recompute, sp, flash)
+        # -- per layer and micro-batch: GPU work and tp collectives under the host floor ----
+        act = mb * train.seq_len * model.hidden_size * self._nbytes
+        ckey = (t, mb, recompute, sp, flash, tp_nodes, tp_groups)
         per_mb = self._compute.get(ckey)
         if per_mb is None:
+            rate, mem_bps = self._rate, self._mem_bps
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t,
                                          recompute, flash, sp, rate, mem_bps)
+            # 2 all-reduces per layer forward (and per full-recompute re-forward); 2 in the
+            # backward, of which 1 − TP_BWD_OVERLAP is exposed
+            one_ar = _group_collective_s(
+                act, t, tp_nodes, tp_groups, links.intra_bus_gbs, links.inter_gbs,
+                links.latency_s,
+            )
+            f, cf, b, cb = _layer_passes(lf, lb, lr, recompute, 2.0 * one_ar,
+                                         2.0 * (1.0 - TP_BWD_OVERLAP) * one_ar)
             # logits GEMM and fp32 cross-entropy on the last stage
             tokens = mb * train.seq_len
             v_local = model.vocab_size / t
             gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
             loss = 3 * tokens * v_local * 4 / mem_bps
-            per_mb = self._compute[ckey] = (lf, lb + lr, gemm + loss, 2.0 * gemm + loss)
-        lf, lb_lr, hf, hb = per_mb
-        layers = model.num_layers / p
-        t_f = layers * lf + hf
-        t_b = layers * lb_lr + hb
+            per_mb = self._compute[ckey] = (f + b, cf + cb, 3.0 * gemm + 2.0 * loss,
+                                            b, 2.0 * gemm + loss)
+        layer, layer_comm, head, layer_bwd, head_bwd = per_mb
 
-        # -- tensor-parallel collectives per micro-batch ----------------------------------
-        act = mb * train.seq_len * model.hidden_size * self._nbytes
-        one_ar = _group_collective_s(
-            act, t, tp_nodes, tp_groups, links.intra_bus_gbs, links.inter_gbs,
-            links.latency_s,
-        )
-        n_fwd = 2.0 + (2.0 if recompute is Recompute.FULL else 0.0)
-        c_tp = layers * one_ar * (n_fwd + 2.0 * (1.0 - TP_BWD_OVERLAP))
+        # -- compute of the slowest stage, per micro-batch ---------------------------------
+        # (+ the runtime's own work per micro-batch: its forward/backward calls, loss
+        # scaling, the pipeline engine's send/receive bookkeeping; every stage pays it)
+        layer_mb = MICRO_BATCH_OVERHEAD_S
+        if split is None:
+            layers = model.num_layers / p
+            slowest = layers * layer + head + layer_mb
+            # the other stages' share of the 1F1B fill and drain (they hold no head)
+            fill = (p - 1) * (layers * layer + layer_mb)
+            comm = layers * layer_comm
+            fill_comm = (p - 1) * comm
+        else:
+            stage = [n * layer + layer_mb + (head if i == p - 1 else 0.0)
+                     for i, n in enumerate(split)]
+            slow = max(range(p), key=stage.__getitem__)
+            layers = float(split[slow])
+            slowest = stage[slow]
+            fill = sum(stage) - slowest
+            comm = layers * layer_comm
+            fill_comm = (sum(split) - layers) * layer_comm
 
-        compute_s = m * (t_f + t_b)
-        tp_comm_s = m * c_tp
-        pp_bubble_s = (p - 1) / virtual * (t_f + t_b + c_tp) if p > 1 else 0.0
+        compute_s = m * slowest
+        tp_comm_s = m * comm
+        pp_bubble_s = (fill + fill_comm) / virtual if p > 1 else 0.0
 
         # -- pipeline p2p: Pipette's bubble + hidden critical path ------------------------
         pp_p2p_s = 0.0
@@ -568,8 +671,15 @@ class StepTimeModel:
             gather, scatter = self._zero3(d, dp_nodes, groups_per_node, params)
             total_comm = m * 2 * gather + scatter
             dp_comm_s = max(total_comm - compute_s, total_comm / max(1.0, layers))
+        elif all_reduce <= 0:
+            dp_comm_s = 0.0
+        elif self._dp_overlap:
+            # bucketed during the last micro-batch's backward: what exceeds that backward,
+            # and at least the last layer's bucket, which can only start once it ends
+            t_b = layers * layer_bwd + head_bwd
+            dp_comm_s = max(all_reduce - t_b, all_reduce / max(1.0, layers))
         else:
-            dp_comm_s = max(0.0, all_reduce - t_b) if all_reduce > 0 else 0.0
+            dp_comm_s = all_reduce  # issued after the backward pass
 
         # -- optimizer step (memory-bound) ------------------------------------------------
         optimizer_s = opt_shard if zero >= 1 else opt_full

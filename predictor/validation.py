@@ -9,6 +9,7 @@ sources give only part of that and the reading is part of the validation's hones
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,7 @@ class Case:
     topology: Topology
     measured_s: float
     group: str = ""  # sub-set for reporting (e.g. GPU type, "extrapolated")
+    runtime: str = "frenzy"  # the training runtime whose step-time profile applies
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,8 @@ def error_stats(predicted: Sequence[float], measured: Sequence[float]) -> ErrorS
 
 
 def predict(case: Case, gpus: Mapping[str, GpuType]) -> StepTime:
-    return estimate_step_time(case.model, case.train, case.par, gpus[case.gpu], case.topology)
+    return estimate_step_time(case.model, case.train, case.par, gpus[case.gpu], case.topology,
+                              case.runtime)
 
 
 def score(
@@ -127,7 +130,8 @@ def vtrain_cases(rows: Iterable[Row], dataset: str) -> list[Case]:
         topo = Topology(num_nodes=max(1, math.ceil(n / 8)), inter_bw_gbs=VTRAIN_INTER_BW_GBS)
         cases.append(Case(dataset, f"h{h} L{layers} t{tp}d{dp}p{pp} mb{mb} gb{gb}", model,
                           train, par, "A100-40G", topo,
-                          float(_field(row, "iteration time (ms)")) / 1e3))
+                          float(_field(row, "iteration time (ms)")) / 1e3,
+                          runtime="deepspeed"))
     return cases
 
 
@@ -159,7 +163,8 @@ def korthikanti_cases(rows: Iterable[Row]) -> list[Case]:
         n = tp * pp * dp
         topo = Topology(num_nodes=max(1, math.ceil(n / 8)), inter_bw_gbs=SELENE_INTER_BW_GBS)
         cases.append(Case("korthikanti", f"{row['model']} {row['mode']}", model, train, par,
-                          "A100-80G", topo, float(row["iteration_time_s"])))
+                          "A100-80G", topo, float(row["iteration_time_s"]),
+                          runtime="megatron"))
     return cases
 
 
@@ -183,7 +188,8 @@ def megatron_paper_cases(rows: Iterable[Row]) -> list[Case]:
         topo = Topology(num_nodes=max(1, math.ceil(tp * pp * dp / 8)),
                         inter_bw_gbs=SELENE_INTER_BW_GBS)
         cases.append(Case("megatron_papers", f"{row['source']} {row['model']}", model, train,
-                          par, "A100-80G", topo, float(row["iteration_time_s"])))
+                          par, "A100-80G", topo, float(row["iteration_time_s"]),
+                          runtime="megatron"))
     return cases
 
 
@@ -224,7 +230,8 @@ def llm_foundry_cases(rows: Iterable[Row]) -> list[Case]:
         gpu, inter = FOUNDRY_GPU[row["GPU"]]
         topo = Topology(num_nodes=max(1, math.ceil(n / 8)), inter_bw_gbs=inter)
         cases.append(Case("llm_foundry", f"mpt-{row['Model']} s{s} n{n} mb{mb}", model, train,
-                          par, gpu, topo, float(row["derived_step_time_s"]), group=gpu))
+                          par, gpu, topo, float(row["derived_step_time_s"]), group=gpu,
+                          runtime="fsdp2"))
     return cases
 
 
@@ -248,6 +255,10 @@ GPT_PMP_MICRO_BATCHES = 48
 GPT_PMP_MODEL = ModelSpec("gpt-2.8b", Family.GPT2, 32, 2560, 32, vocab_size=50257,
                           max_seq_len=1024, tie_embeddings=False)
 GPT_PMP_SEQ = 1024
+# Sia does not say which training code produced gpt_pmp. Read with the built-in trainer's
+# profile (plain PyTorch: fp32 matmuls without TF32, the default since PyTorch 1.12); with
+# TF32 (the "deepspeed" profile) the A100 rows are predicted at 0.3x (docs).
+GPT_PMP_RUNTIME = "frenzy"
 
 
 def gpt_pmp_measured_step(row: Row, stages: int) -> float:
@@ -276,7 +287,8 @@ def gpt_pmp_cases(
         group = f"{cluster}{' extrapolated' if extrapolated else ''}"
         cases.append(Case(f"gpt_pmp_{cluster}", f"{row['placement']} bsz{mb}", GPT_PMP_MODEL,
                           train, par, GPT_PMP_GPU[cluster], topo,
-                          gpt_pmp_measured_step(row, p), group=group))
+                          gpt_pmp_measured_step(row, p), group=group,
+                          runtime=GPT_PMP_RUNTIME))
     return cases
 
 
@@ -286,3 +298,59 @@ def gpt_pmp_forward_per_stage(case: Case, gpus: Mapping[str, GpuType]) -> float:
     st = predict(case, gpus)
     m = max(1, case.par.micro_batches(case.train.global_batch))
     return st.compute_s / m / 3.0
+
+
+# --- AMP (DeepSpeed + Megatron-LM v1.1.5 3D parallelism, 16 T4 on 4 g4dn.12xlarge) --------
+# Reading: GPT-2-medium-like (h 1024, 24 layers, 16 heads, s 1024, vocab 52256, tied), no
+# recomputation, no flash attention, ZeRO off; DeepSpeed's pipeline engine with the measured
+# uneven ``layer_partition`` (boundaries over the 30 pipeline "layers" of AMP's own profile,
+# amp_profiled_layer_fwd_time.csv: embedding, transpose, 24 transformer layers at indices
+# 2..25, transpose, final layer norm, tied head, loss). Precision: fp16 mixed, as the source
+# says. The data fit no single reading: AMP's profiled transformer layer forward on a T4
+# (mb 1, 30.1 GFLOP) takes 4.9-5.8 ms (5.2-6.1 TFLOP/s, 8-9 % of the fp16 tensor peak), while
+# its logits GEMM (110 GFLOP) takes 3.1 ms (35 TFLOP/s, 55 %): the layers are bound by work
+# the model does not count (likely Megatron-LM v1.1.5's unfused fp32 softmax on the T4's
+# 320 GB/s), so this set is reported, not calibrated. Ranks are laid out tp innermost,
+# then data, then pipe (DeepSpeed's PipeModelDataParallelTopology): "tp-dp-pp". Network: the
+# AMP code's 50 Gb/s (6.25 GB/s) between nodes; the T4s inside a node talk over PCIe.
+# Only the homogeneous T4 experiment is a step-time set (het_cluster mixes V100 and T4 in
+# one pipeline, het_model is a TransGAN); all experiments' OOM labels feed the memory check.
+AMP_MODEL = ModelSpec("gpt2-medium-amp", Family.GPT2, 24, 1024, 16, vocab_size=52256,
+                      max_seq_len=1024)
+AMP_SEQ = 1024
+AMP_FIRST_LAYER = 2  # DeepSpeed pipeline index of the first transformer layer
+AMP_INTER_BW_GBS = 6.25
+AMP_PRECISION = Precision.FP16
+
+
+def amp_stage_layers(partition: str, num_layers: int = 24) -> tuple[int, ...]:
+    """Transformer layers per stage from AMP's DeepSpeed ``layer_partition`` boundaries."""
+    bounds = [int(x) for x in partition.split(",")]
+    lo, hi = AMP_FIRST_LAYER, AMP_FIRST_LAYER + num_layers
+    return tuple(max(0, min(b, hi) - max(a, lo)) for a, b in itertools.pairwise(bounds))
+
+
+def amp_plan(row: Row) -> tuple[TrainingSpec, ParallelConfig, Topology]:
+    """The training spec, plan and topology of one AMP trial row (any outcome)."""
+    tp, dp, pp = int(row["tp"]), int(row["dp"]), int(row["pp"])
+    train = TrainingSpec(global_batch=int(row["global_batch"]), seq_len=AMP_SEQ,
+                         precision=AMP_PRECISION, flash_attention=False,
+                         sequence_parallel=False)
+    extra = {"stage_layers": amp_stage_layers(row["layer_partition"])} if pp > 1 else {}
+    par = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch=int(row["micro_batch"]),
+                         flash_attention=False, extra=extra)
+    topo = Topology(num_nodes=4, gpus_per_node=(4, 4, 4, 4), inter_bw_gbs=AMP_INTER_BW_GBS)
+    return train, par, topo
+
+
+def amp_cases(rows: Iterable[Row]) -> list[Case]:
+    """Step-time cases of the homogeneous T4 experiment's runs that ran."""
+    cases = []
+    for row in rows:
+        if row["experiment"] != "homogeneous" or not row["measured_iter_time_s"]:
+            continue
+        train, par, topo = amp_plan(row)
+        label = f"t{par.tp}d{par.dp}p{par.pp} mb{par.micro_batch}"
+        cases.append(Case("amp_t4", label, AMP_MODEL, train, par, "T4", topo,
+                          float(row["measured_iter_time_s"]), runtime="deepspeed"))
+    return cases

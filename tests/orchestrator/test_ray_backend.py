@@ -190,6 +190,9 @@ def test_entrypoint_gets_the_plan_as_environment(rig: Rig, tmp_path: Path) -> No
     assert rig.controller.job("e").state is JobState.SUCCEEDED
     envs = [json.loads((tmp_path / "e" / f"env-{r}.json").read_text()) for r in (0, 1)]
     assert [e["RANK"] for e in envs] == ["0", "1"]
-    assert all(e["WORLD_SIZE"] == "2" and e["DP_SIZE"] == "2" and e["PP_SIZE"] == "1"
+    # the planner's 2-GPU plan of this tiny, launch-bound model may be dp=2 or tp=2 (they
+    # differ by < 0.1 % in predicted step time); the environment must carry whichever it is
+    assert all(e["WORLD_SIZE"] == "2" and e["PP_SIZE"] == "1"
+               and int(e["DP_SIZE"]) * int(e["TP_SIZE"]) == 2
                and e["CUDA_VISIBLE_DEVICES"] for e in envs)
     _free_everywhere(rig)

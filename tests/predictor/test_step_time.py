@@ -30,6 +30,7 @@ def no_overheads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(st, "ELEMENTWISE_PASSES_F", 0.0)
     monkeypatch.setattr(st, "SOFTMAX_PASSES", 0.0)
     monkeypatch.setattr(st, "NCCL_STEP_LATENCY_S", 0.0)
+    monkeypatch.setattr(st, "MICRO_BATCH_OVERHEAD_S", 0.0)
 
 
 def _zero_latency_gpu(name: str = "A100-80G"):
@@ -107,7 +108,10 @@ def test_bubble_follows_p_minus_1_over_m(no_overheads: None) -> None:
     for p, m in ((2, 8), (4, 8), (4, 32)):
         train = TrainingSpec(global_batch=m, seq_len=1024)
         r = estimate_step_time(model, train, ParallelConfig(pp=p), gpu, Topology())
-        assert r.pp_bubble_s / r.compute_s == pytest.approx((p - 1) / m, rel=1e-6)
+        # the fill is p − 1 stages of layers; the head (vocab 8: ~1e-4 of a stage) runs on
+        # the last stage only, so it is in the compute but not in the fill
+        assert r.pp_bubble_s / r.compute_s == pytest.approx((p - 1) / m, rel=1e-3)
+        assert r.pp_bubble_s / r.compute_s < (p - 1) / m
         assert r.pp_p2p_s > 0
 
 
@@ -205,3 +209,99 @@ def test_one_model_reused_over_many_plans_matches_fresh_estimates() -> None:
     shared = st.StepTimeModel(model, train, gpu, topo)
     for par in plans:
         assert shared.estimate(par) == estimate_step_time(model, train, par, gpu, topo), par
+
+
+# --- runtime profiles, calibration, floor, stage splits -----------------------------------
+def test_fp32_matmuls_use_tf32_only_where_the_runtime_and_the_gpu_do() -> None:
+    from predictor.step_calibration import matmul_rate
+
+    a100, t4 = get_gpu("A100-40G"), get_gpu("T4")
+    # A100: TF32 dense 156 TFLOP/s (half of fp16's 312), fp32 19.5; catalog efficiency 0.8
+    assert matmul_rate(a100, Precision.FP32, "megatron") == pytest.approx(156e12 * 0.8)
+    assert matmul_rate(a100, Precision.FP32, "frenzy") == pytest.approx(19.5e12 * 0.8)
+    # T4 (Turing) has no TF32: fp32 at 8.1 TFLOP/s under any runtime
+    assert matmul_rate(t4, Precision.FP32, "megatron") == pytest.approx(8.1e12 * 0.6)
+    # H100 bf16: the calibrated 0.55 of 989 TFLOP/s, not the catalog's 0.7
+    assert matmul_rate(get_gpu("H100-80G"), Precision.BF16) == pytest.approx(989e12 * 0.55)
+
+
+def test_unknown_runtime_is_an_error_naming_the_known_ones() -> None:
+    from predictor.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"runtime.*frenzy, megatron, deepspeed, fsdp2"):
+        estimate_step_time(_model(), TrainingSpec(global_batch=2, seq_len=128),
+                           ParallelConfig(), get_gpu("A100-40G"), runtime="jax")
+
+
+def test_dp_sync_exposed_whole_without_overlap_and_last_bucket_with_it(
+        no_overheads: None) -> None:
+    gpu = _zero_latency_gpu()
+    n_layers = 8
+    model = _model(n_layers, 2048, vocab=8)
+    train = TrainingSpec(global_batch=64, seq_len=1024)
+    par = ParallelConfig(dp=8, micro_batch=1)
+    bw = gpu.link_bw_gbs * gpu.nccl_efficiency * 1e9
+    raw = 2 * 7 / 8 * st._stage_params_of(model, 1, 1) * 2 / bw  # ring all-reduce, 2-byte grads
+    ds = estimate_step_time(model, train, par, gpu, Topology(), runtime="deepspeed")
+    assert ds.dp_comm_s == pytest.approx(raw, rel=1e-9)  # issued after the backward pass
+    ddp = estimate_step_time(model, train, par, gpu, Topology(), runtime="frenzy")
+    # the backward of one micro-batch (~2/3 of its compute) hides all but the last bucket
+    assert ddp.compute_s / 8 * 2 / 3 > raw
+    assert ddp.dp_comm_s == pytest.approx(raw / n_layers, rel=1e-9)
+
+
+def test_optimizer_bytes_follow_the_runtime(no_overheads: None) -> None:
+    gpu = _zero_latency_gpu()
+    model, train = _model(), TrainingSpec(global_batch=2, seq_len=128)
+    params = st._stage_params_of(model, 1, 1)
+    hbm = gpu.mem_bw_gbs * 1e9 * st.MEMORY_EFFICIENCY
+    for runtime, nbytes in (("frenzy", 30), ("megatron", 52), ("fsdp2", 32)):
+        r = estimate_step_time(model, train, ParallelConfig(), gpu, Topology(), runtime=runtime)
+        assert r.optimizer_s == pytest.approx(nbytes * params / hbm, rel=1e-9)
+
+
+def test_tp_collectives_hide_under_the_dispatch_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = _zero_latency_gpu()
+    model = _model(4, 1024, vocab=8)
+    train = TrainingSpec(global_batch=1, seq_len=64)
+    par = ParallelConfig(tp=2, micro_batch=1, flash_attention=False)
+    monkeypatch.setattr(st, "LAYER_OVERHEAD_S", 1.0)  # a floor far above GPU work + comm
+    monkeypatch.setattr(st, "MICRO_BATCH_OVERHEAD_S", 0.0)
+    r = estimate_step_time(model, train, par, gpu, Topology())
+    assert r.tp_comm_s == 0.0
+    # forward 1 floor + backward 2 floors per layer, plus the tiny head
+    assert r.compute_s == pytest.approx(4 * 3 * 1.0, rel=1e-3)
+    monkeypatch.setattr(st, "LAYER_OVERHEAD_S", 0.0)  # no floor: the collectives show
+    assert estimate_step_time(model, train, par, gpu, Topology()).tp_comm_s > 0
+
+
+def test_uneven_stage_split_prices_the_slowest_stage(no_overheads: None) -> None:
+    gpu = _zero_latency_gpu()
+    model = _model(8, 1024, vocab=8)  # negligible head
+    m = 8
+    train = TrainingSpec(global_batch=m, seq_len=1024)
+    even = estimate_step_time(model, train, ParallelConfig(pp=2), gpu, Topology())
+    split = ParallelConfig(pp=2, extra={"stage_layers": (2, 6)})
+    uneven = estimate_step_time(model, train, split, gpu, Topology())
+    # slowest stage holds 6 of 8 layers instead of 4; the fill is the other stage's 2 layers
+    assert uneven.compute_s / even.compute_s == pytest.approx(6 / 4, rel=1e-3)
+    assert uneven.pp_bubble_s / even.pp_bubble_s == pytest.approx(2 / 4, rel=1e-3)
+    with pytest.raises(ValueError, match="stage_layers must give 2"):
+        estimate_step_time(model, train, ParallelConfig(pp=2, extra={"stage_layers": (3, 3)}),
+                           gpu, Topology())
+
+
+def test_calibration_and_validation_splits_are_disjoint_and_named() -> None:
+    from benchmarks.step_time_accuracy import CALIBRATION, is_calibration, is_validation
+    from predictor.validation import Case
+
+    def case(dataset: str, model: str) -> Case:
+        return Case(dataset, "x", _model().with_(name=model), TrainingSpec(global_batch=1,
+                    seq_len=128), ParallelConfig(), "A100-40G", Topology(), 1.0)
+
+    assert sorted(CALIBRATION) == ["llm_foundry", "vtrain_single"]
+    assert is_calibration(case("vtrain_single", "gpt"))
+    assert is_calibration(case("llm_foundry", "mpt-7b"))
+    for dataset, model in (("llm_foundry", "mpt-13b"), ("llm_foundry", "mpt-760m"),
+                           ("vtrain_multi", "gpt"), ("gpt_pmp_rtx", "gpt"), ("amp_t4", "gpt")):
+        assert is_validation(case(dataset, model)) and not is_calibration(case(dataset, model))
