@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.clusters import load_cluster
 from orchestrator.states import JobState
-from simulator.clusters import load_cluster
 from simulator.mapping import map_jobs
 from simulator.replay import PlanCache, job_view, replay
 from simulator.traces import load_trace
