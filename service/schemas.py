@@ -8,7 +8,7 @@ the cross-field rules live in ``predictor.spec`` and reach the client as 422s th
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,37 @@ class TrainingCreate(_Create):
     tokens: int | None = Field(None, gt=0, le=1 << 62)
     flash_attention: bool = True
     sequence_parallel: bool = True
+    lr: float | None = Field(
+        None, gt=0, le=10, description="peak learning rate (default: 3e-5 with init_from, "
+        "3e-4 on your data, 3e-3 on synthetic data)")
+    lr_schedule: Literal["cosine", "linear", "constant"] | None = Field(
+        None, description="decay after warmup (default cosine, down to min_lr_ratio·lr)")
+    warmup_steps: int | None = Field(
+        None, ge=0, le=1 << 40, description="linear warmup steps (default: 5% of the steps, "
+        "at most 1000)")
+    min_lr_ratio: float | None = Field(None, ge=0, le=1, description="final lr / lr "
+                                       "(default 0.1)")
+    weight_decay: float | None = Field(None, ge=0, le=10, description="AdamW decoupled decay "
+                                       "of the weight matrices (default 0.1)")
+    grad_clip: float | None = Field(None, ge=0, le=1e6, description="clip gradients to this "
+                                    "global norm (default 1.0; 0: off)")
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="initialisation, data "
+                             "order and masking (default 0)")
+
+
+class DataCreate(_Create):
+    """The job's training data: token shards, or text with a tokenizer."""
+
+    path: str = Field(min_length=1, max_length=4096, description=(
+        "a file or folder every worker can read: token shards (.bin raw uint16/uint32 ids, "
+        ".npy 1-D arrays) or text (.txt documents, .jsonl with a text field)"))
+    tokenizer: str | None = Field(None, min_length=1, max_length=4096, description=(
+        "text data: a tokenizer.json (tokenizers library) or a model folder with one "
+        "(default: init_from's)"))
+    dtype: Literal["uint16", "uint32"] = Field("uint16", description=".bin token width")
+    text_field: str = Field("text", min_length=1, max_length=128,
+                            description="the document field of .jsonl lines")
+    shuffle: bool = Field(True, description="reshuffle the samples every epoch")
 
 
 class JobCreate(_Create):
@@ -68,6 +99,13 @@ class JobCreate(_Create):
     max_gpus: int | None = Field(None, ge=1, le=4096, description="cap on one plan's GPUs")
     ranking: str | None = Field(None, max_length=32,
                                 description="gpu_seconds (default), job_time, fewest_gpus")
+    data: Literal["synthetic"] | DataCreate | None = Field(
+        None, description="'synthetic' (the default: learnable generated sequences) or the "
+        "job's data")
+    init_from: str | None = Field(
+        None, min_length=1, max_length=4096, description=(
+            "a Hugging Face model folder (config.json + *.safetensors) to fine-tune; the "
+            "model may then be left out"))
 
 
 # -- responses ----------------------------------------------------------------------------
@@ -185,6 +223,8 @@ class JobPublic(JobSummary):
     plans: list[PlanPublic] = Field(
         description="the best ranked plans (``?plans=N`` or ``?plans=all`` for more)")
     plans_total: int = Field(0, description="how many ranked plans the job has")
+    notes: list[str] = Field(default_factory=list,
+                             description="what submission found (e.g. the data's epochs)")
     chosen_plan: PlanPublic | None
     allocation: list[AllocationPublic]
     placed_at: datetime | None
@@ -291,6 +331,24 @@ class StatsPublic(BaseModel):
     deadline: DeadlinePublic
     jobs_by_state: dict[str, int]
     finished_in_window: int
+
+
+class ArtifactPublic(BaseModel):
+    """One checkpoint of a job: its step and where the file is."""
+
+    step: int
+    path: str
+    size_bytes: int
+    modified_at: datetime
+
+
+class ArtifactsPublic(BaseModel):
+    """A job's checkpoints (oldest first) and how to export one."""
+
+    job_id: str
+    checkpoint_dir: str
+    data: list[ArtifactPublic]
+    export: str = Field(description="the command that writes a Hugging Face model folder")
 
 
 class ErrorItem(BaseModel):

@@ -239,7 +239,9 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
         raise ClientError(f"{p}: cannot parse: {exc}") from None
     if not isinstance(data, dict):
         raise ClientError(f"{p}: expected a mapping (model, training, ...)")
-    return data
+    from service.api.job_inputs import resolve_relative_paths
+
+    return resolve_relative_paths(data, p.resolve().parent)  # paths relative to the file
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -28,10 +28,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 import numpy as np
-import torch
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +271,8 @@ class TokenData:
         perm = self._perms.get(epoch)
         if perm is None:
             if self.cfg.shuffle:
+                import torch
+
                 g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
                 perm = torch.randperm(samples, generator=g).numpy()
             else:
@@ -286,6 +290,8 @@ class TokenData:
         for p in range(position, position + count):
             idx = int(self._order(p // samples, samples, seed)[p % samples])
             rows.append(self.read(idx * seq_len, seq_len + 1))
+        import torch
+
         return torch.from_numpy(np.stack(rows))
 
     def batch(self, position: int, global_batch: int, dp: int, dp_rank: int, seq_len: int,

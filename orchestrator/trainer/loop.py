@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -353,6 +353,22 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     return RunResult(steps_done=step, checkpoint_step=last_ckpt,
                      finished=step >= cfg.total_steps, stopped=stopped, first_step=first,
                      losses=tuple(losses))
+
+
+TRAINER_OPTIONS = ("lr", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay",
+                   "grad_clip", "seed", "init_from")
+
+
+def apply_options(cfg: RunConfig, options: dict[str, Any] | None) -> RunConfig:
+    """``cfg`` with a job's trainer options (JSON: ``TRAINER_OPTIONS`` and ``data``, as
+    ``service.api.job_inputs.trainer_options`` makes them); absent keys keep ``cfg``'s."""
+    if not options:
+        return cfg
+    changes: dict[str, Any] = {k: options[k] for k in TRAINER_OPTIONS
+                               if options.get(k) is not None}
+    if options.get("data"):
+        changes["data"] = DataConfig(**options["data"])
+    return replace(cfg, **changes)
 
 
 def resolve_numerics(cfg: RunConfig) -> Numerics:
