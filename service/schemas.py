@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.states import JobState
 from predictor.spec import Family, Optimizer, Precision
@@ -99,13 +99,25 @@ class JobCreate(_Create):
     max_gpus: int | None = Field(None, ge=1, le=4096, description="cap on one plan's GPUs")
     ranking: str | None = Field(None, max_length=32,
                                 description="gpu_seconds (default), job_time, fewest_gpus")
-    data: Literal["synthetic"] | DataCreate | None = Field(
+    data: DataCreate | None = Field(
         None, description="'synthetic' (the default: learnable generated sequences) or the "
         "job's data")
     init_from: str | None = Field(
         None, min_length=1, max_length=4096, description=(
             "a Hugging Face model folder (config.json + *.safetensors) to fine-tune; the "
             "model may then be left out"))
+
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _synthetic(cls, value: Any) -> Any:
+        """``data: synthetic`` is the default, stored as no data."""
+        if isinstance(value, str):
+            if value.strip().lower() == "synthetic":
+                return None
+            raise ValueError(f"'synthetic' or an object {{path: ..., tokenizer: ...}}; got "
+                             f"{value!r} (a path goes under data.path)")
+        return value
 
 
 # -- responses ----------------------------------------------------------------------------

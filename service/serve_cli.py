@@ -239,7 +239,7 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
         raise ClientError(f"{p}: cannot parse: {exc}") from None
     if not isinstance(data, dict):
         raise ClientError(f"{p}: expected a mapping (model, training, ...)")
-    from service.api.job_inputs import resolve_relative_paths
+    from service.job_paths import resolve_relative_paths
 
     return resolve_relative_paths(data, p.resolve().parent)  # paths relative to the file
 

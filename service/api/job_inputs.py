@@ -11,7 +11,6 @@ defaults resolved), the JSON the runtime hands to the backend in ``JobView.extra
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from predictor.spec import ModelSpec, TrainingSpec
@@ -121,21 +120,3 @@ def trainer_options(request: Mapping[str, Any], total_steps: int) -> dict[str, A
         "init_from": body.init_from,
     }
 
-
-def resolve_relative_paths(body: dict[str, Any], base: Path) -> dict[str, Any]:
-    """``body`` with relative ``data.path``, ``data.tokenizer`` and ``init_from`` made
-    absolute against ``base`` (a job file's folder): the service may run elsewhere."""
-    out = dict(body)
-
-    def absolute(value: Any) -> Any:
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            return str((base / value).resolve())
-        return str(Path(value).expanduser()) if isinstance(value, str) and value else value
-
-    if "init_from" in out:
-        out["init_from"] = absolute(out["init_from"])
-    data = out.get("data")
-    if isinstance(data, dict):
-        out["data"] = {**data, **{k: absolute(data[k]) for k in ("path", "tokenizer")
-                                  if k in data}}
-    return out
