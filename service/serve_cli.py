@@ -288,6 +288,8 @@ def run_submit(args: argparse.Namespace) -> int:
               f"dp{p['dp']} mb{p['micro_batch']}, peak {_gib(p['peak_memory_bytes'])}/GPU, "
               f"{p['step_time_s']:.3f} s/step ({job.get('plans_total', len(job['plans']))} "
               "plans)")
+    for note in job.get("notes") or []:
+        print(f"  {note}")
     return 0
 
 
