@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.trainer.export import export_hf
 from orchestrator.trainer.loop import RunConfig, apply_options, train
 from service.api.job_inputs import check_inputs, trainer_options
 from service.api.planning import resolve_specs
+from service.cli import main as cli_main
 from service.schemas import JobCreate
 from service.serve_cli import load_job_file
 
@@ -29,7 +29,8 @@ def test_every_example_is_a_valid_submission(name: str) -> None:
     assert body.training.global_batch > 0
 
 
-def test_text_example_trains_exports_and_seeds_the_finetune_example(tmp_path: Path) -> None:
+def test_text_example_trains_exports_and_seeds_the_finetune_example(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("tokenizers")
     pytest.importorskip("safetensors")
     shutil.copytree(EXAMPLES, tmp_path / "examples")  # with the repository's text beside it
@@ -56,7 +57,14 @@ def test_text_example_trains_exports_and_seeds_the_finetune_example(tmp_path: Pa
                                   total_steps=2, checkpoint_dir=str(tmp_path / "ckpt")), opts)
     assert cfg.data.kind == "text" and cfg.lr == 1e-3 and cfg.warmup_steps == 20
     assert train(replace(cfg, warmup_steps=0), 0).finished
-    export_hf(tmp_path / "ckpt", "text", tmp_path / "var" / "export" / "gpt2-tiny-text")
+    out = tmp_path / "var" / "export" / "gpt2-tiny-text"
+    assert cli_main(["export", "text", str(out), "--checkpoint-dir",
+                     str(tmp_path / "ckpt")]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
+                                                     "tokenizer.json"]
+    assert cli_main(["export", "nope", str(tmp_path / "x"), "--checkpoint-dir",
+                     str(tmp_path / "ckpt")]) == 1
+    assert "job nope has no checkpoint under" in capsys.readouterr().err
 
     ft = load_job_file(tmp_path / "examples" / "finetune-hf.yaml")
     ft_body = JobCreate.model_validate(ft)
