@@ -324,6 +324,7 @@ class DataSummary:
 
 
 ESTIMATE_ABOVE_BYTES = 8 << 20
+VOCAB_SCAN_TOKENS = 1 << 26
 
 
 def summarize(cfg: DataConfig, *, seq_len: int, global_batch: int, steps: int) -> DataSummary:
@@ -336,7 +337,9 @@ def summarize(cfg: DataConfig, *, seq_len: int, global_batch: int, steps: int) -
     if kind == "tokens":
         arrays = _token_arrays(cfg, files)
         tokens = sum(len(a) for a in arrays)
-        vocab = max((int(a.max()) for a in arrays if len(a)), default=-1) + 1
+        # the largest id in the first VOCAB_SCAN_TOKENS of each shard (training checks all)
+        vocab = max((int(a[:VOCAB_SCAN_TOKENS].max()) for a in arrays if len(a)),
+                    default=-1) + 1
     else:
         if not cfg.tokenizer:
             raise DataError("data.tokenizer", "text data needs a tokenizer (a tokenizer.json "
