@@ -50,7 +50,8 @@ def test_text_example_trains_exports_and_seeds_the_finetune_example(
     notes = check_inputs(body, model, train_spec)
     # prepare_data's train.bin holds the same documents, each followed by end-of-text
     tokens = (tmp_path / "var" / "data" / "tokens" / "train.bin").stat().st_size // 2
-    assert notes[0].startswith(f"data: {tokens:,} tokens in 10 file(s)")
+    docs = len(list((tmp_path / "var" / "data" / "docs").iterdir()))  # README + docs/*.md
+    assert notes[0].startswith(f"data: {tokens:,} tokens in {docs} file(s)")
 
     opts = trainer_options(request, total_steps=2)
     cfg = apply_options(RunConfig(job_id="text", model=model, global_batch=8, seq_len=128,
