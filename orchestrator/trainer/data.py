@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,8 @@ def _special(tok: Any, names: tuple[str, ...]) -> int | None:
     return None
 
 
-def _documents(files: list[Path], text_field: str, limit_bytes: int | None = None):
+def _documents(files: list[Path], text_field: str,
+               limit_bytes: int | None = None) -> Iterator[str]:
     """Yield the documents of text files (``limit_bytes``: stop after about that much)."""
     seen = 0
     for f in files:

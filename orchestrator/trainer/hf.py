@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -316,8 +315,6 @@ def weight_files(folder: str | Path) -> list[Path]:
 
 def spec_from_folder(folder: str | Path) -> tuple[ModelSpec, Numerics]:
     """The model of a Hugging Face folder as the trainer builds it."""
-    from predictor.spec import ModelSpec
-
     config = read_config(folder)
     spec = ModelSpec.from_hf_config(config, name=Path(folder).name or None)
     return spec, numerics_from_config(config, spec)
@@ -372,7 +369,3 @@ def save_folder(out: str | Path, state: State, spec: ModelSpec, numerics: Numeri
             shutil.copyfile(f, dest)
             written.append(dest)
     return written
-
-
-def numerics_dict(numerics: Numerics) -> dict[str, Any]:
-    return asdict(numerics)

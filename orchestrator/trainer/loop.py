@@ -29,8 +29,9 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -406,15 +407,10 @@ def checkpoint_extra(cfg: RunConfig, numerics: Numerics, position: int,
                      data: TokenData | None) -> dict[str, Any]:
     """What a checkpoint records beside the tensors: the sample position (exact resume) and
     what export needs (the model, its numerics, the tokenizer)."""
-    from dataclasses import asdict
-
     assert cfg.model is not None
     tokenizer = cfg.data.tokenizer
-    if tokenizer is None and cfg.init_from:
-        from pathlib import Path
-
-        if (Path(cfg.init_from) / "tokenizer.json").is_file():
-            tokenizer = cfg.init_from
+    if tokenizer is None and cfg.init_from and (Path(cfg.init_from) / "tokenizer.json").is_file():
+        tokenizer = cfg.init_from
     return {"data_position": position,
             "data_fingerprint": data.fingerprint if data is not None else None,
             "model_spec": json.loads(json.dumps(asdict(cfg.model), default=str)),

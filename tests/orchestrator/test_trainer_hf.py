@@ -14,7 +14,7 @@ import torch
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.data import DataConfig
 from orchestrator.trainer.export import artifacts, export_hf
-from orchestrator.trainer.hf import spec_from_folder
+from orchestrator.trainer.hf import hf_config, spec_from_folder
 from orchestrator.trainer.loop import RunConfig, full_state, init_from_folder, resolve_numerics
 from orchestrator.trainer.loop import train as train_loop
 from orchestrator.trainer.model import Numerics, ParallelTransformer
@@ -118,7 +118,6 @@ def test_trained_model_exports_to_transformers_with_the_same_logits(
 def test_transformers_weights_start_a_job_with_the_same_logits(tmp_path: Path,
                                                                family: str) -> None:
     spec = SPECS[family]
-    from orchestrator.trainer.hf import hf_config
 
     config = {**hf_config(spec, Numerics()), **NATIVE[family]}
     config.pop("dtype", None)
@@ -149,3 +148,26 @@ def test_transformers_weights_start_a_job_with_the_same_logits(tmp_path: Path,
     state = model.state_dict()
     assert all(torch.equal(saved["model"][k], state[k]) for k in state)
     assert saved["numerics"] == {**numerics.__dict__}
+
+
+def test_init_from_shards_the_weights_over_tensor_parallel_ranks(tmp_path: Path) -> None:
+    """At tp=2 each rank keeps its slice of the folder's weights: the first checkpoint
+    (gathered, lr 0) holds exactly the folder's tensors."""
+    from orchestrator.trainer.hf import load_folder
+    from orchestrator.trainer.local import run_local
+
+    spec = SPECS["llama"]
+    config = {**hf_config(spec, Numerics()), **NATIVE["llama"]}
+    config.pop("dtype", None)
+    torch.manual_seed(2)
+    transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**config)).save_pretrained(tmp_path / "hf")
+    got, _ = spec_from_folder(tmp_path / "hf")
+    cfg = RunConfig(job_id="tp2", model=got, global_batch=2, seq_len=8, total_steps=1, tp=2,
+                    checkpoint_dir=str(tmp_path / "ckpt"), init_from=str(tmp_path / "hf"),
+                    lr=0.0)
+    assert all(r.finished for r in run_local(cfg))
+    saved = full_state(cfg)
+    want = load_folder(tmp_path / "hf", got)
+    assert set(saved) == set(want)
+    assert all(torch.equal(saved[k], want[k]) for k in want)
