@@ -161,3 +161,30 @@ def test_artifacts_lists_the_jobs_checkpoints(env: Env, settings: Settings) -> N
     assert got["export"].startswith(f"frenzy export {job['id']} --format hf")
     forbidden = env.client.get(f"/v1/jobs/{job['id']}/artifacts", headers=env.headers("bob"))
     assert forbidden.status_code == 403
+
+
+def test_frenzy_export_finds_the_checkpoints_through_the_service(
+        env: Env, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("safetensors")
+    from orchestrator.trainer.loop import train
+    from predictor.spec import ModelSpec
+    from service import serve_cli
+    from service.cli import main as cli_main
+
+    job = _post(env, _body()).json()
+    train(RunConfig(job_id=job["id"], model=ModelSpec(**TINY), global_batch=2, seq_len=16,
+                    total_steps=1, checkpoint_dir=settings.checkpoint_dir), 0)
+
+    def call(method: str, path: str, **kw: object) -> object:
+        r = env.client.request(method, path, headers=env.headers("alice"), **kw)
+        if r.status_code >= 400:
+            raise serve_cli.ClientError(f"{r.status_code}: {r.json()['detail']}")
+        return r.json()
+
+    monkeypatch.setattr(serve_cli, "_call", call)
+    out = tmp_path / "out"
+    assert cli_main(["export", job["id"], str(out)]) == 0
+    config = __import__("json").loads((out / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["n_layer"] == 2
+    assert (out / "model.safetensors").stat().st_size > 0
+    assert cli_main(["export", "0" * 32, str(tmp_path / "x")]) == 1  # no such job: the 404
