@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
@@ -211,10 +213,9 @@ async def submit_job(
 
 
 def artifacts_public(job_id: str, checkpoint_dir: str) -> ArtifactsPublic:
-    from datetime import UTC, datetime
-    from pathlib import Path
-
-    from orchestrator.trainer.export import artifacts
+    """The checkpoint files of ``job_id`` under ``checkpoint_dir`` (the job is known to
+    exist: its id is a database key, not a path a user chose)."""
+    from orchestrator.trainer.export import artifacts  # torch: imported on first use
 
     root = Path(checkpoint_dir).resolve()
     return ArtifactsPublic(
