@@ -71,7 +71,7 @@ from orchestrator.backend import (
     WallClock,
 )
 from orchestrator.trainer.checkpoint import latest_step
-from orchestrator.trainer.loop import RunConfig, RunResult, numbered_losses
+from orchestrator.trainer.loop import RunConfig, RunResult, apply_options, numbered_losses
 from orchestrator.trainer.model import check_supported
 from orchestrator.trainer.worker import TrainingWorker
 from predictor.gpus import load_gpu_catalog
@@ -380,7 +380,7 @@ class RayBackend:
             if entrypoint is None:
                 check_supported(job.model, par.tp)
         train = job.train
-        return RunConfig(
+        cfg = RunConfig(
             job_id=job.id, model=job.model,
             global_batch=train.global_batch if train else par.dp * par.micro_batch,
             seq_len=train.seq_len if train else 0, total_steps=job.total_steps,
@@ -392,6 +392,9 @@ class RayBackend:
             checkpoint_every=self.config.checkpoint_every, entrypoint=entrypoint,
             env={"FRENZY_RESUME_STEP": str(int(job.steps_done))},
         )
+        # The job's data, learning-rate schedule, seed, init_from (JSON from the service).
+        options = job.extra.get("trainer")
+        return apply_options(cfg, options if isinstance(options, dict) else None)
 
     def _poll_launch(self, run: _Run) -> None:
         if run.pg_ready_ref is not None and ray.wait([run.pg_ready_ref], timeout=0)[0]:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker, undefer
@@ -51,10 +51,12 @@ from scheduler.decision import start as start_decision
 from scheduler.job import JobView
 from scheduler.policy import make_policy
 from service.api.inventory import ClusterView
+from service.api.job_inputs import trainer_options
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
 from service.runner import EventRecorder, SubmittedJob, epoch_to_datetime, specs_of
+from service.schemas import RETIRED_FIELDS
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -185,13 +187,20 @@ def stored_view(job: Job, *, max_pipeline: int | None = None) -> JobView | str:
             return (f"every plan of this job needs pipeline parallelism (pp > {max_pipeline}), "
                     "which the built-in trainer does not run; give an entrypoint script, more "
                     "GPUs or a smaller model")
+    extra: dict[str, Any] = {"entrypoint": job.entrypoint} if job.entrypoint else {}
+    if job.request:
+        request = {k: v for k, v in job.request.items() if k not in RETIRED_FIELDS}
+        try:  # the built-in trainer's data, schedule and init_from, as submitted
+            extra["trainer"] = trainer_options(request, int(job.total_steps))
+        except ValueError as exc:  # pydantic's ValidationError is one
+            return f"its stored request cannot be read ({exc})"
     return JobView(
         id=job.id, submit_time=job.created_at.timestamp(), plans=plans,
         total_steps=int(job.total_steps), model=model, train=train,
         steps_done=float(job.steps_done),
         deadline=job.deadline_at.timestamp() if job.deadline_at else None,
         priority=job.priority,
-        extra={"entrypoint": job.entrypoint} if job.entrypoint else {},
+        extra=extra,
     )
 
 

@@ -185,6 +185,7 @@ def _optional_parsers() -> list[Callable[[argparse._SubParsersAction], None]]:
         ("service.memory_cli", "add_memory_parser"),
         ("service.tokens_cli", "add_token_parser"),
         ("service.serve_cli", "add_serve_parsers"),
+        ("service.export_cli", "add_export_parser"),
     ):
         try:
             mod = __import__(module, fromlist=[attr])

@@ -8,7 +8,7 @@ the cross-field rules live in ``predictor.spec`` and reach the client as 422s th
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -66,6 +66,41 @@ class TrainingCreate(_Create):
     tokens: int | None = Field(None, gt=0, le=1 << 62, strict=True)
     flash_attention: bool = Field(True, strict=True)
     sequence_parallel: bool = Field(True, strict=True)
+    lr: float | None = Field(
+        None, gt=0, le=10, strict=True,
+        description="peak learning rate (default: 3e-5 with init_from, 3e-4 on your data, "
+                    "3e-3 on synthetic data)")
+    lr_schedule: Literal["cosine", "linear", "constant"] | None = Field(
+        None, description="decay after warmup (default cosine, down to min_lr_ratio·lr)")
+    warmup_steps: int | None = Field(
+        None, ge=0, le=1 << 40, strict=True,
+        description="linear warmup steps (default: 5% of the steps, at most 1000)")
+    min_lr_ratio: float | None = Field(None, ge=0, le=1, strict=True,
+                                       description="final lr / lr (default 0.1)")
+    weight_decay: float | None = Field(
+        None, ge=0, le=10, strict=True,
+        description="AdamW decoupled decay of the weight matrices (default 0.1)")
+    grad_clip: float | None = Field(
+        None, ge=0, le=1e6, strict=True,
+        description="clip gradients to this global norm (default 1.0; 0: off)")
+    seed: int | None = Field(
+        None, ge=0, le=2**31 - 1, strict=True,
+        description="initialisation, data order and masking (default 0)")
+
+
+class DataCreate(_Create):
+    """The job's training data: token shards, or text with a tokenizer."""
+
+    path: SafeStr = Field(min_length=1, max_length=4096, description=(
+        "a file or folder every worker can read: token shards (.bin raw uint16/uint32 ids, "
+        ".npy 1-D arrays) or text (.txt documents, .jsonl with a text field)"))
+    tokenizer: SafeStr | None = Field(None, min_length=1, max_length=4096, description=(
+        "text data: a tokenizer.json (tokenizers library) or a model folder with one "
+        "(default: init_from's)"))
+    dtype: Literal["uint16", "uint32"] = Field("uint16", description=".bin token width")
+    text_field: SafeStr = Field("text", min_length=1, max_length=128,
+                            description="the document field of .jsonl lines")
+    shuffle: bool = Field(True, strict=True, description="reshuffle the samples every epoch")
 
 
 class JobCreate(_Create):
@@ -96,6 +131,25 @@ class JobCreate(_Create):
         description="runtime profile the memory is priced for: frenzy (built-in, default), "
                     "megatron, deepspeed, fsdp2, hf-trainer, torchtune, colossalai; a job "
                     "with an entrypoint and no runtime gets the most conservative")
+
+    data: DataCreate | None = Field(
+        None, description="'synthetic' (the default: learnable generated sequences) or the "
+        "job's data")
+    init_from: SafeStr | None = Field(
+        None, min_length=1, max_length=4096, description=(
+            "a Hugging Face model folder (config.json + *.safetensors) to fine-tune; the "
+            "model may then be left out"))
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _synthetic(cls, value: Any) -> Any:
+        """``data: synthetic`` is the default, stored as no data."""
+        if isinstance(value, str):
+            if value.strip().lower() == "synthetic":
+                return None
+            raise ValueError(f"'synthetic' or an object {{path: ..., tokenizer: ...}}; got "
+                             f"{value!r} (a path goes under data.path)")
+        return value
 
     @field_validator("hf_config")
     @classmethod
@@ -224,6 +278,8 @@ class JobPublic(JobSummary):
     plans: list[PlanPublic] = Field(
         description="the best ranked plans (``?plans=N`` or ``?plans=all`` for more)")
     plans_total: int = Field(0, description="how many ranked plans the job has")
+    notes: list[str] = Field(default_factory=list,
+                             description="what submission found (e.g. the data's epochs)")
     chosen_plan: PlanPublic | None
     allocation: list[AllocationPublic]
     placed_at: datetime | None
@@ -330,6 +386,24 @@ class StatsPublic(BaseModel):
     deadline: DeadlinePublic
     jobs_by_state: dict[str, int]
     finished_in_window: int
+
+
+class ArtifactPublic(BaseModel):
+    """One checkpoint of a job: its step and where the file is."""
+
+    step: int
+    path: str
+    size_bytes: int
+    modified_at: datetime
+
+
+class ArtifactsPublic(BaseModel):
+    """A job's checkpoints (oldest first) and how to export one."""
+
+    job_id: str
+    checkpoint_dir: str
+    data: list[ArtifactPublic]
+    export: str = Field(description="the command that writes a Hugging Face model folder")
 
 
 class ErrorItem(BaseModel):

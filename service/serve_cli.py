@@ -254,7 +254,9 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
         raise ClientError(f"{p}: cannot parse: {exc}") from None
     if not isinstance(data, dict):
         raise ClientError(f"{p}: expected a mapping (model, training, ...)")
-    return data
+    from service.job_paths import resolve_relative_paths
+
+    return resolve_relative_paths(data, p.resolve().parent)  # paths relative to the file
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -301,6 +303,8 @@ def run_submit(args: argparse.Namespace) -> int:
               f"dp{p['dp']} mb{p['micro_batch']}, peak {_gib(p['peak_memory_bytes'])}/GPU, "
               f"{p['step_time_s']:.3f} s/step ({job.get('plans_total', len(job['plans']))} "
               "plans)")
+    for note in job.get("notes") or []:
+        print(f"  {note}")
     return 0
 
 

@@ -72,6 +72,9 @@ class Settings(BaseModel):
     default_page_size: int = Field(50, ge=1)
     max_page_size: int = Field(500, ge=1)
     api_title: str = "Frenzy"
+    checkpoint_dir: str = Field(
+        "var/checkpoints", min_length=1,
+        description="where the built-in trainer writes checkpoints (shared by every node)")
 
     @field_validator("database_url")
     @classmethod

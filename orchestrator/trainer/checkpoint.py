@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "frenzy-ckpt-v1"
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
+_CORE_KEYS = frozenset({"format", "step", "model", "optim", "tp", "dp"})
 
 
 def job_dir(root: str | Path, job_id: str) -> Path:
@@ -140,17 +141,46 @@ def _prune(d: Path, keep: int, saved: int) -> None:
         files[step].unlink(missing_ok=True)
 
 
+def copy_full_params(model: nn.Module, full: dict[str, torch.Tensor], layout: Layout) -> None:
+    """Copy full-shape tensors (canonical names) into this rank's shards of ``model``."""
+    dims = shard_dims(model)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            t = full[n]
+            if n in dims:
+                t = shard(t, dims[n], layout)
+            p.copy_(t.to(p.device, p.dtype))
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A checkpoint file's contents (tensors on the CPU); ``ValueError`` if not one."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} checkpoint")
+    return ckpt
+
+
+def list_steps(root: str | Path, job_id: str) -> list[int]:
+    """Steps of the complete checkpoints of ``job_id`` this trainer wrote, oldest first."""
+    return sorted(_trusted(job_dir(root, job_id)))
+
+
+def step_path(root: str | Path, job_id: str, step: int) -> Path:
+    return job_dir(root, job_id) / f"step-{step:08d}.pt"
+
+
 def load(root: str | Path, job_id: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-         layout: Layout) -> int:
+         layout: Layout, *, extra_out: dict[str, Any] | None = None) -> int:
     """Load the newest checkpoint into this rank's shard of ``model`` and ``optimizer``,
-    resharded to ``layout``; returns its step (0 and nothing loaded when there is none)."""
+    resharded to ``layout``; returns its step (0 and nothing loaded when there is none).
+    ``extra_out`` receives the entries saved with ``save(extra=...)``."""
     step = latest_step(root, job_id)
     if step == 0:
         return 0
-    path = job_dir(root, job_id) / f"step-{step:08d}.pt"
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if ckpt.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} checkpoint")
+    path = step_path(root, job_id, step)
+    ckpt = read(path)
+    if extra_out is not None:
+        extra_out.update({k: v for k, v in ckpt.items() if k not in _CORE_KEYS})
     dims = shard_dims(model)
     params = dict(model.named_parameters())
     missing = sorted(set(params) - set(ckpt["model"]))

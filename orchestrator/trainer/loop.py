@@ -6,21 +6,32 @@ inside a plain ``torch.multiprocessing`` process: it only needs ``RunConfig`` an
 the world that carries the loss, "stop requested" and "non-finite gradients", so all ranks
 agree on when to stop (checkpoint first) and on skipping an fp16 overflow step.
 
-Data is synthetic but learnable: sequences of an affine recurrence ``t[i+1] = (a·t[i] + b)
-mod V`` from random starts, so the loss falls within a few steps. The global batch of step s
-is drawn from a generator seeded by (seed, s) and sliced by dp rank, so it is the same for any
-dp — which, with the canonical initialisation, makes tp/dp layouts numerically equivalent.
+Data is the job's (``orchestrator.trainer.data``: token shards, or text with a tokenizer) or,
+by default, synthetic but learnable: sequences of an affine recurrence ``t[i+1] = (a·t[i] +
+b) mod V`` from random starts, so the loss falls within a few steps. Either way the global
+batch of a step is a function of the step's sample position and the seed, sliced by dp rank,
+so it is the same for any dp — which, with the canonical initialisation, makes tp/dp layouts
+numerically equivalent; the position is saved with each checkpoint, so a resumed run reads
+the batches an uninterrupted one would.
+
+The optimizer's learning rate follows ``lr_at`` (linear warmup, then cosine or linear decay
+to ``min_lr_ratio``·lr, or constant); weight decay applies to matrices only (not to biases
+and norm weights); gradients are clipped to ``grad_clip`` by their global norm (tp shards
+summed, replicated tensors counted once). ``init_from`` starts a new job from a Hugging Face
+model folder's weights (``orchestrator.trainer.hf``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,8 +39,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from orchestrator.trainer import checkpoint as ckpt
-from orchestrator.trainer.model import ParallelTransformer, init_canonical
-from orchestrator.trainer.parallel import allreduce_grads, build_layout
+from orchestrator.trainer.data import DataConfig, TokenData
+from orchestrator.trainer.model import Numerics, ParallelTransformer, init_canonical
+from orchestrator.trainer.parallel import Layout, allreduce_grads, build_layout, shard_dims
 from predictor.spec import Family, ModelSpec, Optimizer, Precision, Recompute
 
 log = logging.getLogger(__name__)
@@ -54,7 +66,15 @@ class RunConfig:
     precision: Precision = Precision.FP32
     optimizer: Optimizer = Optimizer.ADAMW
     lr: float = 3e-3
+    lr_schedule: str = "constant"  # constant | cosine | linear
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 0.0  # 0: no clipping
     seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    init_from: str | None = None  # a Hugging Face model folder (config.json + safetensors)
+    numerics: Numerics | None = None  # None: init_from's config.json, else the defaults
     checkpoint_dir: str = "checkpoints"
     checkpoint_every: int = 50
     master_addr: str = "127.0.0.1"
@@ -103,6 +123,24 @@ def numbered_losses(losses: Sequence[float], last_step: int,
     return tuple(zip(range(last_step - len(tail) + 1, last_step + 1), tail, strict=True))
 
 
+def _mlm_mask(cfg: RunConfig, step: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(cfg.seed * 7_919 + step + 1_000_000_007)
+    return torch.rand(cfg.global_batch, cfg.seq_len, generator=g) < 0.15
+
+
+def _to_batch(cfg: RunConfig, seq: torch.Tensor, mask: torch.Tensor, mask_id: int,
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    assert cfg.model is not None
+    seq = seq.long()
+    if cfg.model.family is Family.BERT:  # masked LM: predict the 15% masked tokens
+        inputs = seq[:, :-1].clone()
+        targets = torch.where(mask, inputs, torch.full_like(inputs, -100))
+        inputs[mask] = mask_id
+    else:
+        inputs, targets = seq[:, :-1], seq[:, 1:]
+    return inputs.to(device), targets.to(device)
+
+
 def synthetic_batch(cfg: RunConfig, step: int, dp_rank: int,
                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) of this dp rank's share of the global batch of ``step``."""
@@ -118,14 +156,68 @@ def synthetic_batch(cfg: RunConfig, step: int, dp_rank: int,
     mask = torch.rand(cfg.global_batch, cfg.seq_len, generator=g) < 0.15
     share = cfg.global_batch // cfg.dp
     rows = slice(dp_rank * share, (dp_rank + 1) * share)
-    seq, mask = seq[rows], mask[rows]
-    if cfg.model.family is Family.BERT:  # masked LM: predict the 15% masked tokens
-        inputs = seq[:, :-1].clone()
-        targets = torch.where(mask, inputs, torch.full_like(inputs, -100))
-        inputs[mask] = 0
-    else:
-        inputs, targets = seq[:, :-1], seq[:, 1:]
-    return inputs.to(device), targets.to(device)
+    return _to_batch(cfg, seq[rows], mask[rows], 0, device)
+
+
+def data_batch(cfg: RunConfig, data: TokenData, step: int, position: int, dp_rank: int,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of this dp rank's rows of the global batch at sample ``position``
+    (``step`` seeds BERT's mask)."""
+    assert cfg.model is not None
+    seq = data.batch(position, cfg.global_batch, cfg.dp, dp_rank, cfg.seq_len, cfg.seed)
+    top = int(seq.max()) if seq.numel() else 0
+    if top >= cfg.model.vocab_size:
+        raise ValueError(f"data: token id {top} is outside the model's vocabulary "
+                         f"({cfg.model.vocab_size}); use the model's tokenizer")
+    share = cfg.global_batch // cfg.dp
+    mask = _mlm_mask(cfg, step)[dp_rank * share:(dp_rank + 1) * share]
+    return _to_batch(cfg, seq, mask, data.mask_id, device)
+
+
+def lr_at(cfg: RunConfig, step: int) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warmup over
+    ``warmup_steps``, then ``lr_schedule`` down to ``min_lr_ratio``·lr at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    span = max(1, cfg.total_steps - cfg.warmup_steps - 1)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    low = cfg.lr * cfg.min_lr_ratio
+    if cfg.lr_schedule == "linear":
+        return cfg.lr - (cfg.lr - low) * progress
+    if cfg.lr_schedule == "cosine":
+        return low + (cfg.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"lr_schedule {cfg.lr_schedule!r}; one of constant, cosine, linear")
+
+
+def clip_grads(model: torch.nn.Module, layout: Layout, max_norm: float) -> float:
+    """Scale gradients so their global norm is at most ``max_norm``; returns the norm before.
+    Tensor-parallel shards are summed over the tp group; replicated tensors count once."""
+    dims = shard_dims(model)
+    sharded = torch.zeros((), dtype=torch.float64)
+    replicated = torch.zeros((), dtype=torch.float64)
+    grads = []
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        grads.append(p.grad)
+        sq = p.grad.detach().double().pow(2).sum().cpu()
+        if name in dims:
+            sharded += sq
+        else:
+            replicated += sq
+    if layout.tp > 1:
+        dev = grads[0].device if grads else torch.device("cpu")
+        t = sharded.to(dev)
+        dist.all_reduce(t, group=layout.tp_group)
+        sharded = t.cpu()
+    norm = float((sharded + replicated).sqrt())
+    if max_norm > 0 and norm > max_norm:
+        coef = max_norm / (norm + 1e-6)
+        for g in grads:
+            g.mul_(coef)
+    return norm
 
 
 def _autocast(precision: Precision, device: torch.device) -> Any:
@@ -136,11 +228,14 @@ def _autocast(precision: Precision, device: torch.device) -> Any:
 
 
 def _optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
     if cfg.optimizer is Optimizer.SGD:
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
-    if cfg.optimizer is Optimizer.ADAM:
-        return torch.optim.Adam(params, lr=cfg.lr)
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01)
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9)
+    if cfg.optimizer is Optimizer.ADAM:  # L2 decay, as torch.optim.Adam applies it
+        return torch.optim.Adam(groups, lr=cfg.lr)
+    return torch.optim.AdamW(groups, lr=cfg.lr)
 
 
 def init_distributed(cfg: RunConfig, rank: int, device: torch.device) -> None:
@@ -173,11 +268,23 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     init_distributed(cfg, rank, device)
     layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp)
     torch.manual_seed(cfg.seed)
-    model = ParallelTransformer(cfg.model, layout, cfg.recompute).to(device)
+    numerics = resolve_numerics(cfg)
+    model = ParallelTransformer(cfg.model, layout, cfg.recompute, numerics).to(device)
     init_canonical(model, layout, cfg.seed)
     params = list(model.parameters())
     opt = _optimizer(cfg, params)
-    step = ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout)
+    saved: dict[str, Any] = {}
+    step = ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout, extra_out=saved)
+    if step == 0 and cfg.init_from:
+        init_from_folder(cfg, model, layout)
+    data = None
+    if not cfg.data.synthetic:
+        data = TokenData(cfg.data, cache_dir=ckpt.job_dir(cfg.checkpoint_dir, cfg.job_id))
+        if saved.get("data_fingerprint") not in (None, data.fingerprint):
+            log.warning("job %s: the data changed since the checkpoint (fingerprint %s, now "
+                        "%s); resuming at the saved sample position", cfg.job_id,
+                        saved["data_fingerprint"], data.fingerprint)
+    position = int(saved.get("data_position", step * cfg.global_batch))
     first = step
     micro = cfg.global_batch // (cfg.dp * cfg.micro_batch)
     scale = FP16_LOSS_SCALE if cfg.precision is Precision.FP16 else 1.0
@@ -189,7 +296,13 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     model.train()
     while step < cfg.total_steps:
         t0 = time.perf_counter()
-        inputs, targets = synthetic_batch(cfg, step, layout.dp_rank, device)
+        if data is None:
+            inputs, targets = synthetic_batch(cfg, step, layout.dp_rank, device)
+        else:
+            inputs, targets = data_batch(cfg, data, step, position, layout.dp_rank, device)
+        lr = lr_at(cfg, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
         total = torch.zeros((), device=device)
         for mb in range(micro):
             x = inputs[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
@@ -212,20 +325,26 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
         if dist.is_initialized():
             dist.all_reduce(flags)
         mean_loss = float(flags[0]) / cfg.world_size
+        grad_norm = None
         if flags[2] == 0:
+            if cfg.grad_clip > 0:
+                grad_norm = clip_grads(model, layout, cfg.grad_clip)
             opt.step()
         else:
             log.warning("job %s step %d: non-finite gradients, step skipped", cfg.job_id, step)
         opt.zero_grad(set_to_none=True)
         step += 1
+        position += cfg.global_batch
         stop_now = bool(flags[1] > 0)
         losses.append(mean_loss)
         if step == cfg.total_steps or stop_now or step % cfg.checkpoint_every == 0:
-            ckpt.save(cfg.checkpoint_dir, cfg.job_id, step, model, opt, layout)
+            ckpt.save(cfg.checkpoint_dir, cfg.job_id, step, model, opt, layout,
+                      extra=checkpoint_extra(cfg, numerics, position, data))
             last_ckpt = step
         dt = time.perf_counter() - t0
         control.report(steps_done=step, checkpoint_step=last_ckpt, loss=mean_loss,
                        samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf,
+                       lr=lr, grad_norm=grad_norm,
                        recent_losses=numbered_losses(losses, step, last=64))
         if stop_now:
             stopped = True
@@ -235,6 +354,68 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     return RunResult(steps_done=step, checkpoint_step=last_ckpt,
                      finished=step >= cfg.total_steps, stopped=stopped, first_step=first,
                      losses=tuple(losses))
+
+
+TRAINER_OPTIONS = ("lr", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay",
+                   "grad_clip", "seed", "init_from")
+
+
+def apply_options(cfg: RunConfig, options: dict[str, Any] | None) -> RunConfig:
+    """``cfg`` with a job's trainer options (JSON: ``TRAINER_OPTIONS`` and ``data``, as
+    ``service.api.job_inputs.trainer_options`` makes them); absent keys keep ``cfg``'s."""
+    if not options:
+        return cfg
+    changes: dict[str, Any] = {k: options[k] for k in TRAINER_OPTIONS
+                               if options.get(k) is not None}
+    if options.get("data"):
+        changes["data"] = DataConfig(**options["data"])
+    return replace(cfg, **changes)
+
+
+def resolve_numerics(cfg: RunConfig) -> Numerics:
+    """The layer constants: ``cfg.numerics``, else ``init_from``'s config.json, else the
+    defaults."""
+    if cfg.numerics is not None:
+        return cfg.numerics
+    if cfg.init_from:
+        from orchestrator.trainer.hf import numerics_from_config, read_config
+
+        assert cfg.model is not None
+        return numerics_from_config(read_config(cfg.init_from), cfg.model)
+    return Numerics()
+
+
+def init_from_folder(cfg: RunConfig, model: ParallelTransformer, layout: Layout) -> None:
+    """Overwrite the fresh model with ``cfg.init_from``'s weights (this rank's shards)."""
+    from orchestrator.trainer.hf import check_matches, load_folder
+
+    assert cfg.init_from and cfg.model is not None
+    full = load_folder(cfg.init_from, cfg.model)
+    dims = shard_dims(model)
+    shapes = {}
+    for n, p in model.named_parameters():
+        shape = list(p.shape)
+        if n in dims:
+            shape[dims[n]] *= layout.tp
+        shapes[n] = torch.Size(shape)
+    check_matches(full, shapes, f"init_from {cfg.init_from}")
+    ckpt.copy_full_params(model, full, layout)
+    log.info("job %s: initialised from %s", cfg.job_id, cfg.init_from)
+
+
+def checkpoint_extra(cfg: RunConfig, numerics: Numerics, position: int,
+                     data: TokenData | None) -> dict[str, Any]:
+    """What a checkpoint records beside the tensors: the sample position (exact resume) and
+    what export needs (the model, its numerics, the tokenizer)."""
+    assert cfg.model is not None
+    tokenizer = cfg.data.tokenizer
+    if tokenizer is None and cfg.init_from and (Path(cfg.init_from) / "tokenizer.json").is_file():
+        tokenizer = cfg.init_from
+    return {"data_position": position,
+            "data_fingerprint": data.fingerprint if data is not None else None,
+            "model_spec": json.loads(json.dumps(asdict(cfg.model), default=str)),
+            "numerics": asdict(numerics), "tokenizer": tokenizer,
+            "init_from": cfg.init_from}
 
 
 def full_state(cfg: RunConfig) -> dict[str, torch.Tensor]:

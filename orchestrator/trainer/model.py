@@ -12,12 +12,17 @@ says which are split and along which dimension, which is all a checkpoint needs 
 reshard them (see ``checkpoint``). Initialisation draws each full tensor from a generator
 seeded by (seed, name) and keeps this rank's slice, so any tp/dp layout starts from the same
 weights.
+
+``Numerics`` holds the few constants a Hugging Face checkpoint may set differently from the
+trainer's defaults (norm epsilon, rotary base and fraction, exact or tanh GeLU), so a model
+imported with ``init_from`` computes the same logits as in ``transformers``.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -42,13 +47,50 @@ def check_supported(spec: ModelSpec, tp: int) -> None:
                              "whole heads and whole MLP columns)")
 
 
-def _rms_norm(h: int) -> nn.Module:
-    return nn.RMSNorm(h, eps=1e-6)
+@dataclass(frozen=True)
+class Numerics:
+    """Constants of the layers that are not dimensions: what ``config.json`` also records.
+
+    ``norm_eps`` None means the family default (1e-6 RMSNorm, 1e-5 LayerNorm);
+    ``rotary_fraction`` is the share of each head's dimensions rotated (GPT-NeoX's
+    ``rotary_pct``); ``gelu`` is ``"tanh"`` (GPT-2's approximation) or ``"exact"`` (erf).
+    """
+
+    norm_eps: float | None = None
+    rope_theta: float = 10000.0
+    rotary_fraction: float = 1.0
+    gelu: str = "tanh"
+
+    def __post_init__(self) -> None:
+        if self.gelu not in ("tanh", "exact"):
+            raise ValueError(f"gelu must be 'tanh' or 'exact', got {self.gelu!r}")
+        if not 0.0 < self.rotary_fraction <= 1.0:
+            raise ValueError(f"rotary_fraction must be in (0, 1], got {self.rotary_fraction}")
+
+    def eps(self, spec: ModelSpec) -> float:
+        if self.norm_eps is not None:
+            return self.norm_eps
+        return 1e-6 if spec.rmsnorm else 1e-5
+
+    def norm(self, spec: ModelSpec, h: int) -> nn.Module:
+        """The family's norm over width ``h`` with this epsilon."""
+        if spec.rmsnorm:
+            return nn.RMSNorm(h, eps=self.eps(spec))
+        return nn.LayerNorm(h, eps=self.eps(spec))
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x, approximate="tanh" if self.gelu == "tanh" else "none")
+
+
+DEFAULT_NUMERICS = Numerics()
 
 
 class _Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, layout: Layout, recompute: Recompute) -> None:
+    def __init__(self, spec: ModelSpec, layout: Layout, recompute: Recompute,
+                 numerics: Numerics = DEFAULT_NUMERICS) -> None:
         super().__init__()
+        self.rope_theta = numerics.rope_theta
+        self.rotary_dims = int(spec.head_dim * numerics.rotary_fraction)
         h, hd = spec.hidden_size, spec.head_dim
         self.heads = spec.num_heads // layout.tp
         self.kv_heads = spec.num_kv_heads // layout.tp
@@ -74,7 +116,8 @@ class _Attention(nn.Module):
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
-            q, k = _rotate(q), _rotate(k)
+            q = _rotate(q, self.rotary_dims, self.rope_theta)
+            k = _rotate(k, self.rotary_dims, self.rope_theta)
         if self.selective and self.training:
             out = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
@@ -82,22 +125,25 @@ class _Attention(nn.Module):
         return self.o(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
-def _rotate(x: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (half-split form) over the last dim of [b, heads, s, d]."""
+def _rotate(x: torch.Tensor, dims: int | None = None, theta: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding (half-split form, as in ``transformers``) over the first
+    ``dims`` (default: all) of the last dim of [b, heads, s, d]; the rest pass through."""
     d = x.shape[-1]
-    half = d // 2
-    inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32, device=x.device) / half))
+    half = (d if dims is None else dims) // 2
+    inv = 1.0 / (theta ** (torch.arange(half, dtype=torch.float32, device=x.device) / half))
     t = torch.arange(x.shape[-2], dtype=torch.float32, device=x.device)
     ang = torch.outer(t, inv)
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:2 * half]
     rot = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return torch.cat([rot, x[..., 2 * half:]], dim=-1) if d % 2 else rot
+    return torch.cat([rot, x[..., 2 * half:]], dim=-1) if 2 * half < d else rot
 
 
 class _MLP(nn.Module):
-    def __init__(self, spec: ModelSpec, layout: Layout) -> None:
+    def __init__(self, spec: ModelSpec, layout: Layout,
+                 numerics: Numerics = DEFAULT_NUMERICS) -> None:
         super().__init__()
+        self.act = numerics.act
         h, f = spec.hidden_size, spec.ffn_hidden_size
         self.swiglu = spec.swiglu
         self.up = ColumnParallelLinear(h, f, spec.linear_bias, layout)
@@ -108,18 +154,18 @@ class _MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
             return self.down(F.silu(self.gate(x)) * self.up(x))
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
+        return self.down(self.act(self.up(x)))
 
 
 class _Layer(nn.Module):
-    def __init__(self, spec: ModelSpec, layout: Layout, recompute: Recompute) -> None:
+    def __init__(self, spec: ModelSpec, layout: Layout, recompute: Recompute,
+                 numerics: Numerics = DEFAULT_NUMERICS) -> None:
         super().__init__()
-        norm = _rms_norm if spec.rmsnorm else nn.LayerNorm
         self.family = spec.family
-        self.norm1 = norm(spec.hidden_size)
-        self.norm2 = norm(spec.hidden_size)
-        self.attn = _Attention(spec, layout, recompute)
-        self.mlp = _MLP(spec, layout)
+        self.norm1 = numerics.norm(spec, spec.hidden_size)
+        self.norm2 = numerics.norm(spec, spec.hidden_size)
+        self.attn = _Attention(spec, layout, recompute, numerics)
+        self.mlp = _MLP(spec, layout, numerics)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.family is Family.BERT:  # post-LN
@@ -135,26 +181,28 @@ class ParallelTransformer(nn.Module):
     """The model of ``spec`` split over ``layout.tp`` ranks; ``forward`` returns logits."""
 
     def __init__(self, spec: ModelSpec, layout: Layout,
-                 recompute: Recompute = Recompute.NONE) -> None:
+                 recompute: Recompute = Recompute.NONE,
+                 numerics: Numerics = DEFAULT_NUMERICS) -> None:
         super().__init__()
         check_supported(spec, layout.tp)
         h = spec.hidden_size
         self.spec = spec
+        self.numerics = numerics
         self.full_recompute = recompute is Recompute.FULL
         self.embed = nn.Embedding(spec.vocab_size, h)
         self.pos = nn.Embedding(spec.max_seq_len, h) if spec.learned_positions else None
         self.token_type = (nn.Embedding(spec.type_vocab_size, h)
                            if spec.family is Family.BERT and spec.type_vocab_size else None)
-        self.embed_norm = nn.LayerNorm(h) if spec.family is Family.BERT else None
-        self.layers = nn.ModuleList(_Layer(spec, layout, recompute)
+        self.embed_norm = numerics.norm(spec, h) if spec.family is Family.BERT else None
+        self.layers = nn.ModuleList(_Layer(spec, layout, recompute, numerics)
                                     for _ in range(spec.num_layers))
         if spec.family is Family.BERT:
             self.final_norm = None
             self.mlm_dense = nn.Linear(h, h)
-            self.mlm_norm = nn.LayerNorm(h)
+            self.mlm_norm = numerics.norm(spec, h)
             self.out_bias = nn.Parameter(torch.zeros(spec.vocab_size))
         else:
-            self.final_norm = _rms_norm(h) if spec.rmsnorm else nn.LayerNorm(h)
+            self.final_norm = numerics.norm(spec, h)
         self.head = (None if spec.tie_embeddings or spec.family is Family.BERT
                      else nn.Linear(h, spec.vocab_size, bias=False))
 
@@ -174,7 +222,7 @@ class ParallelTransformer(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         else:
-            x = self.mlm_norm(F.gelu(self.mlm_dense(x)))
+            x = self.mlm_norm(self.numerics.act(self.mlm_dense(x)))
         weight = self.head.weight if self.head is not None else self.embed.weight
         logits = F.linear(x, weight)
         return logits + self.out_bias if self.spec.family is Family.BERT else logits

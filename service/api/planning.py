@@ -126,16 +126,22 @@ def job_runtime(body: JobCreate) -> str:
 def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
     """The model and training specs of a body; ``ApiError`` 422 naming the field if bad."""
     given = [k for k in ("model", "hf_config", "dimensions") if getattr(body, k) is not None]
+    if not given and body.init_from:  # the model is the folder's config.json
+        from service.api.job_inputs import init_from_spec
+
+        given = ["init_from"]
     if len(given) != 1:
         what = "none" if not given else ", ".join(given)
         raise ApiError(
             422, "model",
             f"give exactly one of model (a catalog name), hf_config (a config.json object) "
-            f"or dimensions; got {what}",
+            f"or dimensions (or init_from a model folder); got {what}",
         )
     source = given[0]
     try:
-        if source == "model":
+        if source == "init_from":
+            model = init_from_spec(body)[0]
+        elif source == "model":
             model = ModelSpec.from_name(body.model or "")
         elif source == "hf_config":
             model = ModelSpec.from_hf_config(body.hf_config or {}, name=body.name)

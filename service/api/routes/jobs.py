@@ -1,10 +1,12 @@
-"""Jobs: submit (model-only), list, get, events, cancel."""
+"""Jobs: submit (model-only), list, get, events, cancel, artifacts (checkpoints)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import uuid
+from datetime import UTC, datetime
+from pathlib import Path as FsPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
@@ -16,6 +18,7 @@ from sqlalchemy.orm import Session
 from orchestrator.states import JobState
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
+from service.api.job_inputs import check_inputs
 from service.api.planning import canonical_hash
 from service.api.quotas import Usage, read_usage
 from service.api.views import job_public, job_summary, stored_job_public, submitted_public
@@ -26,7 +29,10 @@ from service.db.models import Job
 from service.limits import check_text
 from service.runner import SubmittedJob
 from service.schemas import (
+    ArtifactPublic,
+    ArtifactsPublic,
     CancelRequest,
+    DataCreate,
     ErrorPublic,
     EventPublic,
     EventsPublic,
@@ -175,6 +181,9 @@ async def submit_job(
     if ctx.quotas.needs_usage:
         usage = await run_in_threadpool(_usage, ctx, user.owner)
         ctx.quotas.check_usage(user.owner, usage, planned)
+    notes: list[str] = []
+    if body.init_from or isinstance(body.data, DataCreate):  # files to check: off the loop
+        notes = await run_in_threadpool(check_inputs, body, planned.model, planned.train)
     now = ctx.clock()
     job_id = uuid.uuid4().hex
     model_json, training_json, plans_json = planned.stored_json
@@ -218,7 +227,23 @@ async def submit_job(
         reason = f"the scheduler did not accept the job: {exc}"
         await run_in_threadpool(_fail_refused, ctx, job_id, reason)
         raise ApiError(503, "runner", f"{reason} (job {job_id} recorded as FAILED)") from exc
-    return _respond(submitted_public(row, planned, shown), 201)
+    public = submitted_public(row, planned, shown)
+    return _respond(public.model_copy(update={"notes": notes}) if notes else public, 201)
+
+
+def artifacts_public(job_id: str, checkpoint_dir: str) -> ArtifactsPublic:
+    """The checkpoint files of ``job_id`` under ``checkpoint_dir`` (the job is known to
+    exist: its id is a database key, not a path a user chose)."""
+    from orchestrator.trainer.export import artifacts  # torch: imported on first use
+
+    root = FsPath(checkpoint_dir).resolve()
+    return ArtifactsPublic(
+        job_id=job_id, checkpoint_dir=str(root / job_id),
+        data=[ArtifactPublic(step=a.step, path=str(a.path), size_bytes=a.size_bytes,
+                             modified_at=datetime.fromtimestamp(a.modified_at, UTC))
+              for a in artifacts(root, job_id)],
+        export=f"frenzy export {job_id} --format hf OUT/ [--step N]",
+    )
 
 
 def _read_job(ctx: AppContext, job_id: str) -> tuple[Any, list[Any]]:
@@ -352,3 +377,13 @@ def cancel_job(
     except Exception:  # the cancellation is recorded; the runner catches up on restart
         log.exception("runner failed to cancel job %s", job_id)
     return _respond(public)
+
+
+@router.get("/{job_id}/artifacts", response_model=ArtifactsPublic,
+            summary="A job's checkpoints: steps and files, and how to export them")
+def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
+                   ctx: ContextDep) -> ArtifactsPublic:
+    """The built-in trainer's checkpoints of the job (oldest first; the newest are kept),
+    each exportable as a Hugging Face model folder with ``frenzy export``."""
+    _owned_job(session, job_id, user)
+    return artifacts_public(job_id, ctx.settings.checkpoint_dir)
