@@ -48,7 +48,7 @@ def test_job_trains_on_its_data_with_its_options(rig: Rig, tmp_path: Path) -> No
                   if p.parallel.pp == 1 and p.parallel.num_gpus == 2)
     job = JobView(id="d", submit_time=time.time(), plans=plans, total_steps=4, model=TINY,
                   train=train_spec, requested_gpus=2, extra={"trainer": options})
-    rig.pump.submit(job).result()
+    rig.submit(job)
     rig.wait("d", lambda r: r.state.terminal)
     assert rig.controller.job("d").state is JobState.SUCCEEDED
     saved = ckpt.read(ckpt.step_path(tmp_path / "ckpt", "d", 4))
