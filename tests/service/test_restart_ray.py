@@ -40,7 +40,7 @@ nodes:
   - {id: solo, gpu_type: A100-80G, count: 1, interconnect: pcie}
 """
 CKPT_EVERY = 20
-LONG_STEPS = 300  # a tiny model makes ~30-50 steps/s on a busy core
+LONG_STEPS = 600  # a tiny model makes ~30-50 steps/s on a busy core (more on a quiet one)
 
 
 def _job(name: str, steps: int) -> dict[str, Any]:
@@ -281,6 +281,7 @@ def test_sigkill_on_ray_requeues_from_checkpoint_and_leaks_nothing(
 
     probe = RayProbe(address)
     cleanup.append(probe.close)
+    probe.snapshot()  # connected before the checks below start their clocks
     s2.wait_for(lambda: _states(s2)[long_job] in ("running", "succeeded"), timeout_s=60,
                 what="the job running again")
     # While the jobs run one after the other, the database and Ray agree on who holds the

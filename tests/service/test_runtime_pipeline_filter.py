@@ -27,7 +27,7 @@ def _stored(value: Any) -> Any:
 
 def _row(plans: tuple[Any, ...], entrypoint: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
-        id="j1", created_at=datetime.now(UTC), total_steps=10, steps_done=0,
+        id="j1", request={}, created_at=datetime.now(UTC), total_steps=10, steps_done=0,
         deadline_at=None, priority=0, entrypoint=entrypoint,
         model_spec=_stored(dataclasses.asdict(MODEL)),
         training=_stored(dataclasses.asdict(TRAIN)),
