@@ -4,8 +4,11 @@ Workload sets: Sia's Philly workloads (8 files) and Helios-Saturn workloads (10 
 paper's NewWorkload queues (30 and 60 jobs). Every (workload, policy) pair is replayed by the
 production controller over ``SimBackend`` (``simulator.replay``). Prints a table; ``--json``
 adds one JSON object on the last line with, per workload set and policy, avg_jct_s,
-p99_jct_s, avg_queue_s, makespan_s, and for ``has`` jct_reduction_vs_opportunistic and
-jct_reduction_vs_sia (1 − has / baseline). Writes ``docs/jct_cdf.png`` and ``docs/jct.md``.
+p99_jct_s, avg_queue_s, makespan_s, jobs, unfinished (jobs the replay ended without finishing:
+the JCT figures cover finished jobs only, so a policy that never starts a job would otherwise
+look faster), restarts_per_job (checkpoint-restarts: stops, preemptions and resizes of running
+jobs), and for ``has`` jct_reduction_vs_opportunistic and jct_reduction_vs_sia
+(1 − has / baseline). Writes ``docs/jct_cdf.png`` and ``docs/jct.md``.
 
     python -m benchmarks.jct [--quick] [--json] [--workers 2] [--docs docs]
 """
@@ -124,7 +127,9 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
         for pol in policies:
             c = combine(runs[spec][pol])
             res[pol] = {k: c[k] for k in ("avg_jct_s", "p99_jct_s", "avg_queue_s",
-                                          "makespan_s", "avg_samples_per_s", "unfinished")}
+                                          "makespan_s", "avg_samples_per_s", "unfinished",
+                                          "restarts_per_job")}
+            res[pol]["jobs"] = sum(r.jobs for r in runs[spec][pol])
             out["jcts"].setdefault(spec, {})[pol] = [j for r in runs[spec][pol] for j in r.jcts_s]
         if "has" in res:
             for base in ("opportunistic", "sia"):
@@ -137,7 +142,8 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
 
 def table(out: dict[str, Any]) -> str:
     head = (f"{'workload set':<18}{'policy':<15}{'avg JCT h':>10}{'p99 JCT h':>10}"
-            f"{'avg queue h':>12}{'makespan h':>11}{'vs opp':>8}{'vs sia':>8}")
+            f"{'avg queue h':>12}{'makespan h':>11}{'unfin':>6}{'restarts/job':>13}"
+            f"{'vs opp':>8}{'vs sia':>8}")
     lines = [f"cluster {out['cluster']}; {out['wall_s']} s wall", head, "-" * len(head)]
     for spec, res in out["results"].items():
         for pol, r in res.items():
@@ -146,6 +152,7 @@ def table(out: dict[str, Any]) -> str:
             lines.append(
                 f"{spec:<18}{pol:<15}{r['avg_jct_s'] / 3600:>10.2f}{r['p99_jct_s'] / 3600:>10.2f}"
                 f"{r['avg_queue_s'] / 3600:>12.2f}{r['makespan_s'] / 3600:>11.2f}"
+                f"{int(r['unfinished']):>6}{r['restarts_per_job']:>13.2f}"
                 f"{'' if vo is None else f'{vo:+.0%}':>8}{'' if vs is None else f'{vs:+.0%}':>8}"
             )
     return "\n".join(lines)
