@@ -66,6 +66,12 @@ NOTES = [
     "thrashing, not `has`. Every row now shows the jobs left unfinished and the restarts per "
     "job; JCTs cover finished jobs only.",
     "",
+    "Quick mode (`python -m benchmarks.jct --quick`: the first 20 jobs of sia-philly:1, "
+    "sia-saturn:1 and NewWorkload-30), before -> after: `sia` restarts/job 0.85 / 1.10 / "
+    "1.50 -> 0.60 / 0.60 / 1.10, `has` vs `sia` +2% / -24% / -4% -> +2% / -31% / -5%. On "
+    "these light loads `sia` was already ahead of `has` on two of three sets and the honest "
+    "`sia` is further ahead; the quick mode is a smoke test, its sets too small for a claim.",
+    "",
     "## SRPT growth and shrinking (2026-11-23)",
     "",
     "Where the average JCT went after the loans below: on sia-philly file 7 the five "
