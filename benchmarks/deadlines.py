@@ -6,11 +6,15 @@ Philly and Helios-Saturn workloads with deadlines generated as ElasticFlow does
 (``submit + λ·duration``, λ ~ U[0.5, 1.5], seeded; ``simulator.deadlines``), each on Sia's
 phoebe cluster (44 GPUs) and on ``hetero-128`` (128 GPUs, four GPU types).
 ``has`` and ``opportunistic`` see the deadlines but do not act on them. A rejected job counts
-as a missed deadline; average JCT is over the jobs that finished (rejected jobs have none).
+as a missed deadline; average JCT is over the jobs that finished (rejected jobs have none), so
+every row also says how many jobs were neither finished nor rejected when the replay ended
+(``unfinished``) and how many checkpoint-restarts each job took on average
+(``restarts_per_job``).
 
 Prints a table; ``--json`` adds one JSON object on the last line with, per
 ``<workload>@<cluster>`` and policy: deadline_ratio, avg_jct_s, makespan_s, resizes
-(checkpoint-restarts of running jobs: resizes and preemptions), rejected, and for
+(checkpoint-restarts of running jobs: resizes and preemptions), restarts_per_job, rejected,
+unfinished, jobs, and for
 ``elastic`` ratio_vs_elasticflow and jct_vs_has. Writes ``docs/deadlines.md``,
 ``docs/deadlines.json`` and ``docs/deadlines_ratio.png`` on a full run.
 
@@ -96,7 +100,8 @@ def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
     m = res.metrics
     return t, {"deadline_jobs": dm.deadline_jobs, "met": dm.met, "rejected": dm.rejected,
                "resizes": dm.resizes, "avg_jct_s": m.avg_jct_s, "makespan_s": m.makespan_s,
-               "finished": m.finished, "sched_p95_ms": m.sched_p95_ms}
+               "finished": m.finished, "sched_p95_ms": m.sched_p95_ms, "jobs": m.jobs,
+               "unfinished": m.unfinished - dm.rejected}
 
 
 _CACHES: dict[str, Any] = {}
@@ -144,6 +149,10 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
                 "makespan_s": sum(r["makespan_s"] for r in rs) / len(rs),
                 "resizes": int(sum(r["resizes"] for r in rs)),
                 "rejected": int(sum(r["rejected"] for r in rs)),
+                "unfinished": int(sum(r["unfinished"] for r in rs)),
+                "jobs": int(sum(r["jobs"] for r in rs)),
+                "restarts_per_job": (sum(r["resizes"] for r in rs)
+                                     / max(1, sum(r["jobs"] for r in rs))),
                 "deadline_jobs": int(n),
                 "files": len(rs),
             }
@@ -205,7 +214,8 @@ def sweep_table(sw: dict[str, Any]) -> str:
 
 def table(out: dict[str, Any]) -> str:
     head = (f"{'workload@cluster':<26}{'policy':<14}{'ddl ratio':>10}{'avg JCT h':>10}"
-            f"{'makespan h':>11}{'resizes':>8}{'rejected':>9}{'vs EF':>7}")
+            f"{'makespan h':>11}{'resizes':>8}{'restarts/job':>13}{'rejected':>9}{'unfin':>6}"
+            f"{'vs EF':>7}")
     kw = "".join(f", elastic {k}={v}" for k, v in out.get("elastic_kwargs", {}).items())
     lines = [f"tick {out['tick_s']:.0f}s, seed {out['seed']}, deadline policies' slack "
              f"{out.get('slack', SLACK):g}{kw}; {out['wall_s']} s wall", head,
@@ -215,7 +225,8 @@ def table(out: dict[str, Any]) -> str:
             vs = r.get("ratio_vs_elasticflow")
             lines.append(
                 f"{key:<26}{pol:<14}{r['deadline_ratio']:>10.3f}{r['avg_jct_s'] / 3600:>10.2f}"
-                f"{r['makespan_s'] / 3600:>11.1f}{r['resizes']:>8}{r['rejected']:>9}"
+                f"{r['makespan_s'] / 3600:>11.1f}{r['resizes']:>8}"
+                f"{r['restarts_per_job']:>13.2f}{r['rejected']:>9}{r['unfinished']:>6}"
                 f"{'' if vs is None else f'{vs:.2f}x':>7}")
     return "\n".join(lines)
 

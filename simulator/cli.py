@@ -69,22 +69,42 @@ def _fmt_s(x: float) -> str:
     return f"{x / 3600:.2f}h" if x >= 3600 else f"{x:.0f}s"
 
 
+class SimulateInputError(ValueError):
+    """A ``frenzy simulate`` argument that cannot be used (exit status 2)."""
+
+
+INPUT_ERRORS = (ClusterConfigError, TraceFormatError, MappingError, SimulateInputError)
+"""What bad input raises, all before any replay runs. Anything raised later is a fault of the
+simulator or a policy and is reported as an internal error (exit status 1), never as input."""
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the replays the arguments ask for; return the JSON-ready result."""
+    """Run the replays the arguments ask for; return the JSON-ready result. Input is checked
+    first (``INPUT_ERRORS``); an exception while replaying is not wrapped."""
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     from scheduler.policy import policy_names
 
     unknown = [p for p in policies if p not in policy_names()]
     if unknown:
-        raise ValueError(f"unknown policy {', '.join(unknown)}; known: "
-                         f"{', '.join(policy_names())}")
-    cluster = load_cluster(args.cluster, scale=args.scale)
+        raise SimulateInputError(f"--policy: unknown policy {', '.join(unknown)}; known: "
+                                 f"{', '.join(policy_names())}")
+    try:
+        cluster = load_cluster(args.cluster, scale=args.scale)
+    except ValueError as e:
+        if isinstance(e, INPUT_ERRORS):
+            raise
+        raise SimulateInputError(f"--cluster/--scale: {e}") from e
     config = SimConfig(launch_delay_s=args.launch_delay, restart_delay_s=args.restart_delay,
                        tick_s=args.tick)
     tasks: list[Task] = []
     sets: dict[str, list[str]] = {}
     for spec in args.trace:
-        workloads = load_workloads(spec)  # validates the spec before anything runs
+        try:
+            workloads = load_workloads(spec)  # validates the spec before anything runs
+        except ValueError as e:
+            if isinstance(e, INPUT_ERRORS):
+                raise
+            raise SimulateInputError(f"--trace {spec}: {e}") from e
         sets[spec] = [label for label, _ in workloads]
         for k in range(len(workloads)):
             for pol in policies:
@@ -111,6 +131,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
             c["gpu_util"] = dict(util)
             c["files"] = len(rs)
             c["jobs"] = sum(r.jobs for r in rs)
+            c["finished"] = sum(r.finished for r in rs)
             c["sched_max_ms"] = max((r.sched_max_ms for r in rs if r.policy_calls), default=0.0)
             out["results"][spec][pol] = c
     return out
@@ -118,20 +139,21 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
 
 def format_table(out: dict[str, Any]) -> str:
     """The human-readable table of ``collect``'s result."""
-    head = (f"{'workload':<22}{'policy':<15}{'jobs':>6}{'avg JCT':>10}{'p99 JCT':>10}"
-            f"{'avg queue':>11}{'makespan':>10}{'samples/s':>11}{'sched p50/p95/max ms':>23}"
-            f"  util by GPU type")
-    lines = [f"cluster {out['cluster']} ({out['gpus']} GPUs)", head, "-" * len(head)]
+    head = (f"{'workload':<22}{'policy':<15}{'jobs':>6}{'unfin':>6}{'avg JCT':>10}{'p99 JCT':>10}"
+            f"{'avg queue':>11}{'makespan':>10}{'samples/s':>11}{'restarts/job':>13}"
+            f"{'sched p50/p95/max ms':>23}  util by GPU type")
+    lines = [f"cluster {out['cluster']} ({out['gpus']} GPUs); JCT and queue over finished "
+             "jobs only: see 'unfin'", head, "-" * len(head)]
     for spec, by_pol in out["results"].items():
         for pol, c in by_pol.items():
             util = " ".join(f"{t}={u:.0%}" for t, u in sorted(c["gpu_util"].items()))
-            unf = f" ({int(c['unfinished'])} unfinished)" if c["unfinished"] else ""
             sched = f"{c['sched_p50_ms']:.2f}/{c['sched_p95_ms']:.2f}/{c['sched_max_ms']:.1f}"
             lines.append(
-                f"{spec:<22}{pol:<15}{c['jobs']:>6}{_fmt_s(c['avg_jct_s']):>10}"
+                f"{spec:<22}{pol:<15}{c['jobs']:>6}{int(c['unfinished']):>6}"
+                f"{_fmt_s(c['avg_jct_s']):>10}"
                 f"{_fmt_s(c['p99_jct_s']):>10}{_fmt_s(c['avg_queue_s']):>11}"
-                f"{_fmt_s(c['makespan_s']):>10}{c['avg_samples_per_s']:>11.1f}{sched:>23}"
-                f"  {util}{unf}"
+                f"{_fmt_s(c['makespan_s']):>10}{c['avg_samples_per_s']:>11.1f}"
+                f"{c['restarts_per_job']:>13.2f}{sched:>23}  {util}"
             )
     return "\n".join(lines)
 
@@ -141,9 +163,14 @@ def run_simulate(args: argparse.Namespace) -> int:
     """Entry point of ``frenzy simulate``; returns the exit status."""
     try:
         out = collect(args)
-    except (ClusterConfigError, TraceFormatError, MappingError, ValueError) as e:
+    except INPUT_ERRORS as e:
         print(f"frenzy simulate: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        log.error("internal error while replaying", exc_info=True)
+        print(f"frenzy simulate: internal error (not a problem with your input): "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     print(format_table(out))
     if args.json:
         print(json.dumps(json_ready(out), sort_keys=True))

@@ -2,9 +2,11 @@
 
 ``MetricsCollector`` is a controller listener: it sees every state change and keeps, per job,
 its submission, first grant of GPUs (end of queueing), finish, and the GPU-seconds it held per
-GPU type. ``RunMetrics`` summarises a run: average and p99 JCT, average queueing time,
-makespan, GPU utilisation by type, samples/s per job, scheduling overhead (wall time per
-policy call: median, p95, max).
+GPU type, and how often it was restarted. ``RunMetrics`` summarises a run: average and p99 JCT
+over the jobs that finished, how many did not (a policy that never starts a job must not look
+faster for it), average queueing time, makespan, GPU utilisation by type, samples/s per job,
+checkpoint-restarts per job, scheduling overhead (wall time per policy call: median, p95,
+max).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class JobRecordM:
     samples: float = 0.0  # global batch × total steps (set by the replay)
     held_since: float | None = None
     held_gpus: dict[str, int] = field(default_factory=dict)
+    restarts: int = 0  # checkpoint-restarts: stops and preemptions of a holder, resizes
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -54,6 +57,20 @@ def json_ready(x: Any, digits: int | None = None) -> Any:
     return x
 
 
+def is_restart(ev: JobEvent) -> bool:
+    """Does ``ev`` cost its job a checkpoint-restart? A holder sent back to the queue
+    (stopped or preempted), a running job resized, or a launching one re-targeted (the
+    controller counts the same moves in ``JobView.restarts``)."""
+    if ev.from_state is None:
+        return False
+    if ev.from_state == ev.to_state:
+        return (ev.to_state.holds_gpus and ev.allocation is not None
+                and ev.reason != "progress")
+    if ev.to_state is JobState.PENDING:
+        return ev.from_state.holds_gpus
+    return ev.to_state is JobState.RESIZING
+
+
 class MetricsCollector:
     """Controller listener accumulating per-job times and per-type GPU-seconds."""
 
@@ -72,6 +89,8 @@ class MetricsCollector:
         rec = self.jobs[ev.job_id]
         if ev.from_state == ev.to_state and ev.reason == "progress":
             return
+        if is_restart(ev):
+            rec.restarts += 1
         self._close(rec, ev.time)
         rec.state = ev.to_state
         if ev.allocation is not None and ev.to_state.holds_gpus:
@@ -84,6 +103,10 @@ class MetricsCollector:
                 rec.held_gpus[t] = rec.held_gpus.get(t, 0) + n
         if ev.to_state.terminal:
             rec.end = ev.time
+
+    @property
+    def restarts(self) -> int:
+        return sum(r.restarts for r in self.jobs.values())
 
     def _close(self, rec: JobRecordM, now: float) -> None:
         if rec.held_since is None:
@@ -113,6 +136,11 @@ class RunMetrics:
     sched_p95_ms: float
     sched_max_ms: float
     jcts_s: tuple[float, ...] = ()
+    restarts: int = 0
+
+    @property
+    def restarts_per_job(self) -> float:
+        return self.restarts / self.jobs if self.jobs else 0.0
 
     def as_dict(self, *, with_jcts: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -155,12 +183,14 @@ def summarize(collector: MetricsCollector, total_by_type: Mapping[str, int],
         sched_p95_ms=percentile(ms, 95),
         sched_max_ms=max(ms) if ms else math.nan,
         jcts_s=tuple(jcts),
+        restarts=collector.restarts,
     )
 
 
 def combine(runs: Sequence[RunMetrics]) -> dict[str, float]:
     """Figures over several workload files of one set: the mean of per-file averages (how
-    Sia and Pollux report), p99 over all jobs pooled, the mean makespan."""
+    Sia and Pollux report), p99 over all jobs pooled, the mean makespan; the jobs left
+    unfinished and the restarts per job over all files."""
     pooled = [j for r in runs for j in r.jcts_s]
     calls = [r for r in runs if r.policy_calls]
 
@@ -175,6 +205,8 @@ def combine(runs: Sequence[RunMetrics]) -> dict[str, float]:
         "makespan_s": mean([r.makespan_s for r in runs]),
         "avg_samples_per_s": mean([r.avg_samples_per_s for r in runs]),
         "unfinished": float(sum(r.unfinished for r in runs)),
+        "restarts_per_job": (sum(r.restarts for r in runs) / jobs if (jobs := sum(
+            r.jobs for r in runs)) else 0.0),
         "sched_p50_ms": mean([r.sched_p50_ms for r in calls]),
         "sched_p95_ms": mean([r.sched_p95_ms for r in calls]),
     }

@@ -147,45 +147,68 @@ def best_plan_options(job: JobView, state: ClusterState,
 
 # -- the reservation profile -------------------------------------------------------------------
 
+TICKS_PER_S = 1_000_000
+"""The booking profile counts time in integer ticks (microseconds): interval arithmetic on
+integers is exact, so a share found free over ``[s, s + d)`` is reserved over exactly that
+interval. (With float seconds, ``(e - d) + d`` may land one unit past ``e`` and overlap the busy
+segment the fit stopped at.) Seconds become ticks only at the engine's boundary
+(``ticks_floor`` / ``ticks_ceil``); a microsecond is far below any scheduling decision, and
+1e9 s is 1e15 ticks, still exact in the float it converts from."""
+
+
+def ticks_floor(t: float) -> int:
+    """An instant in ticks, rounded down (a deadline or an end bound never moves later)."""
+    return math.floor(t * TICKS_PER_S)
+
+
+def ticks_ceil(d: float) -> int:
+    """A duration in ticks, rounded up (a booking never holds less time than its work)."""
+    return math.ceil(d * TICKS_PER_S)
+
+
+def tick_seconds(k: int) -> float:
+    """Ticks back to seconds (for reasons and reports)."""
+    return k / TICKS_PER_S
+
 
 class Profile:
-    """Promised GPUs per type over time: a step function per type (breakpoint times ``ts`` and
-    GPUs in use from each breakpoint on, ``us``), starting at ``now``."""
+    """Promised GPUs per type over time, in integer ticks (``TICKS_PER_S``): a step function per
+    type (breakpoint ticks ``ts`` and GPUs in use from each breakpoint on, ``us``), starting at
+    tick ``now``."""
 
     __slots__ = ("_ts", "_us", "cap", "now")
 
-    def __init__(self, now: float, cap: Mapping[str, int]) -> None:
-        self.now = now
+    def __init__(self, now: int, cap: Mapping[str, int]) -> None:
+        self.now = int(now)
         self.cap = dict(cap)
-        self._ts: dict[str, list[float]] = {t: [now] for t in cap}
+        self._ts: dict[str, list[int]] = {t: [self.now] for t in cap}
         self._us: dict[str, list[int]] = {t: [0] for t in cap}
 
-    def used_at(self, gpu_type: str, t: float) -> int:
+    def used_at(self, gpu_type: str, t: int) -> int:
         ts = self._ts[gpu_type]
         return self._us[gpu_type][max(0, bisect_right(ts, t) - 1)]
 
-    def earliest_fit(self, gpu_type: str, n: int, dur: float, latest_end: float) -> float | None:
+    def earliest_fit(self, gpu_type: str, n: int, dur: int, latest_end: int) -> int | None:
         """The earliest start ``s >= now`` with ``n`` GPUs free over ``[s, s + dur)`` and
         ``s + dur <= latest_end``; ``None`` if there is none."""
         cap = self.cap.get(gpu_type, 0)
         if n > cap or self.now + dur > latest_end:
             return None
         ts, us = self._ts[gpu_type], self._us[gpu_type]
-        s: float | None = None
+        s: int | None = None
         for i, u in enumerate(us):
             if u + n <= cap:
                 if s is None:
                     s = ts[i]
                     if s + dur > latest_end:
                         return None
-                end = ts[i + 1] if i + 1 < len(ts) else math.inf
-                if end >= s + dur:
+                if i + 1 == len(ts) or ts[i + 1] >= s + dur:
                     return s
             else:
                 s = None
         return s  # pragma: no cover  (the last segment reaches infinity)
 
-    def latest_fit(self, gpu_type: str, n: int, dur: float, latest_end: float) -> float | None:
+    def latest_fit(self, gpu_type: str, n: int, dur: int, latest_end: int) -> int | None:
         """The latest start ``s >= now`` with ``n`` GPUs free over ``[s, s + dur)`` and
         ``s + dur <= latest_end``; ``None`` if there is none."""
         cap = self.cap.get(gpu_type, 0)
@@ -193,7 +216,7 @@ class Profile:
             return None
         ts, us = self._ts[gpu_type], self._us[gpu_type]
         e = latest_end
-        i = bisect_left(ts, e) - 1  # the segment holding the instant just before e
+        i = bisect_left(ts, e) - 1  # the segment holding the tick just before e
         while i >= 0:
             if us[i] + n > cap:
                 e = ts[i]  # the window must end before this busy segment
@@ -204,36 +227,50 @@ class Profile:
             i -= 1
         return None  # pragma: no cover  (ts[0] == now and e - dur >= now end the loop)
 
-    def breakpoints(self, gpu_type: str, start_t: float, end_t: float) -> list[float]:
-        """The times in ``(start_t, end_t)`` where the GPUs promised of ``gpu_type`` change."""
+    def breakpoints(self, gpu_type: str, start: int, end: int) -> list[int]:
+        """The ticks in ``(start, end)`` where the GPUs promised of ``gpu_type`` change."""
         ts = self._ts.get(gpu_type, [])
-        i = bisect_right(ts, start_t)
-        j = bisect_left(ts, end_t)
+        i = bisect_right(ts, start)
+        j = bisect_left(ts, end)
         return ts[i:j]
 
-    def reserve(self, gpu_type: str, n: int, start_t: float, end_t: float) -> None:
-        """Promise ``n`` GPUs of ``gpu_type`` over ``[start_t, end_t)``."""
+    def reserve(self, gpu_type: str, n: int, start: int, end: int) -> None:
+        """Promise ``n`` GPUs of ``gpu_type`` over ticks ``[start, end)`` (``n < 0`` gives a
+        promise back)."""
+        if start < self.now or end < start:
+            raise ValueError(f"reservation [{start}, {end}) must lie within [now={self.now}, "
+                             "...) and end at or after its start")
         ts, us = self._ts[gpu_type], self._us[gpu_type]
-        for t in (start_t, end_t):
+        for t in (start, end):
             i = bisect_right(ts, t) - 1
             if ts[i] != t:
                 ts.insert(i + 1, t)
                 us.insert(i + 1, us[i])
-        for i, t in enumerate(ts):
-            if start_t <= t < end_t:
-                us[i] += n
-                if us[i] > self.cap[gpu_type]:
-                    raise ValueError(f"reservation exceeds {gpu_type} capacity at {t}")
+        for i in range(bisect_left(ts, start), bisect_left(ts, end)):
+            us[i] += n
+            if us[i] > self.cap[gpu_type]:
+                raise ValueError(f"reservation exceeds {gpu_type} capacity at "
+                                 f"{tick_seconds(ts[i])}s")
 
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """A minimum satisfactory share: ``option`` from ``start_t`` to ``end_t``."""
+    """A minimum satisfactory share: ``option`` over ticks ``[start, end)``."""
 
     option: Option
-    start_t: float
-    end_t: float
+    start: int
+    end: int
     cost: float
+
+    @property
+    def start_t(self) -> float:
+        """Start in seconds."""
+        return tick_seconds(self.start)
+
+    @property
+    def end_t(self) -> float:
+        """End in seconds."""
+        return tick_seconds(self.end)
 
 
 # -- the policy engine ---------------------------------------------------------------------------
@@ -397,7 +434,9 @@ class DeadlineEngine:
         if budget <= 0:
             return None
         latest = now + budget * (1.0 - self.slack)
-        best: tuple[tuple[float, float, float], Share] | None = None
+        latest_k = ticks_floor(latest)
+        wake_k = ticks_floor(now + self.wake_s)
+        best: tuple[tuple[float, float, int], Share] | None = None
         costly: tuple[float, Share] | None = None
         for t in self._types(c):
             if t not in profile.cap:
@@ -408,17 +447,18 @@ class DeadlineEngine:
                 dur = self.remaining_s(c, o, stopped=True)
                 if now + dur > latest:
                     continue  # too slow at this size: try more GPUs
+                dur_k = ticks_ceil(dur)
                 s = None
                 if self.reserve_latest:
-                    s = profile.latest_fit(t, o.num_gpus, dur, latest)
-                    if s is not None and s < now + self.wake_s:
+                    s = profile.latest_fit(t, o.num_gpus, dur_k, latest_k)
+                    if s is not None and s < wake_k:
                         s = None  # too close to wait for: the next call may come too late
                 if s is None:
-                    s = profile.earliest_fit(t, o.num_gpus, dur, latest)
+                    s = profile.earliest_fit(t, o.num_gpus, dur_k, latest_k)
                 if s is None:
                     continue
                 cost = w * o.num_gpus * dur
-                cand = Share(o, s, s + dur, cost)
+                cand = Share(o, s, s + dur_k, cost)
                 lost = 0.0
                 if self.opportunity_cost is not None:
                     lost = self.displaced(cand, self._cap, profile)
@@ -426,7 +466,7 @@ class DeadlineEngine:
                         if costly is None or lost < costly[0]:
                             costly = (lost, cand)
                         continue  # turns away too many arrivals: try more GPUs (shorter)
-                key = (round(lost, 1), cost, cand.end_t)
+                key = (round(lost, 1), cost, cand.end)
                 if best is None or key < best[0]:
                     best = (key, cand)
                 break  # fewest GPUs of this type that meet the deadline
@@ -450,7 +490,9 @@ class DeadlineEngine:
         if budget <= 0:
             return None
         latest = now + budget * (1.0 - self.slack)
-        best: tuple[tuple[float, bool, float, float, bool], Share] | None = None
+        latest_k = ticks_floor(latest)
+        now_k = profile.now
+        best: tuple[tuple[float, bool, float, int, bool], Share] | None = None
         for t in self._types(c):
             if t not in profile.cap:
                 continue
@@ -459,17 +501,19 @@ class DeadlineEngine:
                 dur = self.remaining_s(c, o)
                 if now + dur > latest:
                     continue
-                s = profile.earliest_fit(t, o.num_gpus, dur, latest)
-                if s is None or s > now:
+                dur_k = ticks_ceil(dur)
+                s = profile.earliest_fit(t, o.num_gpus, dur_k, latest_k)
+                if s is None or s > now_k:
                     continue
                 cost = w * o.num_gpus * dur
+                sh = Share(o, now_k, now_k + dur_k, cost)
                 lost = 0.0
                 if self.opportunity_cost is not None:
-                    lost = self.displaced(Share(o, now, now + dur, cost), self._cap, profile)
-                key = (round(lost, 1), self.stay_type and t != c.current.gpu_type, cost, now + dur,
+                    lost = self.displaced(sh, self._cap, profile)
+                key = (round(lost, 1), self.stay_type and t != c.current.gpu_type, cost, sh.end,
                        not o.same_shape(c.current))
                 if best is None or key < best[0]:
-                    best = (key, Share(o, now, now + dur, cost))
+                    best = (key, sh)
                 if self.fewest_now:
                     break  # the fewest GPUs of this type that meet the deadline from now
         return best[1] if best is not None else None
@@ -482,7 +526,9 @@ class DeadlineEngine:
         dur = self.remaining_s(c, cur)
         if now + dur > c.job.deadline:
             return None
-        return Share(cur, now, now + dur, self.value(cur.gpu_type) * cur.num_gpus * dur)
+        now_k = ticks_floor(now)
+        return Share(cur, now_k, now_k + ticks_ceil(dur),
+                     self.value(cur.gpu_type) * cur.num_gpus * dur)
 
     def _reserve_running(self, running: Sequence[_Cand], profile: Profile,
                          now: float) -> list[_Cand]:
@@ -495,13 +541,13 @@ class DeadlineEngine:
         for c in running:
             sh = self._keep_share(c, now)
             if sh is not None:
-                profile.reserve(sh.option.gpu_type, sh.option.num_gpus, now, sh.end_t)
+                profile.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start, sh.end)
                 keep[c.job.id] = sh
         left: list[_Cand] = []
         for c in running:
             k = keep.get(c.job.id)
             if k is not None:
-                profile.reserve(k.option.gpu_type, -k.option.num_gpus, now, k.end_t)
+                profile.reserve(k.option.gpu_type, -k.option.num_gpus, k.start, k.end)
             share = self.now_share(c, profile, now) or k
             if share is None:
                 left.append(c)
@@ -539,7 +585,7 @@ class DeadlineEngine:
                     c.current.gpu_type if c.current else None)
 
         decisions: list[Decision] = []
-        profile = Profile(now, cap)
+        profile = Profile(ticks_floor(now), cap)
         # 1. admitted jobs reserve first (EDF), then arrivals are admitted or not (FCFS)
         # running admitted jobs first, from now (``_reserve_running``): a share of theirs
         # starting later would stop them
@@ -674,15 +720,15 @@ class DeadlineEngine:
         arrivals (measured against every other booking). Admitting in deadline order is what
         lets an arrival due soon run before a job due much later that already holds the GPUs
         (ElasticFlow admits only into what the existing bookings leave, so it must refuse it)."""
-        prof = Profile(now, cap)
+        prof = Profile(ticks_floor(now), cap)
         shares: dict[str, Share] = {}
         for x in sorted(jobs, key=lambda x: (x.job.deadline, x.job.submit_time, x.job.id)):
             sh = None
             if x.current is not None:
                 sh = self.now_share(x, prof, now)
                 if sh is None and (k := self._keep_share(x, now)) is not None and \
-                        prof.earliest_fit(k.option.gpu_type, k.option.num_gpus, k.end_t - now,
-                                          k.end_t) == now:
+                        prof.earliest_fit(k.option.gpu_type, k.option.num_gpus, k.end - k.start,
+                                          k.end) == k.start:
                     sh = k
             if sh is None:
                 sh = self.min_share(x, prof, now, arrival=x is arrival)
@@ -690,11 +736,11 @@ class DeadlineEngine:
                 if x.job.id in must:
                     return None
                 continue
-            prof.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
+            prof.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start, sh.end)
             shares[x.job.id] = sh
         if arrival is not None and self.opportunity_cost is not None:
             sh = shares[arrival.job.id]  # measured against every other booking
-            prof.reserve(sh.option.gpu_type, -sh.option.num_gpus, sh.start_t, sh.end_t)
+            prof.reserve(sh.option.gpu_type, -sh.option.num_gpus, sh.start, sh.end)
             if self.displaced(sh, cap, prof) > self.opportunity_cost:
                 return None
         return shares
@@ -703,7 +749,7 @@ class DeadlineEngine:
                     cap: Mapping[str, int], now: float) -> Profile:
         """Replace every admitted job's booking by ``shares`` (from ``_replan``); returns the
         new profile."""
-        profile = Profile(now, cap)
+        profile = Profile(ticks_floor(now), cap)
         for jid, c in cands.items():
             if c.reserved is None and jid not in shares:
                 continue
@@ -712,7 +758,7 @@ class DeadlineEngine:
             if sh is None:
                 continue
             self._reserve(c, sh, profile, now)
-            if c.current is not None and sh.start_t > now:
+            if c.current is not None and sh.start > profile.now:
                 c.why.append(f"paused until t={sh.start_t:.0f}s for earlier deadlines: resumes "
                              f"on {sh.option.label()}, done by {sh.end_t:.0f}s (deadline "
                              f"{c.job.deadline:.0f}s)")
@@ -730,10 +776,9 @@ class DeadlineEngine:
         self._reserve(c, share, profile, now)
 
     def _reserve(self, c: _Cand, share: Share, profile: Profile, now: float) -> None:
-        profile.reserve(share.option.gpu_type, share.option.num_gpus, share.start_t,
-                        share.end_t)
+        profile.reserve(share.option.gpu_type, share.option.num_gpus, share.start, share.end)
         c.reserved = share
-        if share.start_t <= now:
+        if share.start <= profile.now:
             c.target = share.option
             c.mandatory = True
 
@@ -796,16 +841,16 @@ class DeadlineEngine:
         """Seconds × recent arrivals blocked because of ``share`` and not without it, summed
         over the profile's segments in the booking's interval."""
         t, n = share.option.gpu_type, share.option.num_gpus
-        cuts = {share.start_t, share.end_t}
+        cuts = {share.start, share.end}
         for t2 in cap:
-            cuts.update(profile.breakpoints(t2, share.start_t, share.end_t))
-        total = 0.0
+            cuts.update(profile.breakpoints(t2, share.start, share.end))
+        total = 0
         for a, b in pairwise(sorted(cuts)):
             left = {t2: float(c - profile.used_at(t2, a)) for t2, c in cap.items()}
             before = self._blocked(left)
             left[t] = left.get(t, 0.0) - n
             total += (b - a) * (self._blocked(left) - before)
-        return total
+        return tick_seconds(total)
 
     def _meets(self, c: _Cand, option: Option, now: float) -> bool:
         d = c.job.deadline

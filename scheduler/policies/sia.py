@@ -18,20 +18,32 @@ defaults in ``simulator_config.py``):
 * **Restart penalty** (Pollux's re-allocation factor, ``sia_use_pollux_realloc_factor=True``):
   for a running job every configuration other than its current one is scaled by
   ``r = max(age − restarts·R, 0) / (age + R)`` (``r = 1`` while ``age < R``), ``age`` = time
-  since submission, ``R`` = restart penalty in seconds (the artifact's per-model values are
-  25-250 s; 30 s is its default for unknown models).
+  since submission, ``R`` = restart penalty in seconds: what a checkpoint-restart really
+  costs here, the launch plus the checkpoint save and load (10 + 60 = 70 s in the simulator;
+  the artifact measured 25-250 s per model on its cluster).
 * **Objective** (p < 0): minimise ``Σ X·round(G^p, 2) + λ_n · (jobs − Σ X)`` with ``G^p``
   clipped at 3000, ``X`` binary, at most one configuration per job, and per GPU type
   ``Σ GPUs(X) ≤ GPUs of that type``. Defaults p = −0.5, λ_n = 1.1 (so allocating any job beats
   leaving it out), relative MIP gap 1e-4.
 * **Jobs mid checkpoint-restore** keep their allocation (the artifact's hard constraint): a job
-  started less than ``R`` seconds ago is not re-allocated.
+  started or re-allocated less than ``min_hold_s`` seconds ago (at least ``R``: the restore is
+  still under way) is not re-allocated.
 
 Where the artifact is silent or we had to choose (and why):
 
 * ``λ_a`` (0.01, "penalty for change of alloc") is read by the artifact but never enters its
   objective. We add it as a cost on every configuration change of a running job. At 0.01 against
   normalised costs of 0.1-1 it only breaks near-ties in favour of staying put.
+* **Stopping is a re-allocation too** (``charge_stops``, default on). The artifact scales the
+  goodput of every *other configuration* by ``r`` but leaves "no allocation" at ``λ_n``, so
+  preempting a running job costs it only ``λ_n − G^p`` (0.1 for a job on its smallest
+  configuration) — exactly what starting a waiting job gains. Swapping two jobs is then free
+  although each swap throws away a restart, and the MILP swaps on every rounding tie (19,000
+  restarts for 150 jobs on loaded windows). Sia's paper charges every re-allocation with the
+  restart penalty; we charge leaving a running job out the same factor as any other change:
+  its no-allocation cost is ``λ_n · r^p`` (for p < 0 this is ``λ_n`` divided by the goodput
+  share the job keeps, clipped like the goodputs), so a job is stopped only when the jobs that
+  take its GPUs gain more than the restart it loses.
 * **Placement.** The solver picks (type, count); GPUs are then assigned per type: jobs whose
   configuration did not change keep their GPUs (no restart); the others are placed largest
   first with best fit, multi-node jobs on the emptiest nodes (Sia's "smart placement" without
@@ -69,6 +81,7 @@ from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
 from scheduler.policies.common import PlanIndexCache, order_for_sequential_apply
+from scheduler.policies.deadline_common import LAUNCH_DELAY_S, RESTART_DELAY_S
 from scheduler.policy import PerfModel, register
 
 log = logging.getLogger(__name__)
@@ -104,6 +117,7 @@ class _Candidate:
     plans: list[Plan] = field(default_factory=list)
     goodput: list[float] = field(default_factory=list)  # normalised, before restart scaling
     cost: list[float] = field(default_factory=list)  # MILP objective coefficients
+    left_out: float = 0.0  # cost of no configuration (λ_n, more for a running job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +137,10 @@ class SiaPolicy:
     """Sia's goodput-optimising MILP scheduler (see the module docstring for the formulation).
 
     ``p``, ``lambda_n``, ``lambda_a``: the artifact's objective parameters; ``round_s``: round
-    length; ``restart_penalty_s``: seconds a checkpoint-restart costs (Pollux's R);
+    length; ``restart_penalty_s``: seconds a checkpoint-restart costs (Pollux's R; default the
+    launch plus checkpoint save/load the simulator charges); ``min_hold_s``: a job (re)started
+    this recently is not re-allocated (default and minimum ``restart_penalty_s``: its restore is
+    under way); ``charge_stops``: leaving a running job out costs the re-allocation factor too;
     ``mode``: "adaptive" (any configuration the job has a plan for) or "rigid" (the requested
     GPU count, any type); ``fill_idle_between_rounds``: place waiting jobs on idle GPUs between
     rounds without touching running ones; ``mip_rel_gap`` / ``time_limit_s``: solver options;
@@ -140,7 +157,9 @@ class SiaPolicy:
         lambda_n: float = 1.1,
         lambda_a: float = 0.01,
         round_s: float = 60.0,
-        restart_penalty_s: float = 30.0,
+        restart_penalty_s: float = LAUNCH_DELAY_S + RESTART_DELAY_S,
+        min_hold_s: float | None = None,
+        charge_stops: bool = True,
         mode: str = "adaptive",
         fill_idle_between_rounds: bool = True,
         goodput_clip: float = 3000.0,
@@ -157,12 +176,21 @@ class SiaPolicy:
             raise ValueError(f"mode must be 'adaptive' or 'rigid', got {mode!r}")
         if round_s <= 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
+        if restart_penalty_s < 0:
+            raise ValueError(f"restart_penalty_s must be >= 0, got {restart_penalty_s}")
+        hold = restart_penalty_s if min_hold_s is None else min_hold_s
+        if hold < restart_penalty_s:
+            raise ValueError(f"min_hold_s must be at least restart_penalty_s "
+                             f"({restart_penalty_s:g} s: a job is not moved mid restore), "
+                             f"got {min_hold_s}")
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.p = p
         self.lambda_n = lambda_n
         self.lambda_a = lambda_a
         self.round_s = round_s
         self.restart_penalty_s = restart_penalty_s
+        self.min_hold_s = hold
+        self.charge_stops = charge_stops
         self.mode = mode
         self.fill_idle_between_rounds = fill_idle_between_rounds
         self.goodput_clip = goodput_clip
@@ -209,7 +237,7 @@ class SiaPolicy:
         frozen: list[RunningJob] = []
         movable: list[RunningJob] = []
         for r in running:
-            restarting = now - r.started_at < self.restart_penalty_s
+            restarting = now - r.started_at < self.min_hold_s
             if full_round and not restarting and free.has_type(r.allocation.plan.gpu_type):
                 movable.append(r)
                 capacity[r.allocation.plan.gpu_type] += r.allocation.num_gpus
@@ -277,6 +305,7 @@ class SiaPolicy:
                 cand.configs.append(current)
                 cand.plans.append(run.allocation.plan)
                 cand.goodput.append(1.0 / run.allocation.plan.step_time_s)
+        cand.left_out = self.lambda_n
         if not cand.configs:
             return cand
         # normalise: the job's least goodput becomes its GPU count (the artifact's scale unit)
@@ -286,12 +315,16 @@ class SiaPolicy:
         r = 1.0
         if run is not None:
             r = realloc_factor(now - job.submit_time, job.restarts, self.restart_penalty_s)
+        if run is not None and self.charge_stops:
+            # stopping is a re-allocation: λ_n scaled like a changed goodput (r^p, p < 0)
+            cand.left_out = min(self.lambda_n * r ** self.p, self.goodput_clip) if r > 0 else (
+                self.goodput_clip)
         for k, g in enumerate(cand.goodput):
             changed = run is not None and cand.configs[k] != current
             scaled = g * r if changed else g
             a = min(round(scaled ** self.p, 2), self.goodput_clip) if scaled > 0 else (
                 self.goodput_clip)
-            cand.cost.append(a - self.lambda_n + (self.lambda_a if changed else 0.0))
+            cand.cost.append(a - cand.left_out + (self.lambda_a if changed else 0.0))
         return cand
 
     def _milp(
@@ -328,7 +361,7 @@ class SiaPolicy:
         for v in np.flatnonzero(res.x > 0.5):
             j, k = owner[v]
             chosen[j] = k
-        objective = float(res.fun) + self.lambda_n * len(cands)
+        objective = float(res.fun) + sum(c.left_out for c in cands)
         return chosen, "optimal" if res.status == 0 else str(res.message), objective
 
     def _decisions(
@@ -354,8 +387,8 @@ class SiaPolicy:
                 if k is None:
                     out.append(stop(cand.job.id, (
                         f"{tag}: preempted — the MILP gave it no configuration "
-                        f"({len(cands)} jobs compete; leaving a job out costs "
-                        f"λ_n={self.lambda_n})")))
+                        f"({len(cands)} jobs compete; leaving it out costs "
+                        f"{cand.left_out:.2f}, restart penalty included)")))
                     continue
             if k is not None:
                 to_place.append((j, k))
@@ -376,7 +409,7 @@ class SiaPolicy:
             placed = self.perf.placed_plan(cand.job, plan, placement, state)
             where = " + ".join(f"{g}@{node}" for node, g in placement)
             why = (f"{tag}: MILP chose {n}x{t} ({plan.label()}), normalised goodput "
-                   f"{cand.goodput[k]:.2f}, cost {cand.cost[k] + self.lambda_n:.2f}; on {where}")
+                   f"{cand.goodput[k]:.2f}, cost {cand.cost[k] + cand.left_out:.2f}; on {where}")
             alloc = Allocation(cand.job.id, placed, placement)
             if run is None:
                 out.append(start(alloc, why))

@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 from scheduler.cluster import Allocation, ClusterState
 from scheduler.decision import DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.deadline_common import Option, Profile, Share
+from scheduler.policies.deadline_common import (
+    TICKS_PER_S,
+    Option,
+    Profile,
+    Share,
+    ticks_ceil,
+    ticks_floor,
+)
 from scheduler.policy import make_policy
 
 POLICIES = ["elastic", "elasticflow"]
@@ -52,16 +59,42 @@ def test_registered() -> None:
 
 
 def test_profile_earliest_and_latest_fit() -> None:
-    p = Profile(0.0, {"X": 4})
-    p.reserve("X", 3, 0.0, 100.0)
-    assert p.earliest_fit("X", 1, 50.0, 1000.0) == 0.0
-    assert p.earliest_fit("X", 2, 50.0, 1000.0) == 100.0
-    assert p.earliest_fit("X", 2, 50.0, 120.0) is None
-    assert p.latest_fit("X", 2, 50.0, 1000.0) == 950.0
-    p.reserve("X", 2, 900.0, 1000.0)
-    assert p.latest_fit("X", 3, 50.0, 1000.0) == 850.0
-    assert p.latest_fit("X", 3, 850.0, 1000.0) is None  # [0,100) and [900,...) are busy
-    assert p.used_at("X", 950.0) == 2
+    p = Profile(0, {"X": 4})  # ticks
+    p.reserve("X", 3, 0, 100)
+    assert p.earliest_fit("X", 1, 50, 1000) == 0
+    assert p.earliest_fit("X", 2, 50, 1000) == 100
+    assert p.earliest_fit("X", 2, 50, 120) is None
+    assert p.latest_fit("X", 2, 50, 1000) == 950
+    p.reserve("X", 2, 900, 1000)
+    assert p.latest_fit("X", 3, 50, 1000) == 850
+    assert p.latest_fit("X", 3, 850, 1000) is None  # [0,100) and [900,...) are busy
+    assert p.used_at("X", 950) == 2
+
+
+def test_profile_latest_fit_ends_exactly_where_the_busy_segment_starts() -> None:
+    """The crash of issue 14: in float seconds, start = e - d and start + d landed one unit past
+    e, inside the busy segment, and the reservation raised. In ticks the arithmetic is exact:
+    the share found free is reserved without overflow, and ends exactly at the segment."""
+    e_s, d_s = 38331.50305265253, 996.5051918570789
+    assert (e_s - d_s) + d_s > e_s  # the float arithmetic that crashed
+    cap = {"A100-40G": 8}
+    e, d = ticks_floor(e_s), ticks_ceil(d_s)
+    assert (e, d) == (38_331_503_052, 996_505_192)
+    p = Profile(0, cap)
+    p.reserve("A100-40G", 8, e, e + 5_000)
+    s = p.latest_fit("A100-40G", 8, d, e + 10)
+    assert s == e - d
+    p.reserve("A100-40G", 8, s, s + d)  # raised ValueError before integer time
+    assert p.used_at("A100-40G", e - 1) == 8 and p.used_at("A100-40G", e) == 8
+
+
+def test_seconds_become_ticks_conservatively() -> None:
+    """Instants round down (a deadline never moves later), durations up (a booking never
+    holds less than its work); 1 tick = 1 µs."""
+    assert TICKS_PER_S == 1_000_000
+    assert ticks_floor(1.0000009) == 1_000_000 and ticks_ceil(1.0000001) == 1_000_001
+    assert ticks_floor(1e9) == 10 ** 15 and ticks_ceil(1e-7) == 1
+    assert Share(Option("X", 1, make_plan("X", 1)), 31_000_000, 201_000_000, 0.0).end_t == 201.0
 
 
 def test_rejects_an_impossible_deadline_with_the_reason() -> None:
@@ -216,7 +249,8 @@ def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -
 
 
 def _share(gpu_type: str, n: int, start: float, end: float) -> Share:
-    return Share(Option(gpu_type, n, make_plan(gpu_type, n)), start, end, 0.0)
+    return Share(Option(gpu_type, n, make_plan(gpu_type, n)), ticks_floor(start),
+                 ticks_floor(end), 0.0)
 
 
 def test_displaced_counts_the_arrivals_a_booking_turns_away() -> None:
@@ -227,11 +261,11 @@ def test_displaced_counts_the_arrivals_a_booking_turns_away() -> None:
     for i in range(9):
         eng.record_arrival(10.0 * i, {"A100-40G": 8})
     cap = {"A100-40G": 16}
-    empty = Profile(100.0, cap)
+    empty = Profile(ticks_floor(100.0), cap)
     assert eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, empty) == 10.0
     assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, empty) == 0.0
-    busy = Profile(100.0, cap)
-    busy.reserve("A100-40G", 8, 100.0, 150.0)
+    busy = Profile(ticks_floor(100.0), cap)
+    busy.reserve("A100-40G", 8, ticks_floor(100.0), ticks_floor(150.0))
     assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, busy) == 5.0
 
 
@@ -241,12 +275,13 @@ def test_displaced_leaves_out_arrivals_another_type_could_serve() -> None:
     for i in range(9):
         eng.record_arrival(10.0 * i, {"A100-40G": 8, **({"RTX2080Ti": 8} if i < 4 else {})})
     cap = {"A100-40G": 16, "RTX2080Ti": 8}
-    got = eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(100.0, cap))
+    got = eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(ticks_floor(100.0), cap))
     assert abs(got - 0.1 * 100.0 * 5 / 9) < 1e-9
     few = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(7):  # fewer than 8 arrivals seen: no estimate
         few.record_arrival(10.0 * i, {"A100-40G": 8})
-    assert few.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(100.0, cap)) == 0.0
+    assert few.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
+                         Profile(ticks_floor(100.0), cap)) == 0.0
 
 
 def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_arrive() -> None:
@@ -403,13 +438,13 @@ def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[f
             assert 0 <= n.free_gpus <= n.total_gpus
         kinds = {d.job_id: d for d in out}
         books = pol.engine.bookings
-        profile = Profile(now, state.total_by_type())
+        profile = Profile(ticks_floor(now), state.total_by_type())
         for jid, sh in books.items():
             assert jid in pol.engine.admitted
-            profile.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start_t, sh.end_t)
+            profile.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start, sh.end)
             deadline = next(j.deadline for j in [*pending, *(r.job for r in running)]
                             if j.id == jid)
-            assert sh.start_t >= now and sh.end_t <= deadline, (jid, sh)
+            assert sh.start >= ticks_floor(now) and sh.end <= ticks_floor(deadline), (jid, sh)
         for rj in running:
             j = rj.job
             if j.id not in pol.engine.admitted or j.deadline is None:
@@ -418,7 +453,7 @@ def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[f
             if not on_time:
                 continue
             d = kinds.get(j.id)
-            if d is not None and j.id in books and books[j.id].start_t > now:
+            if d is not None and j.id in books and books[j.id].start > ticks_floor(now):
                 assert d.kind is not DecisionKind.START, d  # paused: resumes on its booking
                 continue
             assert d is None or d.kind is not DecisionKind.STOP, d

@@ -66,3 +66,37 @@ def test_fcfs_with_backfill_and_strict() -> None:
     apply_decisions(state, [], out)
     strict = OpportunisticPolicy(IdentityPerf(), backfill=False)
     assert strict.decide(state, [first, second, third], [], 0.0) == []
+
+
+def test_a_request_larger_than_any_type_runs_on_the_most_gpus_a_type_has() -> None:
+    """Asks 32 GPUs; the cluster has 16 A100s and 8 2080Tis. The request is clamped per type
+    (A100: 16, RTX: 8) and the faster clamped plan starts (16 A100s: 0.2 s/step). Before, no
+    plan of 32 could ever be placed and the job waited forever."""
+    state = cluster(make_node("a0", "A100-40G", 8), make_node("a1", "A100-40G", 8),
+                    make_node("rtx", "RTX2080Ti", 8))
+    plans = ranked(*(make_plan("A100-40G", n, step_s=3.2 / n) for n in (4, 8, 16, 32)),
+                   *(make_plan("RTX2080Ti", n, step_s=12.8 / n, req_gib=8) for n in (8, 32)))
+    job = make_job("big", plans, requested=32)
+    (d,) = OpportunisticPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None
+    assert (d.allocation.plan.gpu_type, d.allocation.num_gpus) == ("A100-40G", 16)
+    assert "the most A100-40G this cluster has: 16" in d.reason
+    # with the A100s busy it takes the 8 2080Tis (its RTX request clamped to 8)
+    busy = cluster(make_node("a0", "A100-40G", 8, 0), make_node("a1", "A100-40G", 8),
+                   make_node("rtx", "RTX2080Ti", 8))
+    (d,) = OpportunisticPolicy(IdentityPerf()).decide(busy, [job], [], 0.0)
+    assert d.allocation is not None
+    assert (d.allocation.plan.gpu_type, d.allocation.num_gpus) == ("RTX2080Ti", 8)
+
+
+def test_a_request_some_type_can_hold_is_not_clamped() -> None:
+    """Asks 8: the 4-GPU RTX 6000 node is too small and is not offered (its 4-GPU plan is
+    faster than 8 2080Tis, but the user asked for 8 and the 2080Tis can hold 8)."""
+    state = cluster(make_node("q", "RTX6000", 4), make_node("rtx", "RTX2080Ti", 8))
+    plans = ranked(make_plan("RTX6000", 4, step_s=1.0, req_gib=8),
+                   make_plan("RTX6000", 8, step_s=0.5, req_gib=8),
+                   make_plan("RTX2080Ti", 8, step_s=2.0, req_gib=8))
+    (d,) = OpportunisticPolicy(IdentityPerf()).decide(state, [make_job("j", plans, requested=8)],
+                                                      [], 0.0)
+    assert d.allocation is not None
+    assert (d.allocation.plan.gpu_type, d.allocation.num_gpus) == ("RTX2080Ti", 8)

@@ -90,14 +90,14 @@ def test_restart_penalty_keeps_a_job_where_a_small_gain_would_move_it() -> None:
     # would win, but after 100 s with R = 30 s, r = 100/130: G = 0.846 -> cost 1.09 + 0.01 > 1.00
     state, job, rtx = _mover(1.0)
     run = _running(job, rtx, (("rtx", 1),), started_at=0.0)
-    assert _sia().decide(state, [], [run], 100.0) == []
+    assert _sia(restart_penalty_s=30.0).decide(state, [], [run], 100.0) == []
 
 
 def test_a_large_gain_is_worth_a_restart() -> None:
     # A100 4.4x faster: G = 4.4 * 100/130 = 3.38 -> cost 0.54 + 0.01 < 1.00: resize
     state, job, rtx = _mover(0.25)
     run = _running(job, rtx, (("rtx", 1),), started_at=0.0)
-    (d,) = _sia().decide(state, [], [run], 100.0)
+    (d,) = _sia(restart_penalty_s=30.0).decide(state, [], [run], 100.0)
     assert d.kind is DecisionKind.RESIZE
     assert d.allocation is not None and d.allocation.placement == (("dgx", 1),)
     apply_decisions(state, [run], [d])
@@ -112,7 +112,8 @@ def test_a_job_mid_checkpoint_restore_is_not_moved() -> None:
 def test_preempts_when_another_job_gains_more_from_the_gpus() -> None:
     # R only runs on the A100 (its one config: cost 1.00) and holds it. P runs 4x faster there
     # than on the free 2080Ti.  keep R, P->RTX: 1.00 + 1.00 = 2.00;
-    # stop R, P->A100: 1.10 + 0.50 = 1.60  ->  Sia preempts R (its p<0 fairness trades R's
+    # stop R (age 600 s, R = 70 s: r = 600/670, leaving it out costs 1.1 * r^-0.5 = 1.162),
+    # P->A100: 1.162 + 0.50 = 1.662  ->  Sia preempts R (its p<0 fairness trades R's
     # allocation for P's larger relative gain; the 2080Ti stays idle: R cannot use it).
     state = cluster(make_node("dgx", "A100-40G", 1, 0), make_node("rtx", "RTX2080Ti", 1))
     r_plan = make_plan("A100-40G", 1, step_s=1.0)
@@ -129,7 +130,9 @@ def test_preempts_when_another_job_gains_more_from_the_gpus() -> None:
 
 def test_rounds_and_filling_idle_gpus_between_them() -> None:
     state = cluster(make_node("n", "A100-40G", 4))
-    policy = _sia()
+    # R = 30 s: at 60 s, r = 60/90; a on 2 GPUs: G = 2 * 2/3 -> 0.87 + 0.01, b on 2: 0.71,
+    # total 1.59 < a keeps 4 (0.50) + b left out (1.10) = 1.60
+    policy = _sia(restart_penalty_s=30.0)
     (d0,) = policy.decide(state, [_linear_job("a")], [], 0.0)  # alone: takes all 4
     assert d0.allocation is not None and d0.allocation.num_gpus == 4
     run = RunningJob(_linear_job("a"), d0.allocation, 0.0)
@@ -184,6 +187,41 @@ def test_phoebe_scale_solution_is_valid() -> None:
     for alloc in applied.holding.values():
         assert_allocation_valid(state, alloc)
     assert len(out) >= 10
+
+
+def test_stopping_a_running_job_costs_the_restart_penalty() -> None:
+    """Two jobs that run only on the one A100, same speed, one holding it. In the artifact's
+    objective a swap is free: keep R + leave P out = 1.00 + 1.10 = stop R + start P. Charging
+    the stop (age 300 s, R = 70 s: r = 300/370, left out costs 1.1 * r^-0.5 = 1.2216) makes
+    keeping R strictly cheaper (2.10 < 2.2216), so R keeps the GPU. Without the charge the
+    objective ties and any rounding tips it."""
+    state = cluster(make_node("dgx", "A100-40G", 1, 0))
+    plan = make_plan("A100-40G", 1, step_s=1.0)
+    r = make_job("r", ranked(plan))
+    p = make_job("p", ranked(make_plan("A100-40G", 1, step_s=1.0)), submit=5)
+    run = _running(r, plan, (("dgx", 1),), started_at=0.0)
+    policy = _sia()
+    assert policy.decide(state, [p], [run], 300.0) == []
+    assert policy.last_round is not None
+    assert policy.last_round.objective == pytest.approx(2.10)
+    free = _sia(charge_stops=False)
+    free.decide(state, [p], [run], 300.0)
+    assert free.last_round is not None and free.last_round.objective == pytest.approx(2.10)
+
+
+def test_a_job_is_held_at_least_its_restart() -> None:
+    """Started 60 s ago (< the 70 s launch + checkpoint restore): frozen, even where moving it
+    to a 4x faster GPU would pay (see ``test_a_large_gain_is_worth_a_restart``); at 80 s it
+    moves."""
+    state, job, rtx = _mover(0.25)
+    job = make_job("r", job.plans, submit=-1000.0)
+    policy = _sia()
+    assert policy.min_hold_s == 70.0 and policy.restart_penalty_s == 70.0
+    assert policy.decide(state, [], [_running(job, rtx, (("rtx", 1),), 0.0)], 60.0) == []
+    (d,) = _sia().decide(state, [], [_running(job, rtx, (("rtx", 1),), 0.0)], 80.0)
+    assert d.kind is DecisionKind.RESIZE
+    with pytest.raises(ValueError, match="min_hold_s must be at least"):
+        SiaPolicy(min_hold_s=30.0)
 
 
 def test_rejects_parameters_outside_the_implemented_regime() -> None:

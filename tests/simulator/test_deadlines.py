@@ -118,8 +118,12 @@ def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path
     for per in res.values():
         assert set(per) == {"elastic", "elasticflow", "has", "opportunistic"}
         for r in per.values():
-            assert {"deadline_ratio", "avg_jct_s", "makespan_s", "resizes"} <= set(r)
+            assert {"deadline_ratio", "avg_jct_s", "makespan_s", "resizes", "unfinished",
+                    "restarts_per_job", "jobs"} <= set(r)
             assert 0.0 <= r["deadline_ratio"] <= 1.0
+            assert r["restarts_per_job"] == pytest.approx(r["resizes"] / r["jobs"])
+            assert 0 <= r["unfinished"] <= r["jobs"] - r["rejected"]
+        assert per["opportunistic"]["resizes"] == 0  # never stops or resizes
         assert "ratio_vs_elasticflow" in per["elastic"]
     assert (tmp_path / "deadlines_ratio.png").stat().st_size > 0
     assert "results:begin" in (tmp_path / "deadlines.md").read_text()

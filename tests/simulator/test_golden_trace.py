@@ -75,3 +75,16 @@ def test_invariants(setup, policy: str) -> None:  # type: ignore[no-untyped-def]
         assert rec.end_time - rec.first_start >= v.total_steps * fastest * (1 - 1e-9)
     util = res.metrics.gpu_util
     assert set(util) == set(state.total_by_type()) and all(0 <= u <= 1 for u in util.values())
+
+
+@pytest.mark.parametrize("policy", ["has", "sia"])
+def test_restarts_counted_as_the_controller_counts(setup, policy: str) -> None:  # type: ignore[no-untyped-def]
+    """The metrics' restarts (read from the event stream) equal the restarts the controller
+    charged to the jobs themselves (``JobView.restarts``), job by job."""
+    state, views = setup
+    res = replay(views, state, policy)
+    by_ctl = {jid: rec.view.restarts for jid, rec in res.controller.jobs.items()}
+    by_events = {jid: rec.restarts for jid, rec in res.collector.jobs.items()}
+    assert by_events == by_ctl
+    assert res.metrics.restarts == sum(by_ctl.values())
+    assert res.metrics.restarts_per_job == pytest.approx(sum(by_ctl.values()) / 30)

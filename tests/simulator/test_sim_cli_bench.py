@@ -26,14 +26,16 @@ def test_simulate_prints_table_and_json(capsys: pytest.CaptureFixture[str]) -> N
                   "--no-progress"])
     assert run_simulate(args) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert "avg JCT" in out[1]
+    assert "avg JCT" in out[1] and "unfin" in out[1] and "restarts/job" in out[1]
     data = json.loads(out[-1])
     res = data["results"][str(DATA / "golden_trace.csv")]
     assert set(res) == {"has", "opportunistic"}
     for r in res.values():
-        assert r["jobs"] == 12 and r["unfinished"] == 0
+        assert r["jobs"] == 12 and r["finished"] == 12 and r["unfinished"] == 0
         assert {"avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_util",
-                "avg_samples_per_s", "sched_p50_ms", "sched_p95_ms", "sched_max_ms"} <= set(r)
+                "avg_samples_per_s", "sched_p50_ms", "sched_p95_ms", "sched_max_ms",
+                "restarts_per_job"} <= set(r)
+    assert res["opportunistic"]["restarts_per_job"] == 0.0  # it never stops or resizes
 
 
 def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,6 +44,22 @@ def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_simulate(parse(["--trace", str(DATA / "golden_trace.csv"), "--policy", "zzz",
                                "--no-progress"])) == 2
     assert "unknown policy zzz" in capsys.readouterr().err
+
+
+def test_simulate_reports_a_policy_crash_as_internal_error(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ValueError raised while replaying (issue 14: the booking profile's rounding crash)
+    is a fault of the simulator, not bad input: exit status 1, and the message says so."""
+    def boom(*a: object, **k: object) -> None:
+        raise ValueError("reservation exceeds A100-40G capacity at 38331.50305265253")
+
+    monkeypatch.setattr("simulator.cli.run_tasks", boom)
+    args = parse(["--trace", str(DATA / "golden_trace.csv"), "--policy", "elastic",
+                  "--no-progress"])
+    assert run_simulate(args) == 1
+    err = capsys.readouterr().err
+    assert "internal error (not a problem with your input)" in err
+    assert "ValueError: reservation exceeds" in err
 
 
 needs_traces = pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
