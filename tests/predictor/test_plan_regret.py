@@ -36,14 +36,14 @@ def test_regret_and_memory_mistakes_are_counted(monkeypatch: pytest.MonkeyPatch)
     predicted = {1: 3.0, 2: 2.0, 4: 1.0}  # the model prefers dp=4, then dp=2
     monkeypatch.setattr(pr, "predicted_s", lambda run, gpu: predicted[run.par.dp])
     # the memory model accepts the OOM run (dp=4) and rejects the run that ran (dp=1)
-    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu: run.par.dp != 1)
+    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu, margin=0.13: run.par.dp != 1)
     decisions, oom_accepted, ran_rejected = pr.decide(runs, load_gpu_catalog())
     assert [r.par.dp for r in oom_accepted] == [4] and [r.par.dp for r in ran_rejected] == [1]
     (d,) = decisions
     assert d.best == "t4d1p1 mb1" and d.chosen == "t1d4p1 mb1" and math.isinf(d.regret)
     # baseline: the most data parallelism the memory model accepts -> dp=4 (it OOMs)
     assert math.isinf(d.baseline_regret)
-    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu: run.par.dp != 4)
+    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu, margin=0.13: run.par.dp != 4)
     (d,) = pr.decide(runs, load_gpu_catalog())[0]
     assert d.chosen == "t2d2p1 mb1" and d.regret == pytest.approx(0.2)
     s = pr.summarize([d])
