@@ -50,6 +50,24 @@ def test_regret_and_memory_mistakes_are_counted(monkeypatch: pytest.MonkeyPatch)
     assert s["share_within_5pct"] == 0.0 and s["p90_regret"] == pytest.approx(0.2)
 
 
+def _row(mb: int, partition: str, ran: bool, experiment: str = "homogeneous") -> dict:
+    return {"experiment": experiment, "tp": "1", "dp": "1", "pp": "2", "micro_batch": str(mb),
+            "layer_partition": partition, "measured_iter_time_s": "1.0" if ran else "",
+            "oom_or_failed": "" if ran else "1"}
+
+
+def test_failures_that_cannot_be_memory_are_recognised() -> None:
+    rows = [
+        _row(1, "0,15,30", ran=False),  # mb 2 of the same plan ran: not memory
+        _row(2, "0,15,30", ran=True),
+        _row(4, "0,15,30", ran=False),  # larger than any that ran: may be memory
+        _row(1, "0,14,30", ran=False),  # another partition: a different plan
+        _row(1, "0,15,30", ran=False, experiment="het_cluster"),  # another experiment
+        _row(8, "0,1,2,30", ran=False),  # stage 1 = pseudo-layer 1 only: no parameters
+    ]
+    assert pr.not_memory_failures(rows) == {0, 5}
+
+
 def test_p90_is_nearest_rank() -> None:
     assert pr.p90([0.0] * 9 + [1.0]) == 0.0
     assert pr.p90([0.0] * 8 + [0.5, 1.0]) == 0.5
