@@ -24,6 +24,7 @@ JSON object last; ``--write-docs`` writes docs/plan_regret.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -35,7 +36,9 @@ from pathlib import Path
 from benchmarks.step_time_accuracy import DOCS, MEASUREMENTS, read_rows
 from predictor.gpus import GpuType, load_gpu_catalog
 from predictor.memory import estimate_memory
+from predictor.overhead import NON_TENSOR
 from predictor.planner import DEFAULT_MARGIN
+from predictor.runtimes import get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
 from predictor.step_time import Topology, estimate_step_time
 from predictor.validation import AMP_MODEL, amp_plan, vtrain_cases
@@ -43,6 +46,8 @@ from predictor.validation import AMP_MODEL, amp_plan, vtrain_cases
 log = logging.getLogger(__name__)
 
 WITHIN = 0.05  # "within 5 % of the measured best"
+AMP_PARAMLESS = frozenset({1, 26, 29})  # AMP's pipeline "layers" without parameters:
+# the transposes around the transformer layers and the loss (../shared/measurements/amp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +99,39 @@ def vtrain_runs(rows: Sequence[dict[str, str]], dataset: str,
     return runs
 
 
+def not_memory_failures(rows: Sequence[dict[str, str]]) -> set[int]:
+    """Indices of AMP's failed trials that cannot have failed for memory: the same
+    experiment ran the same plan (tp, dp, pp and DeepSpeed layer partition) with a larger
+    micro-batch, which needs at least as much memory on every stage; or one of its pipeline
+    stages holds no parameters (see ``empty_stage``). AMP labels a trial
+    "cannot run", mostly but not only out of memory (../shared/measurements/amp/SOURCE.md)."""
+    def plan(row: dict[str, str]) -> tuple[str, ...]:
+        return (row["experiment"], row["tp"], row["dp"], row["pp"], row["layer_partition"])
+
+    def empty_stage(row: dict[str, str]) -> bool:
+        # a stage over AMP's parameterless pseudo-layers only (index 1, the transpose after
+        # the embedding): DeepSpeed builds each stage's optimizer over its own parameters,
+        # and an empty parameter list is an error whatever the micro-batch
+        bounds = [int(x) for x in row["layer_partition"].split(",")]
+        return any(set(range(a, b)) <= AMP_PARAMLESS for a, b in itertools.pairwise(bounds))
+
+    ran: dict[tuple[str, ...], int] = {}
+    for row in rows:
+        if row["measured_iter_time_s"]:
+            ran[plan(row)] = max(ran.get(plan(row), 0), int(row["micro_batch"]))
+    return {i for i, row in enumerate(rows)
+            if not row["measured_iter_time_s"]
+            and (int(row["micro_batch"]) < ran.get(plan(row), 0) or empty_stage(row))}
+
+
 def amp_runs(rows: Sequence[dict[str, str]]) -> list[Run]:
     """AMP's GPT runs (homogeneous and heterogeneous cluster), OOM ones included; the
-    TransGAN experiment is skipped (not a model the predictor expresses)."""
+    TransGAN experiment is skipped (not a model the predictor expresses), and so are the
+    failed trials that cannot have failed for memory (``not_memory_failures``)."""
     runs = []
-    for row in rows:
-        if row["experiment"] not in ("homogeneous", "het_cluster"):
+    skip = not_memory_failures(rows)
+    for i, row in enumerate(rows):
+        if row["experiment"] not in ("homogeneous", "het_cluster") or i in skip:
             continue
         train, par, topo = amp_plan(row)
         measured = float(row["measured_iter_time_s"]) if row["measured_iter_time_s"] else None
@@ -110,11 +142,21 @@ def amp_runs(rows: Sequence[dict[str, str]]) -> list[Run]:
     return runs
 
 
+def device_bytes(run: Run, gpu: GpuType) -> int:
+    """The planner's device figure (nvidia-smi reading) of ``run``'s plan on ``gpu``: the
+    counted tensors under the run's runtime profile and its measured stage split, plus the
+    workspace, allocator slack and memory outside the allocator (``predictor.overhead``)."""
+    layers = run.par.extra.get("stage_layers") if run.par.extra else None
+    mem = estimate_memory(run.model, run.train, run.par, None,
+                          runtime=get_runtime(run.runtime), layers=layers)
+    return NON_TENSOR.fill(mem, gpu, run.par.num_gpus).device
+
+
 def memory_fits(run: Run, gpu: GpuType, margin: float = DEFAULT_MARGIN) -> bool:
-    """Whether the planner's memory check accepts ``run``'s plan on ``gpu`` (the same budget
-    as ``plan_job``: tensors + the GPU's runtime overhead within ``1 − margin`` of memory)."""
-    mem = estimate_memory(run.model, run.train, run.par, gpu)
-    return mem.tensors + gpu.runtime_overhead_bytes <= gpu.memory_bytes * (1.0 - margin)
+    """Whether the planner's memory check accepts ``run``'s plan on ``gpu``: the device
+    figure within ``1 − margin`` of the GPU's memory, as ``plan_job`` requires
+    (``margin=0``: whether the model predicts the plan fits at all)."""
+    return device_bytes(run, gpu) <= gpu.memory_bytes * (1.0 - margin)
 
 
 def predicted_s(run: Run, gpu: GpuType) -> float:
@@ -150,7 +192,10 @@ def decide(runs: Sequence[Run], gpus: dict[str, GpuType]
         return fit_cache[id(run)]
 
     oom_accepted = [r for r in runs if r.measured_s is None and fits(r)]
-    ran_rejected = [r for r in runs if r.measured_s is not None and not fits(r)]
+    # a run that ran is a model error only where its device figure exceeds the GPU's memory;
+    # rejecting it for the margin alone is the margin's price (``margin_rejected``)
+    ran_rejected = [r for r in runs if r.measured_s is not None
+                    and not memory_fits(r, gpus[r.memory_gpu or r.gpu], margin=0.0)]
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         if r.dataset == "amp_het_cluster":
@@ -169,6 +214,13 @@ def decide(runs: Sequence[Run], gpus: dict[str, GpuType]
         decisions.append(Decision(dataset, key, len(group), chosen.label, best.label,
                                   _regret(chosen, best_s), base.label, _regret(base, best_s)))
     return decisions, oom_accepted, ran_rejected
+
+
+def margin_rejected(runs: Sequence[Run], gpus: dict[str, GpuType]) -> list[Run]:
+    """Runs that ran and that the model says fit, but not within the planner's margin."""
+    return [r for r in runs if r.measured_s is not None
+            and memory_fits(r, gpus[r.memory_gpu or r.gpu], margin=0.0)
+            and not memory_fits(r, gpus[r.memory_gpu or r.gpu])]
 
 
 def p90(values: Sequence[float]) -> float:
@@ -236,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = summarize(decisions)
     result["oom_accepted"] = len(oom_accepted)
     result["ran_rejected"] = len(ran_rejected)
+    within_margin = margin_rejected(runs, gpus)
+    result["ran_rejected_by_margin"] = len(within_margin)
+    result["margin"] = DEFAULT_MARGIN
     vt40 = [replace(r, memory_gpu="A100-40G") for r in runs if r.dataset.startswith("vtrain")]
     result["ran_rejected_vtrain_as_a100_40g"] = len(decide(vt40, gpus)[2])
     result["runs"] = len(runs)
@@ -259,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  OOM but accepted: {r.dataset} {r.label}")
     for r in ran_rejected:
         print(f"  ran but rejected: {r.dataset} {r.label} {r.key}")
+    print(f"ran, fit by the model, but within the {DEFAULT_MARGIN:.0%} margin: "
+          f"{len(within_margin)}")
+    for r in within_margin:
+        print(f"  within margin: {r.dataset} {r.label} {r.key}")
     misses = sorted((d for d in decisions if d.regret > WITHIN), key=lambda d: -d.regret)
     for d in misses[:10]:
         print(f"  miss {d.dataset} {d.key}: chose {d.chosen}, best {d.best}, "

@@ -36,18 +36,36 @@ def test_regret_and_memory_mistakes_are_counted(monkeypatch: pytest.MonkeyPatch)
     predicted = {1: 3.0, 2: 2.0, 4: 1.0}  # the model prefers dp=4, then dp=2
     monkeypatch.setattr(pr, "predicted_s", lambda run, gpu: predicted[run.par.dp])
     # the memory model accepts the OOM run (dp=4) and rejects the run that ran (dp=1)
-    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu: run.par.dp != 1)
+    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu, margin=0.13: run.par.dp != 1)
     decisions, oom_accepted, ran_rejected = pr.decide(runs, load_gpu_catalog())
     assert [r.par.dp for r in oom_accepted] == [4] and [r.par.dp for r in ran_rejected] == [1]
     (d,) = decisions
     assert d.best == "t4d1p1 mb1" and d.chosen == "t1d4p1 mb1" and math.isinf(d.regret)
     # baseline: the most data parallelism the memory model accepts -> dp=4 (it OOMs)
     assert math.isinf(d.baseline_regret)
-    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu: run.par.dp != 4)
+    monkeypatch.setattr(pr, "memory_fits", lambda run, gpu, margin=0.13: run.par.dp != 4)
     (d,) = pr.decide(runs, load_gpu_catalog())[0]
     assert d.chosen == "t2d2p1 mb1" and d.regret == pytest.approx(0.2)
     s = pr.summarize([d])
     assert s["share_within_5pct"] == 0.0 and s["p90_regret"] == pytest.approx(0.2)
+
+
+def _row(mb: int, partition: str, ran: bool, experiment: str = "homogeneous") -> dict:
+    return {"experiment": experiment, "tp": "1", "dp": "1", "pp": "2", "micro_batch": str(mb),
+            "layer_partition": partition, "measured_iter_time_s": "1.0" if ran else "",
+            "oom_or_failed": "" if ran else "1"}
+
+
+def test_failures_that_cannot_be_memory_are_recognised() -> None:
+    rows = [
+        _row(1, "0,15,30", ran=False),  # mb 2 of the same plan ran: not memory
+        _row(2, "0,15,30", ran=True),
+        _row(4, "0,15,30", ran=False),  # larger than any that ran: may be memory
+        _row(1, "0,14,30", ran=False),  # another partition: a different plan
+        _row(1, "0,15,30", ran=False, experiment="het_cluster"),  # another experiment
+        _row(8, "0,1,2,30", ran=False),  # stage 1 = pseudo-layer 1 only: no parameters
+    ]
+    assert pr.not_memory_failures(rows) == {0, 5}
 
 
 def test_p90_is_nearest_rank() -> None:
