@@ -54,6 +54,7 @@ from service.api.inventory import ClusterView
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
+from service.metrics import watch_loop
 from service.runner import EventRecorder, SubmittedJob, epoch_to_datetime, specs_of
 from service.settings import Settings
 
@@ -133,6 +134,7 @@ class SimDriver:
         self.backend = SimBackend(
             self.clock, AnalyticalPerfModel(), cluster, launch_delay_s=launch_delay_s,
             restart_delay_s=restart_delay_s, progress_every_s=progress_every_s,
+            keep_step_times=False,
         )
 
     def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
@@ -341,11 +343,13 @@ class Runtime:
         with self.loop.lock:
             self.recover()
         self.loop.start()
+        watch_loop(self.loop)
         log.info("runtime started: %d nodes, %d GPUs, policy %s", len(cluster.nodes),
                  cluster.total_gpus, self._policy_name)
 
     def stop(self) -> None:
         if self.loop is not None:
+            watch_loop(None)
             self.loop.stop(timeout_s=10)
         if self.driver is not None:
             self.driver.close()

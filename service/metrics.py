@@ -4,12 +4,18 @@ Every figure is read from the tables the Controller's recorder writes, so any AP
 process answers the same: queue length, jobs by state, GPUs in use and in total by GPU type,
 and the placement latency (submission → first placement) as a cumulative histogram over
 every job ever placed (a job's ``placed_at`` is set once, so the buckets only grow).
+
+The process that runs the control loop adds the loop's own figures (``watch_loop``): turns
+made and their durations as a histogram, jobs in its working set and jobs ended. An API-only
+worker process (``--workers N``) has no loop and leaves them out.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -17,6 +23,9 @@ from sqlalchemy.orm import Session
 from orchestrator.states import JobState
 from service.db import repositories as repo
 from service.db.models import AllocationRow, Job, NodeRow
+
+if TYPE_CHECKING:
+    from orchestrator.loop import ControlLoop
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                         300.0, 1800.0)
@@ -44,6 +53,50 @@ def histogram_lines(name: str, values: Sequence[float], buckets: Sequence[float]
     out.append(f"{name}_sum {math.fsum(ordered):.6f}")
     out.append(f"{name}_count {len(ordered)}")
     return out
+
+
+_watched: list[ControlLoop] = []
+_watched_lock = threading.Lock()
+
+
+def watch_loop(loop: ControlLoop | None) -> None:
+    """Report ``loop``'s figures in this process's ``/metrics`` (None: stop reporting)."""
+    with _watched_lock:
+        _watched[:] = [loop] if loop is not None else []
+
+
+def loop_lines() -> list[str]:
+    """The watched loop's figures: turns and their durations (histogram over every turn,
+    fixed buckets, so a window's quantile is read from the difference of two scrapes), jobs
+    in its working set (live) and jobs ended."""
+    from orchestrator.loop import TURN_BUCKETS_S
+
+    with _watched_lock:
+        loop = _watched[0] if _watched else None
+    if loop is None:
+        return []
+    with loop.lock:  # a consistent snapshot: the loop thread updates these in its turn
+        stats = loop.stats
+        hist = list(stats.turn_hist)
+        total_s = stats.turn_s_sum
+        live = len(loop.controller.live)
+        ended = loop.controller.ended.total()
+    name = "frenzy_loop_turn_seconds"
+    samples, cum = [], 0
+    for b, n in zip(TURN_BUCKETS_S, hist, strict=False):
+        cum += n
+        samples.append(f'{name}_bucket{{le="{b:g}"}} {cum}')
+    cum += hist[-1]
+    samples += [f'{name}_bucket{{le="+Inf"}} {cum}', f"{name}_sum {total_s:.6f}",
+                f"{name}_count {cum}"]
+    lines = _family(name, "histogram", "Wall seconds of the control loop's turns.", samples)
+    lines += _family("frenzy_loop_live_jobs", "gauge",
+                     "Jobs in the control loop's working set (not yet ended).",
+                     [f"frenzy_loop_live_jobs {live}"])
+    lines += _family("frenzy_loop_ended_jobs_total", "counter",
+                     "Jobs the control loop has seen end.",
+                     [f"frenzy_loop_ended_jobs_total {ended}"])
+    return lines
 
 
 def render_metrics(session: Session) -> str:
@@ -83,4 +136,5 @@ def render_metrics(session: Session) -> str:
         "Seconds from submission to a job's first placement.",
         histogram_lines("frenzy_placement_latency_seconds", latencies, LATENCY_BUCKETS_S),
     )
+    lines += loop_lines()
     return "\n".join(lines) + "\n"
