@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             thread.start()
             targets = [(window, f"first {window} ended")]
             step = max(window, args.jobs // 10)
-            targets += [(k, f"{k} ended") for k in range(2 * step, args.jobs - window, step)
+            targets += [(k, f"{k} ended") for k in range(step, args.jobs - window, step)
                         if k > window]
             targets += [(args.jobs - window, f"last {window} begin"),
                         (args.jobs, "all ended")]

@@ -376,7 +376,7 @@ class Runtime:
         ctl = self.controller
         with self.lock:
             state = ctl.cluster
-            allocs = {r.view.id: r.allocation.placement for r in ctl.jobs.values()
+            allocs = {r.view.id: r.allocation.placement for r in ctl.live.values()
                       if r.allocation is not None}
         return ClusterView(state=state, allocations=allocs)
 
