@@ -96,7 +96,7 @@ def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
     if t.policy == "elastic":
         kw = {**(kw or {}), **dict(t.elastic_kw)}
     res = replay(views, state, t.policy, config=SimConfig(tick_s=TICK_S), policy_kwargs=kw)
-    dm = deadline_metrics(res.controller)
+    dm = deadline_metrics(res.records.values())
     m = res.metrics
     return t, {"deadline_jobs": dm.deadline_jobs, "met": dm.met, "rejected": dm.rejected,
                "resizes": dm.resizes, "avg_jct_s": m.avg_jct_s, "makespan_s": m.makespan_s,

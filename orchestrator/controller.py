@@ -28,8 +28,8 @@ import json
 import logging
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -61,6 +61,10 @@ FALLBACK_POLICY = "has-paper"
 """What decides a round whose policy raised: HAS as Algorithm 1 publishes it. It only starts
 queued jobs on free GPUs, so a round of it stops, shrinks or moves no running job."""
 KEPT_ALERTS = 16
+KEPT_FINISHED = 1024
+"""Ended jobs the Controller still answers ``job(id)`` for after they left its working set."""
+KEPT_POLICY_CALLS = 4096
+"""Policy calls whose timings are kept (``policy_calls``, ``policy_wall_s``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +136,47 @@ class JobRecord:
     end_time: float | None = None
 
 
+RetireListener = Callable[[JobRecord], None]
+"""Receives a job's final record when it leaves the Controller's working set (after its
+terminal event reached every ``Listener``)."""
+
+
+class JobTable(Mapping[str, JobRecord]):
+    """The jobs the Controller answers for: the live ones (its working set) and the latest
+    ended ones it still keeps (``keep_finished``). A read-only view; lookups are O(1)."""
+
+    __slots__ = ("_ended", "_live")
+
+    def __init__(self, live: dict[str, JobRecord], ended: Mapping[str, JobRecord]) -> None:
+        self._live = live
+        self._ended = ended
+
+    def __getitem__(self, job_id: str) -> JobRecord:
+        rec = self._live.get(job_id)
+        if rec is None:
+            return self._ended[job_id]
+        return rec
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._live or job_id in self._ended
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._ended
+        yield from self._live
+
+    def __len__(self) -> int:
+        return len(self._live) + len(self._ended)
+
+
 class Controller:
-    """Queue + cluster state + policy + backend. See the module docstring."""
+    """Queue + cluster state + policy + backend. See the module docstring.
+
+    Bounded memory: a job leaves the working set as soon as its terminal event has been
+    passed to the listeners (then ``retire_listeners`` get its final record); the latest
+    ``keep_finished`` ended jobs stay answerable by ``job`` (None: all of them), and the
+    timings of the latest ``keep_policy_calls`` policy calls are kept (None: all). Nothing
+    a scheduling round does scans ended jobs.
+    """
 
     def __init__(
         self,
@@ -145,7 +188,14 @@ class Controller:
         listeners: Sequence[Listener] = (),
         fallback: Policy | None = None,
         alert_listeners: Sequence[AlertListener] = (),
+        retire_listeners: Sequence[RetireListener] = (),
+        keep_finished: int | None = KEPT_FINISHED,
+        keep_policy_calls: int | None = KEPT_POLICY_CALLS,
     ) -> None:
+        for name, keep in (("keep_finished", keep_finished),
+                           ("keep_policy_calls", keep_policy_calls)):
+            if keep is not None and keep < 0:
+                raise ValueError(f"{name} must be >= 0 or None (keep all), got {keep}")
         self.policy = policy
         self._fallback = fallback
         self._alert_listeners: list[AlertListener] = list(alert_listeners)
@@ -155,7 +205,12 @@ class Controller:
         self.backend = backend
         self.clock = clock
         self._state = state
-        self._jobs: dict[str, JobRecord] = {}
+        self._jobs: dict[str, JobRecord] = {}  # live jobs only: the working set
+        self._ended: OrderedDict[str, JobRecord] = OrderedDict()  # latest ended, oldest first
+        self._keep_finished = keep_finished
+        self._retire_listeners: list[RetireListener] = list(retire_listeners)
+        self.ended: Counter[JobState] = Counter()
+        """Jobs ended so far, by terminal state."""
         self._listeners: list[Listener] = list(listeners)
         self.wake_at: float | None = None
         """When the policy's last call asked to be called again with nothing else happening
@@ -163,10 +218,12 @@ class Controller:
         self._batch_depth = 0
         self._scheduling = False
         self._dirty = False
-        self.policy_wall_s: list[float] = []
-        """Wall-clock seconds of every ``policy.decide`` call (scheduling overhead)."""
-        self.policy_calls: list[tuple[int, int, float]] = []
-        """(pending jobs, running jobs, wall seconds) of every ``policy.decide`` call."""
+        self.policy_call_count = 0
+        """``policy.decide`` calls so far."""
+        self.policy_wall_s: deque[float] = deque(maxlen=keep_policy_calls)
+        """Wall-clock seconds of the latest ``policy.decide`` calls (scheduling overhead)."""
+        self.policy_calls: deque[tuple[int, int, float]] = deque(maxlen=keep_policy_calls)
+        """(pending jobs, running jobs, wall seconds) of the latest ``policy.decide`` calls."""
         backend.connect(self.on_event)
 
     # -- queries ---------------------------------------------------------------------------
@@ -175,15 +232,20 @@ class Controller:
         return self._state
 
     @property
-    def jobs(self) -> dict[str, JobRecord]:
-        """All jobs by id (read-only by convention)."""
+    def jobs(self) -> JobTable:
+        """The live jobs and the latest ended ones by id (see ``JobTable``)."""
+        return JobTable(self._jobs, self._ended)
+
+    @property
+    def live(self) -> Mapping[str, JobRecord]:
+        """The jobs not yet ended: the working set (read-only by convention)."""
         return self._jobs
 
     def job(self, job_id: str) -> JobRecord:
-        try:
-            return self._jobs[job_id]
-        except KeyError:
-            raise ControllerError(f"unknown job {job_id!r}") from None
+        rec = self._jobs.get(job_id) or self._ended.get(job_id)
+        if rec is None:
+            raise ControllerError(f"unknown job {job_id!r}")
+        return rec
 
     def pending(self) -> list[JobView]:
         """The queue in arrival order (submit time, then id)."""
@@ -208,7 +270,7 @@ class Controller:
 
     def active(self) -> bool:
         """Is any job not yet in a terminal state?"""
-        return any(not r.state.terminal for r in self._jobs.values())
+        return bool(self._jobs)
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -216,11 +278,14 @@ class Controller:
     def subscribe_alerts(self, listener: AlertListener) -> None:
         self._alert_listeners.append(listener)
 
+    def subscribe_retired(self, listener: RetireListener) -> None:
+        self._retire_listeners.append(listener)
+
     # -- inputs ----------------------------------------------------------------------------
     def submit(self, job: JobView) -> None:
         """A job arrives with the ranked plans made at its submission: queue it, and
         schedule. A job without plans fails at once (nothing here plans)."""
-        if job.id in self._jobs:
+        if job.id in self._jobs or job.id in self._ended:
             raise ControllerError(f"job {job.id!r} submitted twice")
         now = self.clock.now()
         self._jobs[job.id] = JobRecord(view=job, state=JobState.PENDING)
@@ -358,6 +423,7 @@ class Controller:
         except Exception as exc:
             decisions = self._fail_safe(exc, pending, running, now)
         wall = time.perf_counter() - t0
+        self.policy_call_count += 1
         self.policy_wall_s.append(wall)
         self.policy_calls.append((len(pending), len(running), wall))
         if decisions:
@@ -408,7 +474,7 @@ class Controller:
         free = {n.id: n.free_gpus for n in self._state.nodes}
 
         def need(d: Decision, ok: frozenset[JobState] | tuple[JobState, ...]) -> None:
-            rec = self._jobs.get(d.job_id)
+            rec = self._jobs.get(d.job_id) or self._ended.get(d.job_id)
             if rec is None:
                 raise ControllerError(f"{d.kind.value} {d.job_id}: unknown job")
             state = states.get(d.job_id, rec.state)
@@ -536,6 +602,25 @@ class Controller:
         if dst.terminal:
             rec.end_time = ev.time
         self._emit(ev)
+        if dst.terminal:
+            self._retire(rec)
+
+    def _retire(self, rec: JobRecord) -> None:
+        """An ended job leaves the working set (its final event has reached the listeners);
+        the latest ``keep_finished`` stay answerable by ``job``."""
+        job_id = rec.view.id
+        del self._jobs[job_id]
+        self.ended[rec.state] += 1
+        forget = getattr(self.backend, "forget", None)
+        if forget is not None:
+            forget(job_id)
+        keep = self._keep_finished
+        if keep is None or keep > 0:
+            self._ended[job_id] = rec
+            if keep is not None and len(self._ended) > keep:
+                self._ended.popitem(last=False)
+        for listener in self._retire_listeners:
+            listener(rec)
 
     def _emit(self, event: JobEvent) -> None:
         for listener in self._listeners:

@@ -24,6 +24,7 @@ the simulator, deterministic; ``start`` runs turns on a thread every ``poll_s`` 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import math
@@ -36,7 +37,15 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
 from orchestrator.backend import Backend, Clock, VirtualClock
-from orchestrator.controller import AlertListener, Controller, ControllerError, Listener
+from orchestrator.controller import (
+    KEPT_FINISHED,
+    KEPT_POLICY_CALLS,
+    AlertListener,
+    Controller,
+    ControllerError,
+    Listener,
+    RetireListener,
+)
 from scheduler.cluster import ClusterState
 from scheduler.job import JobView
 from scheduler.policy import Policy
@@ -130,6 +139,13 @@ class ListJobSource:
         return len(self._jobs) - self._next + len(self._added)
 
 
+KEPT_TURNS = 4096
+"""Turn durations the loop keeps (``LoopStats.turn_s``): a bounded window."""
+TURN_BUCKETS_S: tuple[float, ...] = tuple(round(1e-4 * 1.1 ** k, 7) for k in range(122))
+"""Upper bounds of the turn-duration histogram (``LoopStats.turn_hist``): 0.1 ms to about
+10 s, 10 % apart, so a quantile read from it is within 10 % of the exact one."""
+
+
 @dataclass
 class LoopStats:
     """What the loop has done (logs, tests, ``frenzy status``)."""
@@ -140,8 +156,19 @@ class LoopStats:
     inventory_changes: int = 0
     errors: int = 0
     """Turns that raised (logged; the loop goes on)."""
-    turn_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
-    """Wall seconds of the latest turns."""
+    turn_s: deque[float] = field(default_factory=lambda: deque(maxlen=KEPT_TURNS))
+    """Wall seconds of the latest ``KEPT_TURNS`` turns."""
+    turn_s_sum: float = 0.0
+    """Wall seconds of all turns."""
+    turn_hist: list[int] = field(default_factory=lambda: [0] * (len(TURN_BUCKETS_S) + 1))
+    """Turns by duration: ``turn_hist[i]`` counts those in (``TURN_BUCKETS_S[i-1]``,
+    ``TURN_BUCKETS_S[i]``], the last one those beyond (non-cumulative; fixed size)."""
+
+    def record_turn(self, seconds: float) -> None:
+        self.turns += 1
+        self.turn_s.append(seconds)
+        self.turn_s_sum += seconds
+        self.turn_hist[bisect.bisect_left(TURN_BUCKETS_S, seconds)] += 1
 
 
 class ControlLoop:
@@ -152,6 +179,8 @@ class ControlLoop:
     turn). ``around_turn``: a context entered around each turn's Controller work (the
     service batches its event writes with it). ``on_inventory``: called with the backend's
     nodes whenever they changed (the service records them for the API).
+    ``retire_listeners``, ``keep_finished``, ``keep_policy_calls``: what happens to ended
+    jobs and how much history the Controller keeps (see ``Controller``).
     """
 
     def __init__(
@@ -169,6 +198,9 @@ class ControlLoop:
         poll_s: float = 0.05,
         around_turn: Callable[[], AbstractContextManager[object]] | None = None,
         on_inventory: Callable[[ClusterState], None] | None = None,
+        retire_listeners: Sequence[RetireListener] = (),
+        keep_finished: int | None = KEPT_FINISHED,
+        keep_policy_calls: int | None = KEPT_POLICY_CALLS,
     ) -> None:
         self.backend = backend
         self.source = source
@@ -182,7 +214,10 @@ class ControlLoop:
         self._leaving: set[str] = set()
         self.controller = Controller(policy, backend, self._inventory, clock,
                                      listeners=listeners, fallback=fallback,
-                                     alert_listeners=alert_listeners)
+                                     alert_listeners=alert_listeners,
+                                     retire_listeners=retire_listeners,
+                                     keep_finished=keep_finished,
+                                     keep_policy_calls=keep_policy_calls)
         now = clock.now()
         self._next_tick = now + tick_s if tick_s else math.inf
         self._next_inventory = now + inventory_every_s
@@ -225,8 +260,7 @@ class ControlLoop:
                 self._next_tick = now + (self.tick_s or math.inf)
             elif wake is not None and wake <= now:
                 ctl.tick()
-        self.stats.turns += 1
-        self.stats.turn_s.append(time.perf_counter() - t0)
+        self.stats.record_turn(time.perf_counter() - t0)
 
     def sync_inventory(self) -> None:
         """Read the backend's nodes; reconcile the Controller's cluster if they changed."""
@@ -264,7 +298,7 @@ class ControlLoop:
         ctl = self.controller
         stuck_ticked = False
         while True:
-            if max_policy_calls is not None and len(ctl.policy_wall_s) >= max_policy_calls:
+            if max_policy_calls is not None and ctl.policy_call_count >= max_policy_calls:
                 break
             t_ev = self.backend.next_event_time()
             t_arr = self.source.next_time()

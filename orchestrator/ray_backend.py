@@ -39,6 +39,7 @@ import logging
 import shlex
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,6 +81,10 @@ from scheduler.job import JobView
 
 log = logging.getLogger(__name__)
 
+KEPT_TIMINGS = 4096
+"""Placement-group timings kept (``pg_ready_s``, ``workers_up_s``, ``pg_remove_s``)."""
+KEPT_ENDED_JOBS = 256
+"""Ended jobs whose placements and losses stay readable."""
 GPU_TYPE_LABEL = "frenzy.io/gpu-type"
 NODE_ID_LABEL = "frenzy.io/node-id"
 INTERCONNECT_LABEL = "frenzy.io/interconnect"
@@ -210,19 +215,33 @@ class RayBackend:
         self._selectors: dict[str, dict[str, str]] = {}
         self._state: ClusterState | None = None
         self._worker_cls = ray.remote(TrainingWorker)
-        self.pg_ready_s: list[float] = []
+        self.pg_ready_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
         """Seconds from creating each placement group to it being ready (as first seen by
-        ``poll``, so within one poll interval)."""
-        self.workers_up_s: list[float] = []
+        ``poll``, so within one poll interval); the latest ``KEPT_TIMINGS``."""
+        self.workers_up_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
         """Seconds from creating each placement group to all its worker actors answering."""
-        self.pg_remove_s: list[float] = []
+        self.pg_remove_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
         self.placements: dict[str, list[dict[str, Any]]] = {}
-        """Per job, what its workers reported from inside the actors at the latest launch."""
+        """Per job, what its workers reported from inside the actors at the latest launch
+        (live jobs, and the latest ``KEPT_ENDED_JOBS`` ended ones)."""
         self.losses: dict[str, list[float]] = {}
         """Per job, the loss of every step made (all launches; a resumed launch repeats
-        none: only steps beyond the last one recorded are appended)."""
+        none: only steps beyond the last one recorded are appended); kept like
+        ``placements``."""
         self._loss_step: dict[str, int] = {}
+        self._ended: deque[str] = deque()
         self.inventory()
+
+    def forget(self, job_id: str) -> None:
+        """The job ended and left the Controller: its placements and losses stay readable
+        until ``KEPT_ENDED_JOBS`` later jobs have ended."""
+        self._loss_step.pop(job_id, None)
+        self._ended.append(job_id)
+        while len(self._ended) > KEPT_ENDED_JOBS:
+            old = self._ended.popleft()
+            if old not in self._runs:  # not resubmitted under the same id meanwhile
+                self.placements.pop(old, None)
+                self.losses.pop(old, None)
 
     # -- inventory -------------------------------------------------------------------------
     def inventory(self) -> ClusterState:

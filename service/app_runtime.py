@@ -55,6 +55,7 @@ from service.api.job_inputs import trainer_options
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
+from service.metrics import watch_loop
 from service.runner import EventRecorder, SubmittedJob, epoch_to_datetime, specs_of
 from service.schemas import RETIRED_FIELDS
 from service.settings import Settings
@@ -135,6 +136,7 @@ class SimDriver:
         self.backend = SimBackend(
             self.clock, AnalyticalPerfModel(), cluster, launch_delay_s=launch_delay_s,
             restart_delay_s=restart_delay_s, progress_every_s=progress_every_s,
+            keep_step_times=False,
         )
 
     def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
@@ -350,11 +352,13 @@ class Runtime:
         with self.loop.lock:
             self.recover()
         self.loop.start()
+        watch_loop(self.loop)
         log.info("runtime started: %d nodes, %d GPUs, policy %s", len(cluster.nodes),
                  cluster.total_gpus, self._policy_name)
 
     def stop(self) -> None:
         if self.loop is not None:
+            watch_loop(None)
             self.loop.stop(timeout_s=10)
         if self.driver is not None:
             self.driver.close()
@@ -381,7 +385,7 @@ class Runtime:
         ctl = self.controller
         with self.lock:
             state = ctl.cluster
-            allocs = {r.view.id: r.allocation.placement for r in ctl.jobs.values()
+            allocs = {r.view.id: r.allocation.placement for r in ctl.live.values()
                       if r.allocation is not None}
         return ClusterView(state=state, allocations=allocs)
 

@@ -17,6 +17,10 @@ A scrape costs O(live jobs + jobs placed or finished lately), not O(history):
 
 Aggregates are computed in SQL (``repositories.seconds_between`` is the dialect's
 timestamp difference), so no job row reaches Python.
+
+The process that runs the control loop adds the loop's own figures (``watch_loop``): turns
+made and their durations as a histogram, jobs in its working set and jobs ended. An API-only
+worker process (``--workers N``) has no loop and leaves them out.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -33,6 +38,9 @@ from sqlalchemy.orm import Session
 from orchestrator.states import TERMINAL, JobState
 from service.db.models import AllocationRow, Job, NodeRow
 from service.db.repositories import seconds_between
+
+if TYPE_CHECKING:
+    from orchestrator.loop import ControlLoop
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                         300.0, 1800.0)
@@ -71,6 +79,50 @@ def _histogram_text(name: str, buckets: Sequence[float], cumulative: Sequence[in
     out.append(f"{name}_sum {total:.6f}")
     out.append(f"{name}_count {count}")
     return out
+
+
+_watched: list[ControlLoop] = []
+_watched_lock = threading.Lock()
+
+
+def watch_loop(loop: ControlLoop | None) -> None:
+    """Report ``loop``'s figures in this process's ``/metrics`` (None: stop reporting)."""
+    with _watched_lock:
+        _watched[:] = [loop] if loop is not None else []
+
+
+def loop_lines() -> list[str]:
+    """The watched loop's figures: turns and their durations (histogram over every turn,
+    fixed buckets, so a window's quantile is read from the difference of two scrapes), jobs
+    in its working set (live) and jobs ended."""
+    from orchestrator.loop import TURN_BUCKETS_S
+
+    with _watched_lock:
+        loop = _watched[0] if _watched else None
+    if loop is None:
+        return []
+    with loop.lock:  # a consistent snapshot: the loop thread updates these in its turn
+        stats = loop.stats
+        hist = list(stats.turn_hist)
+        total_s = stats.turn_s_sum
+        live = len(loop.controller.live)
+        ended = loop.controller.ended.total()
+    name = "frenzy_loop_turn_seconds"
+    samples, cum = [], 0
+    for b, n in zip(TURN_BUCKETS_S, hist, strict=False):
+        cum += n
+        samples.append(f'{name}_bucket{{le="{b:g}"}} {cum}')
+    cum += hist[-1]
+    samples += [f'{name}_bucket{{le="+Inf"}} {cum}', f"{name}_sum {total_s:.6f}",
+                f"{name}_count {cum}"]
+    lines = _family(name, "histogram", "Wall seconds of the control loop's turns.", samples)
+    lines += _family("frenzy_loop_live_jobs", "gauge",
+                     "Jobs in the control loop's working set (not yet ended).",
+                     [f"frenzy_loop_live_jobs {live}"])
+    lines += _family("frenzy_loop_ended_jobs_total", "counter",
+                     "Jobs the control loop has seen end.",
+                     [f"frenzy_loop_ended_jobs_total {ended}"])
+    return lines
 
 
 @dataclass
@@ -187,4 +239,5 @@ def render_metrics(session: Session, tally: Tally, now: datetime) -> str:
         _histogram_text("frenzy_placement_latency_seconds", LATENCY_BUCKETS_S,
                         latency.cumulative, latency.count, latency.total),
     )
+    lines += loop_lines()
     return "\n".join(lines) + "\n"

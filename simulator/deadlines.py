@@ -15,10 +15,10 @@ it succeeded by its deadline (a rejected job is a miss), over the jobs that had 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from orchestrator.controller import Controller
+from orchestrator.controller import JobRecord
 from orchestrator.states import JobState
 from scheduler.job import JobView
 from scheduler.policies.common import PlanIndex
@@ -67,11 +67,12 @@ class DeadlineMetrics:
         return self.met / self.deadline_jobs if self.deadline_jobs else float("nan")
 
 
-def deadline_metrics(ctl: Controller) -> DeadlineMetrics:
+def deadline_metrics(records: Iterable[JobRecord]) -> DeadlineMetrics:
     """Count the jobs with deadlines, those that met them, those rejected (ended CANCELLED
-    before running), and the restarts of running jobs (resizes and preemptions)."""
+    before running), and the restarts of running jobs (resizes and preemptions), over the
+    final records of a replay (``ReplayResult.records``)."""
     n = met = rejected = restarts = 0
-    for rec in ctl.jobs.values():
+    for rec in records:
         restarts += rec.view.restarts
         d = rec.view.deadline
         if d is None:

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S, SimBackend
-from orchestrator.controller import Controller
+from orchestrator.controller import Controller, JobRecord
 from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.states import JobEvent
 from predictor.gpus import get_gpu
@@ -149,6 +149,9 @@ class ReplayResult:
     collector: MetricsCollector
     backend: SimBackend
     loop: ControlLoop
+    records: dict[str, JobRecord]
+    """Every job's final record: the ended ones as the Controller retired them (its own table
+    keeps only the latest), then those still live when the replay stopped."""
 
 
 def _default_perf() -> PerfModel:
@@ -184,14 +187,21 @@ def replay(
         if ev.from_state is None:
             collector.set_samples(ev.job_id, samples[ev.job_id])
 
+    records: dict[str, JobRecord] = {}
+
+    def on_retired(rec: JobRecord) -> None:
+        records[rec.view.id] = rec
+
+    # Every policy call's timing is kept: the scheduling-overhead figures use all of them.
     loop = ControlLoop(pol, backend, ListJobSource(jobs), clock, tick_s=config.tick_s,
-                       listeners=[collector, on_submitted])
+                       listeners=[collector, on_submitted], retire_listeners=[on_retired],
+                       keep_policy_calls=None)
     ctl = loop.controller
     ended = 0
 
     def on_turn(_loop: ControlLoop) -> None:
         nonlocal ended
-        now_ended = sum(1 for r in ctl.jobs.values() if r.state.terminal)
+        now_ended = ctl.ended.total()
         if progress is not None and now_ended != ended:
             ended = now_ended
             progress.update(ended)
@@ -200,12 +210,13 @@ def replay(
                      on_turn=on_turn if progress is not None else None)
     if progress is not None:
         progress.close()
-    unfinished = [r.view.id for r in ctl.jobs.values() if not r.state.terminal]
+    unfinished = [r.view.id for r in ctl.live.values()]
+    records.update((r.view.id, r) for r in ctl.live.values())
     if unfinished and config.until_s is None and config.max_policy_calls is None:
         log.warning("%s: %d job(s) never finished (e.g. %s): no plan the policy would place",
                     pol.name, len(unfinished), ", ".join(unfinished[:3]))
     metrics = summarize(collector, cluster.total_by_type(), ctl.policy_wall_s)
-    return ReplayResult(pol.name, metrics, ctl, collector, backend, loop)
+    return ReplayResult(pol.name, metrics, ctl, collector, backend, loop, records)
 
 
 # -- workloads by name ------------------------------------------------------------------------

@@ -91,8 +91,10 @@ class SimBackend:
         launch_delay_s: float = DEFAULT_LAUNCH_DELAY_S,
         restart_delay_s: float = DEFAULT_RESTART_DELAY_S,
         progress_every_s: float | None = None,
+        keep_step_times: bool = True,
     ) -> None:
         self.clock = clock
+        self._keep_step_times = keep_step_times
         self.perf = perf
         self._topology = topology
         self.launch_delay_s = launch_delay_s
@@ -103,7 +105,8 @@ class SimBackend:
         self._seq = itertools.count()
         self._heap: list[tuple[float, int, int, BackendEvent]] = []  # (time, seq, gen, event)
         self.step_time_by_job: dict[str, list[float]] = {}
-        """Every placed step time a job ran at (for metrics and tests)."""
+        """Every placed step time a job ran at (for metrics and tests); with
+        ``keep_step_times=False`` (a long-lived service) a job's entry goes when it ends."""
         self.progress_every_s = progress_every_s
         self._last_progress = -float("inf")
         self._lost: list[BackendEvent] = []
@@ -135,6 +138,12 @@ class SimBackend:
 
     def cancel(self, job_id: str) -> None:
         self._runs.pop(job_id, None)
+
+    def forget(self, job_id: str) -> None:
+        """The job ended and left the Controller: drop what is kept about it."""
+        self._runs.pop(job_id, None)
+        if not self._keep_step_times:
+            self.step_time_by_job.pop(job_id, None)
 
     def steps_done(self, job_id: str) -> float:
         run = self._runs.get(job_id)

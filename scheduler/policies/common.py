@@ -160,17 +160,27 @@ class PlanIndexCache:
         return template if template.plans is plans else template.restamp(plans)
 
     def prune_for(self, pending: Sequence[JobView], running: Sequence[RunningJob],
-                  slack: int = 4096) -> None:
+                  slack: int | None = None) -> None:
         """``prune`` to the pending and running jobs, without listing them unless it prunes
         (policies call it on every decision)."""
-        if len(self.entries) > len(pending) + len(running) + slack:
+        live = len(pending) + len(running)
+        if len(self.entries) > live + _slack(live, slack):
             self.prune([*pending, *(r.job for r in running)], slack)
 
-    def prune(self, keep: Sequence[JobView], slack: int = 4096) -> None:
-        """Forget finished jobs once the cache holds ``slack`` more entries than ``keep``."""
-        if len(self.entries) > len(keep) + slack:
+    def prune(self, keep: Sequence[JobView], slack: int | None = None) -> None:
+        """Forget finished jobs once the cache holds ``slack`` more entries than ``keep``
+        (default: as many as ``keep``, at least ``MIN_PRUNE_SLACK``: the cache stays within
+        twice the live jobs, and a prune, O(entries), comes once per that many new jobs)."""
+        if len(self.entries) > len(keep) + _slack(len(keep), slack):
             ids = {j.id for j in keep}
             self.entries = {k: v for k, v in self.entries.items() if k in ids}
+
+
+MIN_PRUNE_SLACK = 256
+
+
+def _slack(live: int, slack: int | None) -> int:
+    return max(MIN_PRUNE_SLACK, live) if slack is None else slack
 
 
 def order_for_sequential_apply(

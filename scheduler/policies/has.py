@@ -84,7 +84,7 @@ from scheduler.decision import Decision, resize, start
 from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
-from scheduler.policies.common import PlanIndexCache
+from scheduler.policies.common import MIN_PRUNE_SLACK, PlanIndexCache
 from scheduler.policy import PerfModel, register
 
 log = logging.getLogger(__name__)
@@ -522,9 +522,10 @@ class HasPolicy:
         """Forget ended jobs (both per-job caches), once there are many."""
         self._plans.prune_for(pending, running)
         entries = self._plans.entries
-        if len(self._fastest) > len(entries) + 4096:
+        limit = len(entries) + max(MIN_PRUNE_SLACK, len(entries))
+        if len(self._fastest) > limit:
             self._fastest = {k: v for k, v in self._fastest.items() if k in entries}
-        if len(self._grow_need) > len(entries) + 4096:
+        if len(self._grow_need) > limit:
             self._grow_need = {k: v for k, v in self._grow_need.items() if k in entries}
 
     def _place(self, job: JobView, plans, free: FreeGpus, state: ClusterState) -> Decision | None:

@@ -92,7 +92,7 @@ def test_rejected_jobs_end_cancelled_and_count_as_missed() -> None:
     recs = res.controller.jobs
     assert recs["late"].state is JobState.CANCELLED
     assert recs["ok"].state is JobState.SUCCEEDED and recs["free"].state is JobState.SUCCEEDED
-    m = deadline_metrics(res.controller)
+    m = deadline_metrics(res.records.values())
     assert (m.deadline_jobs, m.met, m.rejected) == (2, 1, 1)
     assert m.deadline_ratio == 0.5
 
