@@ -175,10 +175,14 @@ class Mark:
     live_jobs: int
 
 
-def _scrape(url: str) -> tuple[list[tuple[float, int]], int]:
+def _scrape(url: str, admin_token: str) -> tuple[list[tuple[float, int]], int]:
+    """The loop's turn histogram and live-job gauge from ``/metrics`` (an admin endpoint)."""
     import httpx
 
-    text = httpx.get(f"{url}/metrics", timeout=60.0).text
+    r = httpx.get(f"{url}/metrics", timeout=60.0,
+                  headers={"Authorization": f"Bearer {admin_token}"})
+    r.raise_for_status()
+    text = r.text
     live = 0
     for line in text.splitlines():
         if line.startswith("frenzy_loop_live_jobs "):
@@ -209,10 +213,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sub = Submitted()
         try:
             _wait_healthy(url, server)
+            admin_token = (tmp / "admin-token").read_text().strip()  # written by serve
             t0 = time.monotonic()
 
             def mark(label: str, ended: int) -> None:
-                hist, live = _scrape(url)
+                hist, live = _scrape(url, admin_token)
                 marks.append(Mark(label, ended, time.monotonic() - t0, rss_mib(server.pid),
                                   hist, live))
                 log.info("%s: %d ended, %.0f s, RSS %.1f MiB, %d live", label, ended,
