@@ -106,10 +106,20 @@ def private_sqlite_file(path: Path) -> None:
     """Make ``path`` (a SQLite database) readable by its owner only: its folder is created
     0700 if missing, the file is created 0600 before SQLite opens it (SQLite gives the
     ``-wal``/``-shm`` files it makes the database file's mode), and an existing file or
-    side file that others may read is narrowed to 0600."""
+    side file that others may read is narrowed to 0600 (by path).
+
+    An existing database file is never opened here: SQLite's locks are POSIX ``fcntl`` locks,
+    which the kernel drops for the whole process when *any* descriptor of the file in it is
+    closed. A second engine made in a process whose first engine holds connections (the
+    service makes several) would silently drop their shared lock; another process closing
+    its last connection then takes the file as unused, checkpoints and deletes the WAL while
+    this process still writes to it, and readers elsewhere see a frozen database (or "disk
+    I/O error"). See "How To Corrupt An SQLite Database File", section 2.2."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # the mode check below, by path: no descriptor of the database file
     except OSError as exc:  # read-only media and the like: SQLite reports it on connect
         log.warning("could not create %s: %s", path, exc)
         return

@@ -148,3 +148,42 @@ def test_sqlite_database_files_are_private(tmp_path: Path) -> None:
         assert _mode(existing) == 0o600
     finally:
         os.umask(old)
+
+
+READ_COUNT = """import sys, sqlite3
+c = sqlite3.connect(sys.argv[1])
+print(c.execute("SELECT count(*) FROM t").fetchone()[0])
+c.close()
+"""
+
+
+def test_second_engine_keeps_the_first_engines_sqlite_locks(tmp_path: Path) -> None:
+    """Making another engine on a database this process already uses (the service makes
+    several) must not drop the first engine's POSIX locks: if it did, another process closing
+    its connection takes the file as unused, checkpoints and deletes the WAL, and later
+    commits of this process never reach other readers (the Ray restart test read a frozen
+    allocations table)."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "frenzy.db"
+    first = make_engine(f"sqlite:///{db}")
+    try:
+        with first.begin() as conn:  # a pooled connection stays open in WAL mode
+            conn.exec_driver_sql("CREATE TABLE t (x)")
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+        make_engine(f"sqlite:///{db}").dispose()
+
+        def other_process_count() -> int:
+            out = subprocess.run([sys.executable, "-c", READ_COUNT, str(db)], check=True,
+                                 capture_output=True, text=True, timeout=60)
+            return int(out.stdout)
+
+        assert other_process_count() == 1  # opens and closes its own connection
+        assert Path(f"{db}-wal").exists()  # still this process's WAL, not checkpointed away
+        for _ in range(3):
+            with first.begin() as conn:
+                conn.exec_driver_sql("INSERT INTO t VALUES (2)")
+        assert other_process_count() == 4  # 1 + 3 commits, seen from outside
+    finally:
+        first.dispose()
