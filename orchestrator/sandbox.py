@@ -29,7 +29,8 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   its own session, started before the entrypoint, that waits for the end of a pipe only the
   worker holds (``python -m orchestrator.sandbox watch``);
 * **output kept in its own log**: the service-owned ``<checkpoint_root>/.logs/<job_id>/``
-  folder (``0700``), up to ``LOG_LIMIT_BYTES`` per rank and launch; a failure reason names
+  folder (``0700``), up to ``LOG_LIMIT_BYTES`` per rank and launch, the previous launch's
+  kept as ``rank-N.log.1`` (served by ``GET /v1/jobs/{id}/logs``); a failure reason names
   the exit code and that log, never the output.
 
 Where bubblewrap is installed (Debian package ``bubblewrap``) and works for the job's uid
@@ -192,7 +193,11 @@ class JobBox:
                                 errors="replace", close_fds=True, **ids)  # type: ignore[arg-type]
 
     def open_log(self) -> _CappedLog:
-        """The rank's output log (service-owned folder; never opened through a symlink)."""
+        """The rank's output log (service-owned folder; never opened through a symlink).
+        The previous launch's log is kept as ``rank-N.log.1`` (one generation: a rank's
+        logs stay under twice ``LOG_LIMIT_BYTES``)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.log_path, self.log_path.with_name(self.log_path.name + ".1"))
         fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                      0o600)
         return _CappedLog(os.fdopen(fd, "w", encoding="utf-8", errors="replace"))

@@ -41,7 +41,7 @@ def token_file() -> Path:
 
 
 def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``serve``, ``migrate``, ``submit``, ``jobs``, ``cancel`` and ``status`` to
+    """Add ``serve``, ``migrate``, ``submit``, ``jobs``, ``cancel``, ``logs`` and ``status`` to
     ``frenzy``."""
     p = subparsers.add_parser("serve", help="run the service: API, dashboard, scheduler",
                               description=__doc__.splitlines()[0])
@@ -84,6 +84,13 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("job_id")
     c.add_argument("--reason", default=None)
     c.set_defaults(handler=run_cancel)
+
+    lg = subparsers.add_parser("logs", help="a job's output (one rank; -f: follow it)")
+    lg.add_argument("job_id")
+    lg.add_argument("-f", "--follow", action="store_true",
+                    help="keep printing new output until the job ends")
+    lg.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
+    lg.set_defaults(handler=run_logs)
 
     st = subparsers.add_parser("status", help="cluster occupancy and queue of the service")
     st.add_argument("--json", action="store_true")
@@ -239,6 +246,28 @@ def _call(method: str, path: str, **kwargs: Any) -> Any:
     return r.json()
 
 
+def stream_logs(job_id: str, rank: int, follow: bool, out: Any) -> None:
+    """Copy ``GET /v1/jobs/{id}/logs`` to ``out`` (a binary stream) as it arrives."""
+    import httpx
+
+    params = {"rank": rank, "follow": "true" if follow else "false"}
+    try:
+        with _client() as client, client.stream("GET", f"/v1/jobs/{job_id}/logs",
+                                                 params=params, timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                try:
+                    detail = r.json().get("detail", r.text)
+                except ValueError:
+                    detail = r.text
+                raise ClientError(f"{r.status_code}: {detail}")
+            for chunk in r.iter_bytes():
+                out.write(chunk)
+                out.flush()
+    except httpx.HTTPError as exc:
+        raise ClientError(f"the log stream broke off ({exc})") from None
+
+
 def load_job_file(path: str | Path) -> dict[str, Any]:
     """A job description (YAML or JSON) as the request body of ``POST /v1/jobs``."""
     import yaml
@@ -336,6 +365,20 @@ def run_cancel(args: argparse.Namespace) -> int:
     body = {"reason": args.reason} if args.reason else None
     job = _call("POST", f"/v1/jobs/{args.job_id}/cancel", json=body)
     print(f"{job['id']}  {job['state']}: {job['state_reason']}")
+    return 0
+
+
+@_guard
+def run_logs(args: argparse.Namespace) -> int:
+    """Print a rank's output; with ``-f`` keep following it until the job ends."""
+    if args.rank < 0:
+        raise ClientError(f"--rank must be >= 0, got {args.rank}")
+    try:
+        stream_logs(args.job_id, args.rank, args.follow, sys.stdout.buffer)
+    except BrokenPipeError:  # `frenzy logs ID | head`: quiet, as the Python docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -26,6 +27,7 @@ from service.auth import Principal
 from service.db import repositories as repo
 from service.db.engine import write_connection, write_session
 from service.db.models import Job
+from service.job_logs import follow_log
 from service.limits import check_text
 from service.runner import SubmittedJob
 from service.schemas import (
@@ -387,3 +389,25 @@ def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
     each exportable as a Hugging Face model folder with ``frenzy export``."""
     _owned_job(session, job_id, user)
     return artifacts_public(job_id, ctx.settings.checkpoint_dir)
+
+
+@router.get("/{job_id}/logs", response_class=StreamingResponse,
+            summary="A rank's output, streamed (follow=true: until the job ends)",
+            responses={200: {"content": {"text/plain": {}}}})
+def get_logs(job_id: JobId, session: SessionDep, user: CurrentUser, ctx: ContextDep,
+             rank: Annotated[int, Query(ge=0, le=65535, description="which rank")] = 0,
+             follow: Annotated[bool, Query(description="keep streaming new lines until "
+                                                       "the job ends")] = False,
+             ) -> StreamingResponse:
+    """What rank ``rank`` of your job printed (its current launch), as plain text. With
+    ``follow=true`` new output is sent as it is written, until the job ends."""
+    _owned_job(session, job_id, user)
+
+    def finished() -> bool:
+        with ctx.session_factory() as s:
+            job = repo.get_job(session=s, job_id=job_id)
+            return job is None or job.state.terminal
+
+    return StreamingResponse(
+        follow_log(ctx.settings.checkpoint_dir, job_id, rank, finished if follow else None),
+        media_type="text/plain; charset=utf-8")
