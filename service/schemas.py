@@ -252,6 +252,26 @@ class ProgressPublic(BaseModel):
     fraction: float
 
 
+class MetricWindowPublic(BaseModel):
+    """One step window of a running job: what was measured beside what the plan predicted."""
+
+    at: datetime
+    step: float | None = None
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = Field(None, description="measured: global batch / samples/s")
+    predicted_step_time_s: float | None = Field(None, description="the chosen plan's")
+    memory_bytes: float | None = Field(None, description="measured, where the worker reports it")
+    predicted_memory_bytes: float | None = Field(None, description="the chosen plan's peak")
+
+
+class MetricsPublic(BaseModel):
+    """The job's most recent step windows, oldest first (bounded: the last few hundred)."""
+
+    windows: list[MetricWindowPublic]
+    latest: MetricWindowPublic | None
+
+
 class JobSummary(BaseModel):
     """A job in a listing (no plans)."""
 
@@ -285,6 +305,9 @@ class JobPublic(JobSummary):
     placed_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    metrics: MetricsPublic | None = Field(
+        None, description="loss, tokens/s, step time and memory per step window, measured "
+                          "and predicted (None before the first report)")
 
 
 class JobsPublic(BaseModel):

@@ -1,0 +1,58 @@
+"""Per-step-window metrics: a progress report becomes one window on the job's row (bounded),
+shown in GET /v1/jobs/{id} as the ``metrics`` block beside the plan's predictions."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from service_builders import Env, job_body
+
+from orchestrator.states import JobEvent, JobState
+from service.db import repositories as repo
+from service.db.engine import write_session
+from service.job_metrics import appended, metric_window
+from service.runner import EventRecorder
+
+
+def test_a_window_turns_samples_per_s_into_tokens_per_s_and_step_time() -> None:
+    # batch 32 sequences of 1024 tokens at 16 samples/s: 2.0 s a step, 16 384 tokens/s
+    w = metric_window(at="t", data={"steps_done": 10, "loss": 3.5, "samples_per_s": 16.0},
+                      training={"global_batch": 32, "seq_len": 1024},
+                      predicted_step_time_s=1.6, predicted_memory_bytes=2e10)
+    assert w == {"at": "t", "step": 10.0, "loss": 3.5, "tokens_per_s": 16384.0,
+                 "step_time_s": 2.0, "predicted_step_time_s": 1.6, "memory_bytes": None,
+                 "predicted_memory_bytes": 2e10}
+    assert metric_window(at="t", data={"steps_done": 3}, training={}) is None  # no measure
+    nan = metric_window(at="t", data={"loss": float("nan"), "samples_per_s": 8.0},
+                        training={"global_batch": 32, "seq_len": 1024})
+    assert nan is not None and nan["loss"] is None and nan["step_time_s"] == 4.0
+
+
+def test_only_the_last_windows_are_kept() -> None:
+    ws: list[dict] = []
+    for i in range(7):
+        ws = appended(ws, {"step": i}, keep=3)
+    assert [w["step"] for w in ws] == [4, 5, 6]
+
+
+def test_progress_reports_show_as_the_jobs_metrics_block(env: Env) -> None:
+    job = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
+    with write_session(env.factory) as s:
+        row = repo.get_job(session=s, job_id=job["id"], for_update=True)
+        for to in (JobState.PLACED, JobState.STARTING, JobState.RUNNING):
+            repo.transition_job(session=s, job=row, to=to, reason="test", now=env.clock())
+    alloc = SimpleNamespace(plan=SimpleNamespace(step_time_s=1.6, peak_memory_bytes=2e10),
+                            placement=())
+    recorder = EventRecorder(env.factory)
+    for step, loss in ((5, 4.0), (10, 3.0)):
+        recorder(JobEvent(job["id"], 1000.0 + step, JobState.RUNNING, JobState.RUNNING,
+                          "progress", alloc,  # type: ignore[arg-type]
+                          {"steps_done": step, "loss": loss, "samples_per_s": 16.0}))
+    got = env.client.get(f"/v1/jobs/{job['id']}", headers=env.headers("alice")).json()
+    m = got["metrics"]
+    assert [w["loss"] for w in m["windows"]] == [4.0, 3.0]
+    assert m["latest"]["step"] == 10 and m["latest"]["tokens_per_s"] == 16384.0
+    assert m["latest"]["step_time_s"] == 2.0 and m["latest"]["predicted_step_time_s"] == 1.6
+    assert got["progress"]["steps_done"] == 10
+    fresh = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
+    assert fresh["metrics"] is None
