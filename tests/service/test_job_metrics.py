@@ -56,3 +56,44 @@ def test_progress_reports_show_as_the_jobs_metrics_block(env: Env) -> None:
     assert got["progress"]["steps_done"] == 10
     fresh = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
     assert fresh["metrics"] is None
+
+
+def _window(at: str, step: int, loss: float) -> dict:
+    return {"at": at, "step": step, "loss": loss, "tokens_per_s": 16384.0, "step_time_s": 2.0,
+            "predicted_step_time_s": 1.6, "memory_bytes": None,
+            "predicted_memory_bytes": 2e10}
+
+
+def _job(state: str, windows: list[dict]) -> dict:
+    return {"id": "j1", "name": "demo", "model_name": "gpt2", "owner": "alice",
+            "state": state, "state_reason": "r", "notes": [],
+            "progress": {"steps_done": 10, "total_steps": 100, "fraction": 0.1},
+            "plans": [], "chosen_plan": None,
+            "metrics": {"windows": windows, "latest": windows[-1]} if windows else None}
+
+
+def test_frenzy_jobs_id_shows_the_latest_window_and_a_loss_curve() -> None:
+    from service.serve_cli import format_job, sparkline
+
+    assert sparkline([4.0, 3.0, 2.0]) == "█▅▁"  # 1 + round((v-2)/2·7): 8, 1+round(3.5)=5, 1
+    assert sparkline([1.0, 1.0]) == "▄▄"
+    text = "\n".join(format_job(_job("RUNNING", [_window("a", 5, 4.0),
+                                                 _window("b", 10, 2.0)])))
+    assert "loss 2.0000" in text and "16,384 tokens/s" in text
+    assert "step 2.000 s (predicted 1.600 s)" in text
+    assert "█▁  4.0000 -> 2.0000" in text
+
+
+def test_submit_follow_prints_new_windows_until_the_job_ends(
+        monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from service import serve_cli
+
+    answers = iter([_job("PENDING", []), _job("RUNNING", [_window("a", 5, 4.0)]),
+                    _job("RUNNING", [_window("a", 5, 4.0), _window("b", 10, 3.0)]),
+                    _job("FAILED", [_window("a", 5, 4.0), _window("b", 10, 3.0)])])
+    monkeypatch.setattr(serve_cli, "_call", lambda *a, **k: next(answers))
+    assert serve_cli.follow_job("j1", sleep=lambda s: None) == 1  # FAILED: exit 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[PENDING] r" and out[1] == "[RUNNING] r"
+    assert [ln.split()[1] for ln in out if ln.startswith("  step")] == ["5/100", "10/100"]
+    assert out[-1] == "[FAILED] r"
