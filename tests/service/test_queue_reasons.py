@@ -1,0 +1,44 @@
+"""The queue explained: typed reasons and numbers worked out by hand (module docstring of
+service.queue_reasons: FIFO per GPU type, GPUs freed at the running jobs' predicted ends)."""
+
+from __future__ import annotations
+
+from service.queue_reasons import Holding, Need, Queued, WaitKind, explain_queue
+
+A = "A100-80G"
+
+
+def test_reasons_and_earliest_starts_by_hand() -> None:
+    # 8 A100s, 2 free: X holds 4 until t=600 s, Y holds 2 until t=1200 s.
+    queue = [Queued("j1", Need(A, 4, 1800)), Queued("j2", Need(A, 2, 300)),
+             Queued("j3", Need(A, 16, 60)), Queued("j4", Need("L40S", 1, 60)),
+             Queued("j5", None), Queued("j6", Need(A, 8, 100))]
+    got = explain_queue(queue, free={A: 2, "L40S": 4}, total={A: 8, "L40S": 4},
+                        holding=[Holding(A, 4, 600), Holding(A, 2, 1200)])
+    # j1: 2 free < 4; X ends at 600 → 6 free → starts at 600 (10 min)
+    assert got["j1"].kind is WaitKind.WAITING_FOR_GPUS
+    assert got["j1"].message == ("needs 4×A100-80G, 2 free; earliest start ≈ 10 min by the "
+                                 "plans' predicted times")
+    assert (got["j1"].gpus_free, got["j1"].gpus_total, got["j1"].jobs_ahead) == (2, 8, 0)
+    # j2: 2 free would do, but j1 is ahead; not before j1 (600) and the 2 left then fit
+    assert got["j2"].kind is WaitKind.BEHIND_QUEUE and got["j2"].jobs_ahead == 1
+    assert got["j2"].earliest_start_s == 600
+    assert "1 job ahead" in got["j2"].message
+    # j3: 16 > 8 at all
+    assert got["j3"].kind is WaitKind.LARGER_THAN_CLUSTER
+    assert got["j3"].message == "needs 16×A100-80G; the cluster has 8"
+    assert got["j3"].earliest_start_s is None
+    # j4: other type, free, nobody ahead
+    assert got["j4"].kind is WaitKind.NEXT_ROUND and got["j4"].earliest_start_s == 0
+    assert got["j5"].kind is WaitKind.NO_PLAN
+    # j6: all 8; releases after 600: j2 at 900 (2), Y at 1200 (2), j1 at 2400 (4) → 2400 s
+    assert got["j6"].kind is WaitKind.WAITING_FOR_GPUS and got["j6"].jobs_ahead == 2
+    assert got["j6"].earliest_start_s == 2400
+    assert got["j6"].message.endswith("2 jobs ahead; earliest start ≈ 40 min by the plans' "
+                                      "predicted times")
+
+
+def test_a_type_with_nothing_to_release_has_no_estimate() -> None:
+    got = explain_queue([Queued("j", Need(A, 4, 10))], free={A: 2}, total={A: 8}, holding=[])
+    assert got["j"].kind is WaitKind.WAITING_FOR_GPUS and got["j"].earliest_start_s is None
+    assert got["j"].message == "needs 4×A100-80G, 2 free"
