@@ -31,9 +31,10 @@ class WaitKind(StrEnum):
     WAITING_FOR_GPUS = "waiting_for_gpus"
     """Fewer GPUs of its type are free than it needs; running jobs must end first."""
     BEHIND_QUEUE = "behind_queue"
-    """Enough GPUs are free, but jobs ahead of it in the queue want them."""
+    """Enough GPUs are free, but jobs ahead of it in the queue take them first."""
     NEXT_ROUND = "next_round"
-    """GPUs are free and nothing is ahead: it starts at the scheduler's next round."""
+    """Its GPUs are free even after the jobs ahead took theirs: it starts at the
+    scheduler's next round."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +126,7 @@ def explain_queue(queue: Sequence[Queued], free: Mapping[str, int],
             cursor[n.gpu_type] = start
         if have < n.gpus:
             kind, what = WaitKind.WAITING_FOR_GPUS, f"needs {n.gpus}×{n.gpu_type}, {have} free"
-        elif before:
+        elif start > 0:
             kind, what = WaitKind.BEHIND_QUEUE, (f"needs {n.gpus}×{n.gpu_type}, {have} free "
                                                  "but wanted by jobs ahead")
         else:

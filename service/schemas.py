@@ -272,6 +272,35 @@ class MetricsPublic(BaseModel):
     latest: MetricWindowPublic | None
 
 
+class WaitingPublic(BaseModel):
+    """Why a queued job waits: a typed reason and its numbers (``service.queue_reasons``)."""
+
+    kind: str = Field(description="no_plan | larger_than_cluster | waiting_for_gpus | "
+                                  "behind_queue | next_round")
+    message: str
+    gpu_type: str | None = None
+    gpus_needed: int | None = None
+    gpus_free: int | None = None
+    gpus_total: int | None = None
+    jobs_ahead: int = Field(0, description="queued jobs ahead of it wanting the same GPU type")
+    earliest_start_s: float | None = Field(
+        None, description="≈ seconds from now by the plans' predicted times (None: unknown)")
+
+
+class QueueEntryPublic(BaseModel):
+    """One queued job; another user's job shows without its id and name."""
+
+    position: int
+    job_id: str | None
+    name: str | None
+    owner: str | None
+    waiting: WaitingPublic
+
+
+class QueuePublic(BaseModel):
+    data: list[QueueEntryPublic]
+
+
 class JobSummary(BaseModel):
     """A job in a listing (no plans)."""
 
@@ -305,6 +334,8 @@ class JobPublic(JobSummary):
     placed_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    waiting: WaitingPublic | None = Field(
+        None, description="while queued: why, with numbers (None once it holds GPUs)")
     metrics: MetricsPublic | None = Field(
         None, description="loss, tokens/s, step time and memory per step window, measured "
                           "and predicted (None before the first report)")

@@ -42,3 +42,30 @@ def test_a_type_with_nothing_to_release_has_no_estimate() -> None:
     got = explain_queue([Queued("j", Need(A, 4, 10))], free={A: 2}, total={A: 8}, holding=[])
     assert got["j"].kind is WaitKind.WAITING_FOR_GPUS and got["j"].earliest_start_s is None
     assert got["j"].message == "needs 4×A100-80G, 2 free"
+
+
+def test_api_waiting_block_and_the_queue(env) -> None:  # type: ignore[no-untyped-def]
+    from service_builders import job_body
+
+    first = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
+    second = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
+    w1 = env.client.get(f"/v1/jobs/{first['id']}", headers=env.headers("alice")).json()["waiting"]
+    w2 = env.client.get(f"/v1/jobs/{second['id']}",
+                        headers=env.headers("alice")).json()["waiting"]
+    best = first["plans"][0]
+    # the test cluster: 2 nodes × 8 A100-80G, 1 × 4 L40S, nothing held (the runner is idle)
+    total = {"A100-80G": 16, "L40S": 4}[best["gpu_type"]]
+    assert w1 == {"kind": "next_round", "gpu_type": best["gpu_type"],
+                  "gpus_needed": best["num_gpus"], "gpus_free": total, "gpus_total": total,
+                  "jobs_ahead": 0, "earliest_start_s": 0.0,
+                  "message": f"needs {best['num_gpus']}×{best['gpu_type']}, {total} free; "
+                             "starts at the scheduler's next round"}
+    # the second fits beside the first when twice its GPUs are there, else waits behind it
+    fits_both = 2 * best["num_gpus"] <= total
+    assert w2["jobs_ahead"] == 1
+    assert w2["kind"] == ("next_round" if fits_both else "behind_queue")
+    mine = env.client.get("/v1/cluster/queue", headers=env.headers("alice")).json()["data"]
+    assert [(e["position"], e["job_id"]) for e in mine] == [(1, first["id"]), (2, second["id"])]
+    theirs = env.client.get("/v1/cluster/queue", headers=env.headers("bob")).json()["data"]
+    assert [e["job_id"] for e in theirs] == [None, None]  # bob sees the queue, not alice's ids
+    assert theirs[1]["waiting"] == w2

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from orchestrator.states import JobState
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
+from service.api.inventory import as_view
 from service.api.job_inputs import check_inputs
 from service.api.planning import canonical_hash
 from service.api.quotas import Usage, read_usage
@@ -29,6 +30,7 @@ from service.db.engine import write_connection, write_session
 from service.db.models import Job
 from service.job_logs import follow_log
 from service.limits import check_text
+from service.queue_view import waiting_for
 from service.runner import SubmittedJob
 from service.schemas import (
     ArtifactPublic,
@@ -331,7 +333,12 @@ async def get_job(
         row, held = await run_in_threadpool(_read_job, ctx, job_id)
     if row is None or not user.can_see(row.owner):
         raise _no_job(job_id)
-    return _respond(stored_job_public(row, held, _shown(ctx, plans)))
+    public = stored_job_public(row, held, _shown(ctx, plans))
+    if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
+        view = as_view(ctx.cluster_provider())
+        waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id)
+        public = public.model_copy(update={"waiting": waiting})
+    return _respond(public)
 
 
 @router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
