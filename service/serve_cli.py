@@ -393,6 +393,8 @@ def format_job(job: dict[str, Any]) -> list[str]:
              f"  state     {job['state']}: {job['state_reason']}",
              f"  progress  {prog['steps_done']:.0f}/{prog['total_steps']} steps "
              f"({100 * prog['fraction']:.1f}%)"]
+    if job.get("waiting"):
+        lines.append(f"  waiting   [{job['waiting']['kind']}] {job['waiting']['message']}")
     p = job.get("chosen_plan") or (job.get("plans") or [None])[0]
     if p:
         which = "plan" if job.get("chosen_plan") else "best plan"
@@ -471,12 +473,19 @@ def run_status(args: argparse.Namespace) -> int:
     """``frenzy status``: nodes, GPUs in use and the queue."""
     cluster = _call("GET", "/v1/cluster")
     jobs = _call("GET", "/v1/jobs", params={"limit": 1})
+    queue = _call("GET", "/v1/cluster/queue")["data"]
     if args.json:
-        print(json.dumps({"cluster": cluster, "jobs": jobs["count"]}))
+        print(json.dumps({"cluster": cluster, "jobs": jobs["count"], "queue": queue}))
         return 0
     print(f"{cluster['used_gpus']}/{cluster['total_gpus']} GPUs in use, {jobs['count']} jobs")
     for n in cluster["nodes"]:
-        holders = ", ".join(f"{h['job_id'][:8]}:{h['gpus']}" for h in n["holders"]) or "-"
+        holders = ", ".join(f"{(h['job_id'] or 'other')[:8]}:{h['gpus']}"
+                            for h in n["holders"]) or "-"
         print(f"  {n['id']:12s} {n['gpu_type']:10s} {n['used_gpus']}/{n['total_gpus']}  "
               f"{holders}")
+    print(f"queue: {len(queue)} job{'s' if len(queue) != 1 else ''}")
+    for e in queue:
+        who = (e["job_id"] or "")[:8] or f"({e['owner'] or 'another user'})"
+        print(f"  {e['position']:>3}. {who:10s} [{e['waiting']['kind']}] "
+              f"{e['waiting']['message']}")
     return 0

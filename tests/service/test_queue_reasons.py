@@ -69,3 +69,25 @@ def test_api_waiting_block_and_the_queue(env) -> None:  # type: ignore[no-untype
     theirs = env.client.get("/v1/cluster/queue", headers=env.headers("bob")).json()["data"]
     assert [e["job_id"] for e in theirs] == [None, None]  # bob sees the queue, not alice's ids
     assert theirs[1]["waiting"] == w2
+
+
+def test_frenzy_status_shows_the_queue_and_jobs_id_the_reason(
+        env, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import contextlib
+
+    from service_builders import job_body
+
+    from service import serve_cli
+    from service.cli import main as cli_main
+
+    job = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
+    env.client.headers.update(env.headers("bob"))
+    monkeypatch.setattr(serve_cli, "_client", lambda: contextlib.nullcontext(env.client))
+    assert cli_main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "queue: 1 job\n" in out and "1. (another user) [next_round] needs " in out
+    env.client.headers.update(env.headers("alice"))
+    assert cli_main(["status"]) == 0
+    assert f"1. {job['id'][:8]}   [next_round]" in capsys.readouterr().out
+    assert cli_main(["jobs", job["id"]]) == 0
+    assert "  waiting   [next_round] needs " in capsys.readouterr().out
