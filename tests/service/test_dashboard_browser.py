@@ -55,6 +55,10 @@ def test_dashboard_shows_jobs_and_nodes(tmp_path: Path) -> None:
         job_dom = _chromium("--dump-dom", f"{s.url}/jobs/{big[0]['id']}#token={s.token}")
         assert "memory-chart" in job_dom and "4×A100-80G" in job_dom
         assert "no training report yet" in job_dom
+        queued = [j for j in big if s.job(j["id"])["state"] == "pending"]
+        if queued:  # a queued job says why, with numbers, on its page and in the queue
+            q_dom = _chromium("--dump-dom", f"{s.url}/jobs/{queued[0]['id']}#token={s.token}")
+            assert "waiting [" in q_dom and " needs " in q_dom
 
         # the sim backend reports steps only: give the running job two step windows
         windows = [{"at": f"2026-11-24T12:00:0{i}Z", "step": 5 * i, "loss": 4.0 - i,

@@ -135,7 +135,9 @@ function drawUtilisation(stats) {
 }
 
 async function refreshIndex() {
-  const [cluster, jobs] = await Promise.all([api("/v1/cluster"), api("/v1/jobs?limit=200")]);
+  const [cluster, jobs, queue] = await Promise.all([api("/v1/cluster"),
+    api("/v1/jobs?limit=200"), api("/v1/cluster/queue")]);
+  const why = new Map(queue.data.filter((e) => e.job_id).map((e) => [e.job_id, e.waiting]));
   let stats = null;
   try { stats = await api("/v1/admin/stats?window_s=600&buckets=30"); } catch (e) {
     if (e.status !== 403) throw e;
@@ -158,7 +160,8 @@ async function refreshIndex() {
   fill("#queue tbody", queued.slice(0, 50).map((j) => el("tr", { "data-job": j.id },
     el("td", {}, jobLink(j)), el("td", {}, j.model_name),
     el("td", {}, dur((now - Date.parse(j.created_at)) / 1000)),
-    el("td", { cls: "muted" }, j.state_reason))));
+    el("td", { cls: "muted" }, why.has(j.id) ?
+      `[${why.get(j.id).kind}] ${why.get(j.id).message}` : j.state_reason))));
   fill("#finished tbody", done.slice(0, 20).map((j) => el("tr", { "data-job": j.id },
     el("td", {}, jobLink(j)), el("td", {}, j.model_name), stateCell(j.state),
     el("td", { cls: "muted" }, j.state_reason))));
@@ -240,6 +243,8 @@ async function refreshJob() {
     el("p", {}, el("span", { cls: "state state-" + job.state }, job.state), " — ",
       job.state_reason),
     el("p", {}, progressBar(job.progress)),
+    el("p", { id: "waiting" }, job.waiting ?
+      `waiting [${job.waiting.kind}]: ${job.waiting.message}` : ""),
     el("p", {}, `owner ${job.owner}; batch ${job.training.global_batch} × ` +
       `${job.training.seq_len} tokens, ${job.training.precision}; ` +
       (job.chosen_plan ? `running plan #${job.chosen_plan.rank}` : "no plan chosen yet") +
