@@ -29,7 +29,8 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   its own session, started before the entrypoint, that waits for the end of a pipe only the
   worker holds (``python -m orchestrator.sandbox watch``);
 * **output kept in its own log**: the service-owned ``<checkpoint_root>/.logs/<job_id>/``
-  folder (``0700``), up to ``LOG_LIMIT_BYTES`` per rank and launch; a failure reason names
+  folder (``0700``), up to ``LOG_LIMIT_BYTES`` per rank and launch, the previous launch's
+  kept as ``rank-N.log.1`` (served by ``GET /v1/jobs/{id}/logs``); a failure reason names
   the exit code and that log, never the output.
 
 Where bubblewrap is installed (Debian package ``bubblewrap``) and works for the job's uid
@@ -192,10 +193,8 @@ class JobBox:
                                 errors="replace", close_fds=True, **ids)  # type: ignore[arg-type]
 
     def open_log(self) -> _CappedLog:
-        """The rank's output log (service-owned folder; never opened through a symlink)."""
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                     0o600)
-        return _CappedLog(os.fdopen(fd, "w", encoding="utf-8", errors="replace"))
+        """The rank's output log (see ``open_rank_log``)."""
+        return open_rank_log(self.log_path)
 
     def request_stop(self) -> None:
         """Create the stop file the entrypoint polls for."""
@@ -225,6 +224,24 @@ class JobBox:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.watchdog.wait(timeout=KILL_TIMEOUT_S)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def open_rank_log(path: Path) -> _CappedLog:
+    """A rank's output log (service-owned folder; never opened through a symlink). The
+    previous launch's log is kept as ``rank-N.log.1`` (one generation: a rank's logs stay
+    under twice ``LOG_LIMIT_BYTES``)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(path, path.with_name(path.name + ".1"))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    return _CappedLog(os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1))
+
+
+def private_log_dir(checkpoint_root: str | Path, job_id: str) -> Path:
+    """``<checkpoint_root>/.logs/<job_id>``, created ``0700`` (service-owned) if missing."""
+    root = Path(checkpoint_root).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    logs = _private_dir(root / LOG_DIR, 0o700)
+    return _private_dir(logs / check_job_id(job_id), 0o700)
 
 
 class _CappedLog:
@@ -341,8 +358,7 @@ def prepare(checkpoint_root: str | Path, job_id: str, rank: int) -> JobBox:
         _grant_search(root)
         os.chmod(root, 0o711)
     ckdir = _private_dir(root / job_id, 0o2770 if switch else 0o700, os.geteuid(), gid)
-    logs = _private_dir(root / LOG_DIR, 0o700)
-    logs = _private_dir(logs / job_id, 0o700)
+    logs = private_log_dir(root, job_id)
     run_dir = Path(tempfile.mkdtemp(prefix=f"frenzy-run-{job_id[:16]}-{rank}-"))
     if switch:
         os.chmod(run_dir, 0o711)

@@ -29,6 +29,7 @@ from orchestrator.states import IllegalTransition, JobEvent, JobState
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job
+from service.job_metrics import appended, metric_window
 
 if TYPE_CHECKING:
     from predictor.plan import Plan
@@ -162,6 +163,17 @@ class EventRecorder:
                     log.exception("event %s of job %s not recorded", event.reason,
                                   event.job_id)
 
+    @staticmethod
+    def _record_window(job: Job, event: JobEvent, now: datetime) -> None:
+        """Append the progress report's step window to ``job.metrics`` (bounded)."""
+        plan = event.allocation.plan if event.allocation is not None else None
+        window = metric_window(
+            at=now.isoformat(), data=event.data, training=job.training or {},
+            predicted_step_time_s=getattr(plan, "step_time_s", None),
+            predicted_memory_bytes=getattr(plan, "peak_memory_bytes", None))
+        if window is not None:
+            job.metrics = appended(job.metrics, window)
+
     def apply(self, *, session: Session, event: JobEvent, job: Job | None = None) -> None:
         """Write one event inside the caller's transaction (``job``: its row, already
         read for update in this transaction; else it is read here)."""
@@ -179,6 +191,7 @@ class EventRecorder:
             repo.record_progress(session=session, job=job, steps_done=float(steps), now=now)
         same_state = event.to_state is job.state
         if same_state and event.reason == "progress":
+            self._record_window(job, event, now)
             return
         if same_state and job.state.terminal:
             return  # the API recorded this already (e.g. its own cancellation)

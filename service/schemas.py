@@ -252,6 +252,55 @@ class ProgressPublic(BaseModel):
     fraction: float
 
 
+class MetricWindowPublic(BaseModel):
+    """One step window of a running job: what was measured beside what the plan predicted."""
+
+    at: datetime
+    step: float | None = None
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = Field(None, description="measured: global batch / samples/s")
+    predicted_step_time_s: float | None = Field(None, description="the chosen plan's")
+    memory_bytes: float | None = Field(None, description="measured, where the worker reports it")
+    predicted_memory_bytes: float | None = Field(None, description="the chosen plan's peak")
+
+
+class MetricsPublic(BaseModel):
+    """The job's most recent step windows, oldest first (bounded: the last few hundred)."""
+
+    windows: list[MetricWindowPublic]
+    latest: MetricWindowPublic | None
+
+
+class WaitingPublic(BaseModel):
+    """Why a queued job waits: a typed reason and its numbers (``service.queue_reasons``)."""
+
+    kind: str = Field(description="no_plan | larger_than_cluster | waiting_for_gpus | "
+                                  "behind_queue | next_round")
+    message: str
+    gpu_type: str | None = None
+    gpus_needed: int | None = None
+    gpus_free: int | None = None
+    gpus_total: int | None = None
+    jobs_ahead: int = Field(0, description="queued jobs ahead of it wanting the same GPU type")
+    earliest_start_s: float | None = Field(
+        None, description="≈ seconds from now by the plans' predicted times (None: unknown)")
+
+
+class QueueEntryPublic(BaseModel):
+    """One queued job; another user's job shows without its id and name."""
+
+    position: int
+    job_id: str | None
+    name: str | None
+    owner: str | None
+    waiting: WaitingPublic
+
+
+class QueuePublic(BaseModel):
+    data: list[QueueEntryPublic]
+
+
 class JobSummary(BaseModel):
     """A job in a listing (no plans)."""
 
@@ -285,6 +334,11 @@ class JobPublic(JobSummary):
     placed_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    waiting: WaitingPublic | None = Field(
+        None, description="while queued: why, with numbers (None once it holds GPUs)")
+    metrics: MetricsPublic | None = Field(
+        None, description="loss, tokens/s, step time and memory per step window, measured "
+                          "and predicted (None before the first report)")
 
 
 class JobsPublic(BaseModel):

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def token_file() -> Path:
 
 
 def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``serve``, ``migrate``, ``submit``, ``jobs``, ``cancel`` and ``status`` to
+    """Add ``serve``, ``migrate``, ``submit``, ``jobs``, ``cancel``, ``logs`` and ``status`` to
     ``frenzy``."""
     p = subparsers.add_parser("serve", help="run the service: API, dashboard, scheduler",
                               description=__doc__.splitlines()[0])
@@ -69,12 +69,15 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("submit", help="submit a job file (YAML or JSON) to the service")
     s.add_argument("file", help="job description, e.g. examples/gpt2-tiny.yaml")
     s.add_argument("--json", action="store_true", help="print the service's answer as JSON")
+    s.add_argument("-f", "--follow", action="store_true",
+                   help="then print its state changes, loss and throughput until it ends")
     s.add_argument("--plan-only", action="store_true",
                    help="only rank the plans on the service's cluster (nothing is submitted)")
     s.set_defaults(handler=run_submit)
 
-    j = subparsers.add_parser("jobs", help="list jobs (or show one with --id)")
-    j.add_argument("--id", default=None, help="show one job in full")
+    j = subparsers.add_parser("jobs", help="list jobs (or show one: frenzy jobs ID)")
+    j.add_argument("job_id", nargs="?", default=None, help="show this job (--json: raw)")
+    j.add_argument("--id", default=None, help="same as the positional ID")
     j.add_argument("--state", action="append", default=None, help="filter (repeatable)")
     j.add_argument("--limit", type=int, default=50)
     j.add_argument("--json", action="store_true")
@@ -84,6 +87,13 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("job_id")
     c.add_argument("--reason", default=None)
     c.set_defaults(handler=run_cancel)
+
+    lg = subparsers.add_parser("logs", help="a job's output (one rank; -f: follow it)")
+    lg.add_argument("job_id")
+    lg.add_argument("-f", "--follow", action="store_true",
+                    help="keep printing new output until the job ends")
+    lg.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
+    lg.set_defaults(handler=run_logs)
 
     st = subparsers.add_parser("status", help="cluster occupancy and queue of the service")
     st.add_argument("--json", action="store_true")
@@ -239,6 +249,28 @@ def _call(method: str, path: str, **kwargs: Any) -> Any:
     return r.json()
 
 
+def stream_logs(job_id: str, rank: int, follow: bool, out: Any) -> None:
+    """Copy ``GET /v1/jobs/{id}/logs`` to ``out`` (a binary stream) as it arrives."""
+    import httpx
+
+    params = {"rank": rank, "follow": "true" if follow else "false"}
+    try:
+        with _client() as client, client.stream("GET", f"/v1/jobs/{job_id}/logs",
+                                                 params=params, timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                try:
+                    detail = r.json().get("detail", r.text)
+                except ValueError:
+                    detail = r.text
+                raise ClientError(f"{r.status_code}: {detail}")
+            for chunk in r.iter_bytes():
+                out.write(chunk)
+                out.flush()
+    except httpx.HTTPError as exc:
+        raise ClientError(f"the log stream broke off ({exc})") from None
+
+
 def load_job_file(path: str | Path) -> dict[str, Any]:
     """A job description (YAML or JSON) as the request body of ``POST /v1/jobs``."""
     import yaml
@@ -305,14 +337,97 @@ def run_submit(args: argparse.Namespace) -> int:
               "plans)")
     for note in job.get("notes") or []:
         print(f"  {note}")
-    return 0
+    return follow_job(job["id"]) if args.follow else 0
+
+
+FOLLOW_POLL_S = 2.0
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def follow_job(job_id: str, poll_s: float = FOLLOW_POLL_S,
+               sleep: Callable[[float], None] | None = None) -> int:
+    """Print ``job_id``'s state changes and new step windows until it ends; 0 when it
+    succeeded, 1 otherwise (so ``frenzy submit -f`` can gate a script)."""
+    import time
+
+    sleep = sleep or time.sleep
+    state, last_at = None, None
+    while True:
+        job = _call("GET", f"/v1/jobs/{job_id}", params={"plans": "0"})
+        if (job["state"], job["state_reason"]) != state:
+            state = (job["state"], job["state_reason"])
+            print(f"[{job['state']}] {job['state_reason']}", flush=True)
+        for w in (job.get("metrics") or {}).get("windows", []):
+            if last_at is None or w["at"] > last_at:
+                last_at = w["at"]
+                print(f"  step {_num(w['step'], '.0f')}/{job['progress']['total_steps']}  "
+                      f"loss {_num(w['loss'], '.4f')}  {_num(w['tokens_per_s'], ',.0f')} "
+                      f"tokens/s  {_num(w['step_time_s'], '.3f', ' s')}/step", flush=True)
+        if job["state"] in TERMINAL:
+            return 0 if job["state"] == "SUCCEEDED" else 1
+        sleep(poll_s)
+
+
+def _num(x: float | None, fmt: str, unit: str = "") -> str:
+    return "-" if x is None else f"{x:{fmt}}{unit}"
+
+
+SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """``values`` as block characters, lowest to highest (a loss curve in one line)."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    span = hi - lo
+    return "".join(SPARK[1 + round((v - lo) / span * 7)] if span > 0 else SPARK[4]
+                   for v in values)
+
+
+def format_job(job: dict[str, Any]) -> list[str]:
+    """One job, human-readable: state, progress, the plan run, the latest metrics and the
+    loss curve of the kept windows."""
+    prog = job["progress"]
+    lines = [f"{job['id']}  {job.get('name') or job['model_name']}  owner {job['owner']}",
+             f"  state     {job['state']}: {job['state_reason']}",
+             f"  progress  {prog['steps_done']:.0f}/{prog['total_steps']} steps "
+             f"({100 * prog['fraction']:.1f}%)"]
+    if job.get("waiting"):
+        lines.append(f"  waiting   [{job['waiting']['kind']}] {job['waiting']['message']}")
+    p = job.get("chosen_plan") or (job.get("plans") or [None])[0]
+    if p:
+        which = "plan" if job.get("chosen_plan") else "best plan"
+        lines.append(f"  {which:9s} {p['num_gpus']}x{p['gpu_type']} tp{p['tp']} pp{p['pp']} "
+                     f"dp{p['dp']}, {p['step_time_s']:.3f} s/step predicted, peak "
+                     f"{_gib(p['peak_memory_bytes'])}/GPU")
+    m = job.get("metrics")
+    if m and m.get("latest"):
+        w = m["latest"]
+        lines.append(f"  latest    step {_num(w['step'], '.0f')}  loss {_num(w['loss'], '.4f')}  "
+                     f"{_num(w['tokens_per_s'], ',.0f')} tokens/s  step "
+                     f"{_num(w['step_time_s'], '.3f', ' s')} (predicted "
+                     f"{_num(w['predicted_step_time_s'], '.3f', ' s')})")
+        if w.get("memory_bytes") is not None:
+            pred = w.get("predicted_memory_bytes")
+            lines.append(f"  memory    {_gib(w['memory_bytes'])} (predicted "
+                         f"{_gib(pred) if pred is not None else '-'})")
+        losses = [x["loss"] for x in m["windows"] if x.get("loss") is not None]
+        if losses:
+            lines.append(f"  loss      {sparkline(losses[-60:])}  "
+                         f"{losses[max(0, len(losses) - 60)]:.4f} -> {losses[-1]:.4f}")
+    for note in job.get("notes") or []:
+        lines.append(f"  {note}")
+    return lines
 
 
 @_guard
 def run_jobs(args: argparse.Namespace) -> int:
-    """``frenzy jobs``: a table of jobs (``--id``: one job as JSON)."""
-    if args.id:
-        print(json.dumps(_call("GET", f"/v1/jobs/{args.id}"), indent=2))
+    """``frenzy jobs``: a table of jobs; ``frenzy jobs ID``: one job (``--json``: raw)."""
+    job_id = args.job_id or args.id
+    if job_id:
+        job = _call("GET", f"/v1/jobs/{job_id}")
+        print(json.dumps(job, indent=2) if args.json else "\n".join(format_job(job)))
         return 0
     params: dict[str, Any] = {"limit": args.limit}
     if args.state:
@@ -340,16 +455,37 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 @_guard
+def run_logs(args: argparse.Namespace) -> int:
+    """Print a rank's output; with ``-f`` keep following it until the job ends."""
+    if args.rank < 0:
+        raise ClientError(f"--rank must be >= 0, got {args.rank}")
+    try:
+        stream_logs(args.job_id, args.rank, args.follow, sys.stdout.buffer)
+    except BrokenPipeError:  # `frenzy logs ID | head`: quiet, as the Python docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+@_guard
 def run_status(args: argparse.Namespace) -> int:
     """``frenzy status``: nodes, GPUs in use and the queue."""
     cluster = _call("GET", "/v1/cluster")
     jobs = _call("GET", "/v1/jobs", params={"limit": 1})
+    queue = _call("GET", "/v1/cluster/queue")["data"]
     if args.json:
-        print(json.dumps({"cluster": cluster, "jobs": jobs["count"]}))
+        print(json.dumps({"cluster": cluster, "jobs": jobs["count"], "queue": queue}))
         return 0
     print(f"{cluster['used_gpus']}/{cluster['total_gpus']} GPUs in use, {jobs['count']} jobs")
     for n in cluster["nodes"]:
-        holders = ", ".join(f"{h['job_id'][:8]}:{h['gpus']}" for h in n["holders"]) or "-"
+        holders = ", ".join(f"{(h['job_id'] or 'other')[:8]}:{h['gpus']}"
+                            for h in n["holders"]) or "-"
         print(f"  {n['id']:12s} {n['gpu_type']:10s} {n['used_gpus']}/{n['total_gpus']}  "
               f"{holders}")
+    print(f"queue: {len(queue)} job{'s' if len(queue) != 1 else ''}")
+    for e in queue:
+        who = (e["job_id"] or "")[:8] or f"({e['owner'] or 'another user'})"
+        print(f"  {e['position']:>3}. {who:10s} [{e['waiting']['kind']}] "
+              f"{e['waiting']['message']}")
     return 0

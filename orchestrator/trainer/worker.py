@@ -12,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from orchestrator.trainer.loop import Control, RunConfig, RunResult, train
+from orchestrator.trainer.loop import Control, RunConfig, RunResult
 
 
 class TrainingWorker:
@@ -55,7 +55,9 @@ class TrainingWorker:
             from orchestrator.trainer.entrypoint import run_entrypoint
 
             return run_entrypoint(cfg, self.rank, self.control)
-        return train(cfg, self.rank, self.control)
+        from orchestrator.trainer.rank_log import train_logged
+
+        return train_logged(cfg, self.rank, self.control)
 
     def status(self) -> dict[str, Any]:
         """The latest progress (steps_done, checkpoint_step, loss, samples_per_s)."""

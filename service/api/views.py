@@ -18,6 +18,7 @@ from service.schemas import (
     AllocationPublic,
     JobPublic,
     JobSummary,
+    MetricsPublic,
     ModelPublic,
     PlanPublic,
     ProgressPublic,
@@ -65,6 +66,16 @@ def progress_public(job: Job) -> ProgressPublic:
     )
 
 
+def metrics_public(windows: list[dict[str, Any]] | str | None) -> MetricsPublic | None:
+    """The ``metrics`` block from the stored windows (a list, or its JSON text)."""
+    if isinstance(windows, str):
+        windows = json.loads(windows)
+    if not windows:
+        return None
+    out = MetricsPublic.model_validate({"windows": windows, "latest": None})
+    return out.model_copy(update={"latest": out.windows[-1]})
+
+
 def job_summary(job: Job) -> JobSummary:
     return JobSummary(
         id=job.id, name=job.name, owner=job.owner, state=job.state,
@@ -105,6 +116,7 @@ def job_public(
         plans_total=total, chosen_plan=chosen,
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=job.placed_at, started_at=job.started_at, finished_at=job.finished_at,
+        metrics=metrics_public(getattr(job, "metrics", None)),
     )
 
 
@@ -212,4 +224,5 @@ def stored_job_public(
         plans=plan_models, plans_total=total, chosen_plan=chosen,
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=row.placed_at, started_at=row.started_at, finished_at=row.finished_at,
+        metrics=metrics_public(row.metrics),
     )

@@ -146,6 +146,9 @@ class Job(Base):
     """The ranked plans, best first: ``Plan.to_dict()`` forms with their ``rank`` (one
     document, loaded only when asked for: ``repositories.get_job(with_plans=True)``)."""
     plan_count: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    metrics: Mapped[list[dict[str, Any]] | None] = mapped_column(sa.JSON, nullable=True)
+    """The most recent step windows, oldest first (``service.runner.metric_window``; at most
+    ``METRIC_WINDOWS``; revision 0004); None before the first progress report."""
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", order_by="AllocationRow.id", cascade="all, delete-orphan",
         passive_deletes=True,

@@ -255,7 +255,7 @@ def get_job(
     return session.scalar(stmt)
 
 
-_JSON_AS_TEXT = ("model_spec", "training", "plans")
+_JSON_AS_TEXT = ("model_spec", "training", "plans", "metrics")
 JOB_PUBLIC_COLUMNS = tuple(
     sa.cast(c, sa.Text).label(c.name) if c.name in _JSON_AS_TEXT else c
     for c in Job.__table__.columns if c.name not in ("request",)

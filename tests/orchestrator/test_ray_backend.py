@@ -54,6 +54,7 @@ class Rig:
 
     def __init__(self, tmp: Path, **cfg: object) -> None:
         self.backend = RayBackend(RayBackendConfig(checkpoint_dir=str(tmp), **cfg))
+        self.tmp = tmp
         self.events: list[JobEvent] = []
         self.source = ListJobSource()
         self.loop = ControlLoop(make_policy("opportunistic"), self.backend, self.source,
@@ -131,6 +132,10 @@ def test_job_runs_on_the_chosen_nodes_learns_and_releases(rig: Rig) -> None:
     assert len(losses) == 6 and losses[-1] < losses[0] - 0.1
     progress = [e for e in rig.events if e.job_id == "a" and e.reason == "progress"]
     assert progress and progress[-1].data["steps_done"] == 6
+    for rank in (0, 1):  # each rank's output is kept, a line per step (frenzy logs)
+        text = (rig.tmp / ".logs" / "a" / f"rank-{rank}.log").read_text()
+        assert [ln.split()[1] for ln in text.splitlines() if ln.startswith("frenzy step=")] \
+            == [f"step={i}" for i in range(1, 7)]
     _free_everywhere(rig)
 
 

@@ -4,6 +4,7 @@ and a screenshot is saved as docs/dashboard.png."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from serve_helpers import ROOT, serve
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -52,6 +54,24 @@ def test_dashboard_shows_jobs_and_nodes(tmp_path: Path) -> None:
 
         job_dom = _chromium("--dump-dom", f"{s.url}/jobs/{big[0]['id']}#token={s.token}")
         assert "memory-chart" in job_dom and "4×A100-80G" in job_dom
+        assert "no training report yet" in job_dom
+        queued = [j for j in big if s.job(j["id"])["state"] == "pending"]
+        if queued:  # a queued job says why, with numbers, on its page and in the queue
+            q_dom = _chromium("--dump-dom", f"{s.url}/jobs/{queued[0]['id']}#token={s.token}")
+            assert "waiting [" in q_dom and " needs " in q_dom
+
+        # the sim backend reports steps only: give the running job two step windows
+        windows = [{"at": f"2026-11-24T12:00:0{i}Z", "step": 5 * i, "loss": 4.0 - i,
+                    "tokens_per_s": 16384.0, "step_time_s": 2.0, "predicted_step_time_s": 1.6,
+                    "memory_bytes": None, "predicted_memory_bytes": None} for i in (1, 2)]
+        engine = sa.create_engine(f"sqlite:///{tmp_path / 'frenzy.db'}")
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET metrics = :m WHERE id = :id"),
+                         {"m": json.dumps(windows), "id": tiny["id"]})
+        engine.dispose()
+        tiny_dom = _chromium("--dump-dom", f"{s.url}/jobs/{tiny['id']}#token={s.token}")
+        assert "loss-chart" in tiny_dom and "loss 2.0000" in tiny_dom
+        assert "step 2.000 s (predicted 1.600 s)" in tiny_dom
 
         # CI must not dirty the tree: the committed screenshot is refreshed on request only
         # (FRENZY_WRITE_DOCS=1 pytest tests/service/test_dashboard_browser.py).

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from service.api.deps import ContextDep, CurrentUser, SessionDep
 from service.api.inventory import as_view
 from service.db import repositories as repo
+from service.queue_view import queue_public
 from service.schemas import (
     ClusterPublic,
     ErrorPublic,
@@ -19,6 +20,7 @@ from service.schemas import (
     HolderPublic,
     NodePublic,
     PlacementPublic,
+    QueuePublic,
 )
 
 router = APIRouter(prefix="/cluster", tags=["cluster"], responses={401: {"model": ErrorPublic}})
@@ -68,3 +70,11 @@ def get_cluster(ctx: ContextDep, user: CurrentUser, session: SessionDep) -> Clus
             for job_id, placement in sorted(view.allocations.items()) if job_id in shown
         ],
     )
+
+
+@router.get("/queue", response_model=QueuePublic,
+            summary="The queue in order, each job with why it waits")
+def get_queue(ctx: ContextDep, user: CurrentUser) -> QueuePublic:
+    """Every queued job (yours with their ids; others' without), with a typed reason, the
+    GPUs it needs and are free, the jobs ahead and an estimated earliest start."""
+    return queue_public(ctx.session_factory, as_view(ctx.cluster_provider()), user)

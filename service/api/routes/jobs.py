@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from orchestrator.states import JobState
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
+from service.api.inventory import as_view
 from service.api.job_inputs import check_inputs
 from service.api.planning import canonical_hash
 from service.api.quotas import Usage, read_usage
@@ -26,7 +28,9 @@ from service.auth import Principal
 from service.db import repositories as repo
 from service.db.engine import write_connection, write_session
 from service.db.models import Job
+from service.job_logs import follow_log
 from service.limits import check_text
+from service.queue_view import waiting_for
 from service.runner import SubmittedJob
 from service.schemas import (
     ArtifactPublic,
@@ -329,7 +333,12 @@ async def get_job(
         row, held = await run_in_threadpool(_read_job, ctx, job_id)
     if row is None or not user.can_see(row.owner):
         raise _no_job(job_id)
-    return _respond(stored_job_public(row, held, _shown(ctx, plans)))
+    public = stored_job_public(row, held, _shown(ctx, plans))
+    if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
+        view = as_view(ctx.cluster_provider())
+        waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id)
+        public = public.model_copy(update={"waiting": waiting})
+    return _respond(public)
 
 
 @router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
@@ -387,3 +396,25 @@ def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
     each exportable as a Hugging Face model folder with ``frenzy export``."""
     _owned_job(session, job_id, user)
     return artifacts_public(job_id, ctx.settings.checkpoint_dir)
+
+
+@router.get("/{job_id}/logs", response_class=StreamingResponse,
+            summary="A rank's output, streamed (follow=true: until the job ends)",
+            responses={200: {"content": {"text/plain": {}}}})
+def get_logs(job_id: JobId, session: SessionDep, user: CurrentUser, ctx: ContextDep,
+             rank: Annotated[int, Query(ge=0, le=65535, description="which rank")] = 0,
+             follow: Annotated[bool, Query(description="keep streaming new lines until "
+                                                       "the job ends")] = False,
+             ) -> StreamingResponse:
+    """What rank ``rank`` of your job printed (its current launch), as plain text. With
+    ``follow=true`` new output is sent as it is written, until the job ends."""
+    _owned_job(session, job_id, user)
+
+    def finished() -> bool:
+        with ctx.session_factory() as s:
+            job = repo.get_job(session=s, job_id=job_id)
+            return job is None or job.state.terminal
+
+    return StreamingResponse(
+        follow_log(ctx.settings.checkpoint_dir, job_id, rank, finished if follow else None),
+        media_type="text/plain; charset=utf-8")

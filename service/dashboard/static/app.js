@@ -135,7 +135,9 @@ function drawUtilisation(stats) {
 }
 
 async function refreshIndex() {
-  const [cluster, jobs] = await Promise.all([api("/v1/cluster"), api("/v1/jobs?limit=200")]);
+  const [cluster, jobs, queue] = await Promise.all([api("/v1/cluster"),
+    api("/v1/jobs?limit=200"), api("/v1/cluster/queue")]);
+  const why = new Map(queue.data.filter((e) => e.job_id).map((e) => [e.job_id, e.waiting]));
   let stats = null;
   try { stats = await api("/v1/admin/stats?window_s=600&buckets=30"); } catch (e) {
     if (e.status !== 403) throw e;
@@ -158,7 +160,8 @@ async function refreshIndex() {
   fill("#queue tbody", queued.slice(0, 50).map((j) => el("tr", { "data-job": j.id },
     el("td", {}, jobLink(j)), el("td", {}, j.model_name),
     el("td", {}, dur((now - Date.parse(j.created_at)) / 1000)),
-    el("td", { cls: "muted" }, j.state_reason))));
+    el("td", { cls: "muted" }, why.has(j.id) ?
+      `[${why.get(j.id).kind}] ${why.get(j.id).message}` : j.state_reason))));
   fill("#finished tbody", done.slice(0, 20).map((j) => el("tr", { "data-job": j.id },
     el("td", {}, jobLink(j)), el("td", {}, j.model_name), stateCell(j.state),
     el("td", { cls: "muted" }, j.state_reason))));
@@ -192,6 +195,41 @@ function drawMemory(plans) {
   ]));
 }
 
+function drawLoss(metrics) {
+  const box = document.getElementById("loss");
+  const latest = document.getElementById("metrics-latest");
+  const ws = metrics ? metrics.windows.filter((w) => w.loss !== null && w.step !== null) : [];
+  if (!ws.length) {
+    box.replaceChildren(el("p", { cls: "muted" }, "no training report yet"));
+    latest.textContent = "";
+    return;
+  }
+  const W = 560, H = 170, L = 52, B = 24, T = 8, R = 12;
+  const svg = svgEl("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: "loss-chart" });
+  const s0 = ws[0].step, s1 = ws[ws.length - 1].step;
+  let lo = Math.min(...ws.map((w) => w.loss)), hi = Math.max(...ws.map((w) => w.loss));
+  if (hi === lo) { hi += 0.5; lo -= 0.5; }
+  const x = (s) => L + (s1 === s0 ? 0 : ((s - s0) / (s1 - s0)) * (W - L - R));
+  const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+  for (const v of [lo, (lo + hi) / 2, hi]) {
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#ddd" }));
+    svg.append(svgEl("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 11 },
+      v.toFixed(3)));
+  }
+  svg.append(svgEl("text", { x: L, y: H - 6, "font-size": 11, fill: "#778" }, `step ${s0}`));
+  svg.append(svgEl("text", { x: W - R, y: H - 6, "font-size": 11, fill: "#778",
+    "text-anchor": "end" }, `step ${s1}`));
+  svg.append(svgEl("polyline", { points: ws.map((w) => `${x(w.step).toFixed(1)},` +
+    `${y(w.loss).toFixed(1)}`).join(" "), fill: "none", stroke: "#3366cc", "stroke-width": 2 }));
+  box.replaceChildren(svg);
+  const w = metrics.latest, f = (v, d, u) => (v === null ? "–" : v.toFixed(d) + (u || ""));
+  latest.textContent = `step ${w.step}: loss ${f(w.loss, 4)}; ` +
+    `${w.tokens_per_s === null ? "–" : Math.round(w.tokens_per_s).toLocaleString()} tokens/s; ` +
+    `step ${f(w.step_time_s, 3, " s")} (predicted ${f(w.predicted_step_time_s, 3, " s")})` +
+    (w.memory_bytes === null ? "" : `; memory ${gib(w.memory_bytes)} (predicted ` +
+      `${w.predicted_memory_bytes === null ? "–" : gib(w.predicted_memory_bytes)})`);
+}
+
 async function refreshJob() {
   const id = location.pathname.split("/").pop();
   document.getElementById("job-id").textContent = short(id);
@@ -205,10 +243,13 @@ async function refreshJob() {
     el("p", {}, el("span", { cls: "state state-" + job.state }, job.state), " — ",
       job.state_reason),
     el("p", {}, progressBar(job.progress)),
+    el("p", { id: "waiting" }, job.waiting ?
+      `waiting [${job.waiting.kind}]: ${job.waiting.message}` : ""),
     el("p", {}, `owner ${job.owner}; batch ${job.training.global_batch} × ` +
       `${job.training.seq_len} tokens, ${job.training.precision}; ` +
       (job.chosen_plan ? `running plan #${job.chosen_plan.rank}` : "no plan chosen yet") +
       (where ? ` on ${where}` : "")));
+  drawLoss(job.metrics);
   drawMemory(job.plans);
   fill("#plans tbody", job.plans.map((p) => el("tr",
     { style: job.chosen_plan && p.rank === job.chosen_plan.rank ? "background:#eef5ff" : "" },
