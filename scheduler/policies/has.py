@@ -26,12 +26,11 @@ Choices the paper leaves open, and why:
 * **Plan order** (``plan_order="knee"``, default): a job starts on the fastest of its plans
   at the knee of its cost curve (within 80% of the fewest GPU-seconds on that GPU type), the
   first one the free GPUs satisfy, then on MARP's ranked list. The ranking alone (``"ranked"``,
-  fewest GPU-seconds first) starts a 4-minute job on one A100 when four would run it in a
-  quarter of the time at 5% more GPU-seconds; measured in docs/jct.md. A larger plan is
-  taken only when it saves at least ``min_saving_s`` (60 s) over the cheapest plan of its
-  type: each extra worker must be launched and join the rendezvous, which the step-time
-  model does not see (the orchestrator benchmark measured worker start-up of 11 s with the
-  cheapest plans and 23 s with four times the workers on the emulated testbed).
+  fewest GPU-seconds first) would start a short job on one GPU when four would run it in a
+  quarter of the time for a few percent more GPU-seconds. A larger plan is taken only when it
+  saves at least ``min_saving_s`` (60 s) over the cheapest plan of its type: each extra
+  worker must be launched and join the rendezvous, which the step-time model does not see
+  (worker start-up grows with the number of workers; docs/orchestrator.md).
 * **Queue order** (``queue_order="shortest"``, default): waiting jobs are walked by their
   predicted remaining time on their fastest plan, shortest first (MARP makes that known; for
   average JCT it beats FCFS, which ``queue_order="fcfs"`` keeps). Backfilling bounds the wait
@@ -48,23 +47,23 @@ Choices the paper leaves open, and why:
   demotion: its cost is what the long job loses while the short one runs (the slowdown over
   the short job's run time plus two checkpoint-restarts), and as soon as the borrower has
   ended the lender gets its plan back before any waiting job may take the GPUs. Without the
-  repayment the freed GPUs went to the next arrivals and the long job stayed small for good,
-  so the loan had to be priced as permanent and was rarely worth taking.
+  repayment the freed GPUs would go to the next arrivals and the long job would stay small
+  for good, so the loan would have to be priced as permanent.
 * **SRPT growth and shrinking** (``srpt=True``, default): growth and shrinking follow the
   queue's key, each job's remaining time on its fastest plan. A running job grows onto idle
   GPUs before a waiting job with more work left starts on them (shortest remaining first,
   even while jobs wait), and a waiting job shrinks only running jobs with more work left
   than its own. LLM jobs scale nearly linearly over a GPU type's plans, and for such jobs
   the average completion time is lowest when the one nearest its end gets the GPUs first;
-  without it the day-long jobs of the Sia workloads ran side by side on slices of the A100s
-  and all ended late (docs/jct.md). ``srpt=False`` keeps the order above (growth longest
+  otherwise long jobs run side by side on slices of one GPU type and all end late.
+  ``srpt=False`` keeps the order above (growth longest
   first, only when nobody waits; any waiting job may undo growth).
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
-  Without growth (``grow=False``) HAS is the
-  paper's start-only Algorithm 1. Measured in ``docs/jct.md``: growth cut the average JCT on
-  every workload set (e.g. NewWorkload-30: 1.52 h -> 0.73 h).
+
+Without growth (``grow=False``) HAS is the paper's start-only Algorithm 1. What each choice
+is worth, and on which workloads the thresholds were tuned, is measured in ``docs/jct.md``.
 
 Speed (called on every event; target ≤ 1 ms median at 2,048 GPUs and 1,000 queued jobs): a call
 returns at once when nothing is free or nothing waits; each job's plans are indexed once
