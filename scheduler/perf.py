@@ -64,8 +64,17 @@ class AnalyticalPerfModel:
 
     Jobs without ``model``/``train`` (e.g. synthetic trace jobs that only carry plans) keep the
     plan's own step time. ``gpu_lookup`` resolves a plan's GPU type (default: the catalog).
-    The cache holds at most ``max_cache`` entries and is cleared when full (entries are cheap to
-    recompute; a clear is rare and keeps memory bounded in week-long simulations).
+
+    Two caches, bounded differently because they grow differently:
+
+    * placed plans by (plan object, shape): one entry per job and placement, so it grows with
+      every job ever placed. It keeps two generations of ``plan_cache`` entries: when the
+      young one is full it becomes the old one and the old one is dropped; a hit in the old one
+      moves up. Live jobs are asked about every round and stay; ended jobs' plans age out, so a
+      service that runs for weeks holds at most ``2 * plan_cache`` of them.
+    * step times by what they depend on (model, training shape, GPU type, parallel plan,
+      placement shape): shared by every job of the same shape, so a miss above costs a dict
+      lookup and a ``Plan.with_step``. At most ``max_cache`` entries, cleared when full.
     """
 
     def __init__(
@@ -73,11 +82,14 @@ class AnalyticalPerfModel:
         gpu_lookup: Callable[[str], GpuType] = get_gpu,
         *,
         max_cache: int = 200_000,
+        plan_cache: int = 1024,
     ) -> None:
         self._gpu_lookup = gpu_lookup
         self._max_cache = max_cache
+        self._plan_cache = plan_cache
         # key (id(plan), shape) -> (plan, placed plan); the plan is kept so its id stays unique
         self._cache: dict[tuple[int, Shape], tuple[Plan, Plan]] = {}
+        self._old: dict[tuple[int, Shape], tuple[Plan, Plan]] = {}
         self._steps: dict[tuple[object, ...], StepTime] = {}
         self._gpus: dict[str, GpuType] = {}
         self._state: ClusterState | None = None
@@ -99,13 +111,20 @@ class AnalyticalPerfModel:
         if hit is not None and hit[0] is plan:
             self.hits += 1
             return hit[1]
+        hit = self._old.pop(key, None)
+        if hit is not None and hit[0] is plan:
+            self.hits += 1
+            self._remember(key, hit)
+            return hit[1]
         self.misses += 1
         placed = self._estimate(job, plan, shape)
-        if len(self._cache) >= self._max_cache:
-            self._cache.clear()
-            self._steps.clear()
-        self._cache[key] = (plan, placed)
+        self._remember(key, (plan, placed))
         return placed
+
+    def _remember(self, key: tuple[int, Shape], entry: tuple[Plan, Plan]) -> None:
+        if len(self._cache) >= self._plan_cache:
+            self._old, self._cache = self._cache, {}
+        self._cache[key] = entry
 
     def _estimate(self, job: JobView, plan: Plan, shape: Shape) -> Plan:
         assert job.model is not None and job.train is not None
@@ -128,5 +147,7 @@ class AnalyticalPerfModel:
                 log.warning("job %s: cannot re-time %s for %s (%s); keeping the planned step "
                             "time", job.id, plan.label(), shape, exc)
                 return plan
+            if len(self._steps) >= self._max_cache:
+                self._steps.clear()
             self._steps[skey] = step
         return plan.with_step(step)

@@ -85,3 +85,22 @@ def test_topology_of_mixed_links_uses_the_slowest() -> None:
     topo = placement_topology((("a", 4), ("b", 2)), state)
     assert (topo.num_nodes, topo.intra_link, topo.gpus_per_node, topo.inter_bw_gbs) == (
         2, "pcie", (4, 2), 25.0)
+
+
+def test_placed_plan_cache_is_bounded_and_keeps_what_is_still_asked(job: JobView) -> None:
+    """Ended jobs' plans age out (at most two generations of ``plan_cache`` entries); a plan
+    asked about again (a live job's, every round) keeps its entry and its placed object."""
+    state = _dgx(1)
+    live = _plan(job, "A100-40G", 4)
+    perf = AnalyticalPerfModel(plan_cache=3)
+    first = perf.placed_plan(job, live, (("dgx0", 4),), state)
+    for i in range(20):  # 20 one-off jobs: fresh plan objects of equal value
+        gone = job.plans[i % len(job.plans)].with_step(job.plans[i % len(job.plans)].step)
+        perf.placed_plan(job, gone, (("dgx0", gone.num_gpus),), state)
+        assert perf.placed_plan(job, live, (("dgx0", 4),), state) is first
+        assert len(perf._cache) + len(perf._old) <= 2 * 3
+    assert perf.misses == 21  # the live plan was computed once
+    # an aged-out plan comes back with the same value (the step-time cache still has it)
+    again = perf.placed_plan(job, gone, (("dgx0", gone.num_gpus),), state)
+    assert again.step == AnalyticalPerfModel().placed_plan(
+        job, gone, (("dgx0", gone.num_gpus),), state).step
