@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=None,
                     help="virtual hours of the scale_Nx replays (default 4; quick 1)")
     ap.add_argument("--docs", default=None,
-                    help="folder for the plot and the report (default docs/; none for --quick)")
+                    help="folder for the plot and the report (default docs/, nothing with "
+                         "--quick); 'none' writes nothing")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     calls = args.calls or (6 if args.quick else 40)
@@ -224,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
               QUICK_QUEUES if args.quick else FULL_QUEUES, calls=calls, window_h=window)
     print(table(out))
     docs = args.docs or (None if args.quick else "docs")
+    if docs == "none":
+        docs = None
     if docs:
         plot(out, Path(docs) / "sched_overhead.png")
         write_doc(out, Path(docs), "python -m benchmarks.sched_overhead"
