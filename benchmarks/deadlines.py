@@ -85,6 +85,7 @@ class DTask:
     elastic_kw: tuple[tuple[str, Any], ...] = ()
     error: str = "none"
     estimator: bool = True
+    error_seed: int = 0
 
 
 def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
@@ -104,7 +105,8 @@ def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
     kw = {"slack": t.slack} if t.policy in DEADLINE_POLICIES else None
     if t.policy == "elastic":
         kw = {**(kw or {}), **dict(t.elastic_kw)}
-    config = SimConfig(tick_s=TICK_S, error=t.error, estimator=t.estimator)
+    config = SimConfig(tick_s=TICK_S, error=t.error, estimator=t.estimator,
+                       error_seed=t.error_seed)
     res = replay(views, state, t.policy, config=config, policy_kwargs=kw)
     dm = deadline_metrics(res.records.values())
     m = res.metrics
@@ -138,10 +140,11 @@ def _map(tasks: list[DTask], workers: int) -> list[tuple[DTask, dict[str, float]
 def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, ...], *,
         workers: int, max_jobs: int | None, slack: float = SLACK,
         elastic_kw: tuple[tuple[str, Any], ...] = (), error: str = "none",
-        estimator: bool = True) -> dict[str, Any]:
+        estimator: bool = True, error_seed: int = 0) -> dict[str, Any]:
     from simulator.replay import load_workloads
 
-    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, SEED, elastic_kw, error, estimator)
+    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, SEED, elastic_kw, error, estimator,
+                   error_seed)
              for cl in clusters
              for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
     t0 = time.perf_counter()
@@ -156,6 +159,7 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
     if error != "none":  # absent under 'none': the error-free output stays as it was
         out["error"] = error
         out["estimator"] = estimator
+        out["error_seed"] = error_seed
     for key, per in by.items():
         res: dict[str, Any] = {}
         for pol, rs in per.items():
@@ -351,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--error", choices=ERROR_MODES, default="none",
                     help="prediction error in the simulator (simulator.error): none, measured "
                          "(calibrated on the measured step times) or 2x (default none)")
+    ap.add_argument("--error-seed", type=int, default=0,
+                    help="seed of the per-job error draws (default 0)")
     ap.add_argument("--no-estimator", action="store_true",
                     help="under --error, do not give elastic the online step-time estimator "
                          "(ablation)")
@@ -371,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     max_jobs = QUICK_MAX_JOBS if args.quick else None
     out = run(sets, policies, clusters, workers=args.workers, max_jobs=max_jobs,
               slack=args.slack, elastic_kw=elastic_kw, error=args.error,
-              estimator=not args.no_estimator)
+              estimator=not args.no_estimator, error_seed=args.error_seed)
     print(table(out))
     if args.seeds > 1:
         out["seed_sweep"] = seed_sweep(sets, clusters, args.seeds, workers=args.workers,
@@ -387,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             f" --slack {args.slack:g}" if args.slack != SLACK else "") + (
             f" --seeds {args.seeds}" if args.seeds > 1 else "") + (
             f" --error {args.error}" if args.error != "none" else "") + (
+            f" --error-seed {args.error_seed}" if args.error_seed else "") + (
             " --no-estimator" if args.no_estimator else "") + "".join(
             f" --elastic-arg {a}" for a in args.elastic_arg)
         write_doc(out, d, cmd)

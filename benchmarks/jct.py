@@ -166,15 +166,18 @@ NOTES = [
 ]
 
 
-def _config(policy: str, error: str = "none") -> SimConfig:
+def _config(policy: str, error: str = "none", error_seed: int = 0) -> SimConfig:
     """Round-based Sia re-solves every 60 s (the artifact's round length); the others are
     event-driven, which is how they are invoked in production."""
-    return SimConfig(tick_s=60.0 if policy == "sia" else None, error=error)
+    return SimConfig(tick_s=60.0 if policy == "sia" else None, error=error,
+                     error_seed=error_seed)
 
 
 def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
-        max_jobs: int | None, progress: bool, error: str = "none") -> dict[str, Any]:
-    tasks = [Task(spec, k, CLUSTER, None, pol, config=_config(pol, error), max_jobs=max_jobs)
+        max_jobs: int | None, progress: bool, error: str = "none",
+        error_seed: int = 0) -> dict[str, Any]:
+    tasks = [Task(spec, k, CLUSTER, None, pol, config=_config(pol, error, error_seed),
+                  max_jobs=max_jobs)
              for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
     bar = ProgressBar(len(tasks), "jct", enabled=progress and None)
     t0 = time.perf_counter()
@@ -187,6 +190,7 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
                            "wall_s": round(time.perf_counter() - t0, 1)}
     if error != "none":  # absent under 'none': the error-free output stays as it was
         out["error"] = error
+        out["error_seed"] = error_seed
     for spec in sets:
         res: dict[str, Any] = {}
         for pol in policies:
@@ -302,20 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--error", choices=ERROR_MODES, default="none",
                     help="prediction error in the simulator (simulator.error): none, measured "
                          "or 2x (default none)")
+    ap.add_argument("--error-seed", type=int, default=0,
+                    help="seed of the per-job error draws (default 0)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sets = QUICK_SETS if args.quick else FULL_SETS
     policies = tuple(p for p in args.policies.split(",") if p)
     out = run(sets, policies, workers=args.workers,
               max_jobs=QUICK_MAX_JOBS if args.quick else None, progress=True,
-              error=args.error)
+              error=args.error, error_seed=args.error_seed)
     print(table(out))
     docs = args.docs or (None if args.quick else "docs")
     if docs:
         d = Path(docs)
         plot(out, d / "jct_cdf.png")
         cmd = "python -m benchmarks.jct" + (" --quick" if args.quick else "") + (
-            f" --error {args.error}" if args.error != "none" else "")
+            f" --error {args.error}" if args.error != "none" else "") + (
+            f" --error-seed {args.error_seed}" if args.error_seed else "")
         write_doc(out, d, cmd)
     if args.json:
         payload = {k: v for k, v in out.items() if k != "jcts"}

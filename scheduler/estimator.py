@@ -11,9 +11,12 @@ predicted):
 * per GPU type × model family, across jobs — the mean of the latest r of up to ``window``
   recent jobs, shrunk towards 0 by ``prior_jobs`` pseudo-jobs so one job does not set the
   correction for every other; used for a job not yet seen on that type;
-* the spread of the error the estimator could not remove: for each job's first observation on
-  a type, how far r was from the group correction in force then (``margin``) — the deadline
-  policy widens its safety slack by this.
+* the error the estimator could not remove: for each job's first observation on a type, how
+  far r was from the group correction in force then; ``margin`` reads a quantile of these
+  (default the median: the systematic under-prediction the group correction has not caught up
+  with yet) and the deadline policy widens its safety slack to it. A higher quantile guards
+  against the per-job spread too, at the price of turning jobs away: in a reject-mode
+  deadline policy a rejection is a certain miss (docs/simulator_error.md measures this).
 
 Bounded: corrections are clipped to [1/``max_factor``, ``max_factor``]; per-job entries go
 with ``forget``, group and spread windows keep the latest ``window`` entries. Pure: no I/O,
@@ -40,7 +43,7 @@ class StepTimeEstimator:
     margin; ``quantile``: which quantile of the under-prediction errors ``margin`` reports."""
 
     def __init__(self, *, alpha: float = 0.5, prior_jobs: float = 2.0, max_factor: float = 4.0,
-                 window: int = 256, quantile: float = 0.9) -> None:
+                 window: int = 256, quantile: float = 0.5) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
         if prior_jobs < 0:
@@ -106,8 +109,8 @@ class StepTimeEstimator:
 
     def margin(self) -> float:
         """The fraction of a time budget to keep in reserve against the error not yet
-        corrected: 1 − exp(−q), q the ``quantile`` of the first-observation under-predictions
-        (0 while nothing was under-predicted)."""
+        corrected: 1 − exp(−q), q the ``quantile`` of the signed first-observation errors
+        (0 when that quantile is not an under-prediction, or nothing was observed)."""
         if not self._first_err:
             return 0.0
         errs = sorted(self._first_err)

@@ -54,6 +54,21 @@ def test_an_ended_job_is_forgotten() -> None:
     alloc = Allocation("j", plan, (("n0", 1),))
     feed(_progress(0.0, 0.0, alloc))
     feed(_progress(100.0, 100.0, alloc))  # 1 s vs 2 s: factor 0.5
-    feed(JobEvent("j", 200.0, R, JobState.SUCCEEDED, "all steps done"))
+    # the finish closes one more pair: 900 s for the last 900 steps, 1 s each again
+    feed(JobEvent("j", 1000.0, R, JobState.SUCCEEDED, "all steps done"))
     # own entry gone; the group mean shrunk by two pseudo-jobs: exp(ln 0.5 / 3)
     assert est.factor("j", "A100-40G", "") == pytest.approx(0.5 ** (1 / 3))
+
+
+def test_a_short_job_is_observed_from_its_start_to_its_finish() -> None:
+    est, feed, plan = _setup()
+    alloc = Allocation("j", plan, (("n0", 1),))
+    seen: list[float] = []
+    est.observe = lambda job_id, gpu, fam, pred, obs: seen.append(obs / pred)  # type: ignore[method-assign]
+    # stopped at 400 steps, restarted: running from t = 500 at 400 steps
+    feed(JobEvent("j", 300.0, R, JobState.PENDING, "preempted", None, {"steps_done": 400.0}))
+    feed(JobEvent("j", 450.0, JobState.PENDING, JobState.STARTING, "start", alloc))
+    feed(JobEvent("j", 500.0, JobState.STARTING, R, "workers running", alloc))
+    # 600 steps left done by t = 2300: 1800 s / 600 = 3 s per step vs 2 s predicted
+    feed(JobEvent("j", 2300.0, R, JobState.SUCCEEDED, "all steps done"))
+    assert seen == [pytest.approx(1.5)]
