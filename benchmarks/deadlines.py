@@ -30,7 +30,13 @@ highest ratio of deadlines met (JSON ``seed_sweep``): one draw can favour either
 the target is about the policy, not one draw.
 
     python -m benchmarks.deadlines [--quick] [--json] [--workers 2] [--docs docs] [--slack S]
-                                   [--seeds N] [--elastic-arg KEY=VALUE ...]
+                                   [--seeds N] [--error none|measured|2x] [--no-estimator]
+                                   [--elastic-arg KEY=VALUE ...]
+
+``--error measured|2x`` replays with prediction error (``simulator.error``: each job's true
+step time is the prediction × a per-GPU-type bias and per-job noise calibrated on the measured
+step times); ``elastic`` then gets the online step-time estimator (``--no-estimator``: not),
+and every row reports ``over_memory`` (jobs whose true peak memory exceeded their GPU's).
 
 ``--elastic-arg`` passes a keyword argument to ``elastic`` only (an ablation or a parameter
 sweep in the same run as the baselines).
@@ -50,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.error import ERROR_MODES
 from simulator.metrics import json_ready
 
 POLICIES = ("elastic", "elasticflow", "has", "opportunistic")
@@ -76,6 +83,9 @@ class DTask:
     slack: float = SLACK
     seed: int = SEED
     elastic_kw: tuple[tuple[str, Any], ...] = ()
+    error: str = "none"
+    estimator: bool = True
+    error_seed: int = 0
 
 
 def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
@@ -95,13 +105,18 @@ def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
     kw = {"slack": t.slack} if t.policy in DEADLINE_POLICIES else None
     if t.policy == "elastic":
         kw = {**(kw or {}), **dict(t.elastic_kw)}
-    res = replay(views, state, t.policy, config=SimConfig(tick_s=TICK_S), policy_kwargs=kw)
+    config = SimConfig(tick_s=TICK_S, error=t.error, estimator=t.estimator,
+                       error_seed=t.error_seed)
+    res = replay(views, state, t.policy, config=config, policy_kwargs=kw)
     dm = deadline_metrics(res.records.values())
     m = res.metrics
-    return t, {"deadline_jobs": dm.deadline_jobs, "met": dm.met, "rejected": dm.rejected,
-               "resizes": dm.resizes, "avg_jct_s": m.avg_jct_s, "makespan_s": m.makespan_s,
-               "finished": m.finished, "sched_p95_ms": m.sched_p95_ms, "jobs": m.jobs,
-               "unfinished": m.unfinished - dm.rejected}
+    out = {"deadline_jobs": dm.deadline_jobs, "met": dm.met, "rejected": dm.rejected,
+           "resizes": dm.resizes, "avg_jct_s": m.avg_jct_s, "makespan_s": m.makespan_s,
+           "finished": m.finished, "sched_p95_ms": m.sched_p95_ms, "jobs": m.jobs,
+           "unfinished": m.unfinished - dm.rejected}
+    if t.error != "none":
+        out["over_memory"] = len(res.backend.over_memory)
+    return t, out
 
 
 _CACHES: dict[str, Any] = {}
@@ -124,10 +139,13 @@ def _map(tasks: list[DTask], workers: int) -> list[tuple[DTask, dict[str, float]
 
 def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, ...], *,
         workers: int, max_jobs: int | None, slack: float = SLACK,
-        elastic_kw: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+        elastic_kw: tuple[tuple[str, Any], ...] = (), error: str = "none",
+        estimator: bool = True, error_seed: int = 0) -> dict[str, Any]:
     from simulator.replay import load_workloads
 
-    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, SEED, elastic_kw) for cl in clusters
+    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, SEED, elastic_kw, error, estimator,
+                   error_seed)
+             for cl in clusters
              for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
     t0 = time.perf_counter()
     results = _map(tasks, workers)
@@ -138,6 +156,10 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
                            "wall_s": round(time.perf_counter() - t0, 1)}
     if elastic_kw:
         out["elastic_kwargs"] = dict(elastic_kw)
+    if error != "none":  # absent under 'none': the error-free output stays as it was
+        out["error"] = error
+        out["estimator"] = estimator
+        out["error_seed"] = error_seed
     for key, per in by.items():
         res: dict[str, Any] = {}
         for pol, rs in per.items():
@@ -156,6 +178,8 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
                 "deadline_jobs": int(n),
                 "files": len(rs),
             }
+            if error != "none":
+                res[pol]["over_memory"] = int(sum(r["over_memory"] for r in rs))
         if "elastic" in res:
             ef = res.get("elasticflow", {}).get("deadline_ratio")
             if ef:
@@ -169,7 +193,8 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
 
 def seed_sweep(sets: tuple[str, ...], clusters: tuple[str, ...], seeds: int, *, workers: int,
                max_jobs: int | None, slack: float = SLACK,
-               elastic_kw: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+               elastic_kw: tuple[tuple[str, Any], ...] = (), error: str = "none",
+               estimator: bool = True) -> dict[str, Any]:
     """``elastic`` against ``elasticflow`` on the generated-deadline workloads of ``sets``
     under ``seeds`` deadline draws (seeds ``SEED + 1000·i``): per workload and draw, the
     deadlines each met and their ratio; the median, lowest and highest ratio."""
@@ -177,7 +202,8 @@ def seed_sweep(sets: tuple[str, ...], clusters: tuple[str, ...], seeds: int, *, 
 
     draws = [SEED + 1000 * i for i in range(seeds)]
     gen = [spec for spec in sets if not spec.startswith("elasticflow")]
-    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, sd, elastic_kw) for sd in draws
+    tasks = [DTask(spec, k, cl, pol, max_jobs, slack, sd, elastic_kw, error, estimator)
+             for sd in draws
              for cl in clusters
              for spec in gen for k in range(len(load_workloads(spec)))
              for pol in DEADLINE_POLICIES]
@@ -326,6 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slack", type=float, default=SLACK,
                     help="safety margin of both deadline policies (fraction of the time to the "
                          "deadline; default %(default)s)")
+    ap.add_argument("--error", choices=ERROR_MODES, default="none",
+                    help="prediction error in the simulator (simulator.error): none, measured "
+                         "(calibrated on the measured step times) or 2x (default none)")
+    ap.add_argument("--error-seed", type=int, default=0,
+                    help="seed of the per-job error draws (default 0)")
+    ap.add_argument("--no-estimator", action="store_true",
+                    help="under --error, do not give elastic the online step-time estimator "
+                         "(ablation)")
     ap.add_argument("--elastic-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="a keyword argument for the elastic policy only (VALUE as JSON, e.g. "
                          "opportunity_cost=1 or replan=false); repeatable")
@@ -342,12 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     max_jobs = QUICK_MAX_JOBS if args.quick else None
     out = run(sets, policies, clusters, workers=args.workers, max_jobs=max_jobs,
-              slack=args.slack, elastic_kw=elastic_kw)
+              slack=args.slack, elastic_kw=elastic_kw, error=args.error,
+              estimator=not args.no_estimator, error_seed=args.error_seed)
     print(table(out))
     if args.seeds > 1:
         out["seed_sweep"] = seed_sweep(sets, clusters, args.seeds, workers=args.workers,
                                        max_jobs=max_jobs, slack=args.slack,
-                                       elastic_kw=elastic_kw)
+                                       elastic_kw=elastic_kw, error=args.error,
+                                       estimator=not args.no_estimator)
         print(sweep_table(out["seed_sweep"]))
     docs = args.docs or (None if args.quick else "docs")
     if docs:
@@ -355,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         plot(out, d / "deadlines_ratio.png")
         cmd = "python -m benchmarks.deadlines" + (" --quick" if args.quick else "") + (
             f" --slack {args.slack:g}" if args.slack != SLACK else "") + (
-            f" --seeds {args.seeds}" if args.seeds > 1 else "") + "".join(
+            f" --seeds {args.seeds}" if args.seeds > 1 else "") + (
+            f" --error {args.error}" if args.error != "none" else "") + (
+            f" --error-seed {args.error_seed}" if args.error_seed else "") + (
+            " --no-estimator" if args.no_estimator else "") + "".join(
             f" --elastic-arg {a}" for a in args.elastic_arg)
         write_doc(out, d, cmd)
         (d / "deadlines.json").write_text(json.dumps(json_ready(out, 4), sort_keys=True, indent=1)

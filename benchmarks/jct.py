@@ -11,6 +11,10 @@ jobs), and for ``has`` jct_reduction_vs_opportunistic and jct_reduction_vs_sia
 (1 − has / baseline). Writes ``docs/jct_cdf.png`` and ``docs/jct.md``.
 
     python -m benchmarks.jct [--quick] [--json] [--workers 2] [--docs docs]
+                             [--error none|measured|2x]
+
+``--error measured|2x`` replays with prediction error (``simulator.error``); ``none`` (the
+default) is the error-free simulator the figures in docs/jct.md come from.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from simulator.error import ERROR_MODES
 from simulator.metrics import RunMetrics, combine, json_ready
 from simulator.replay import ProgressBar, SimConfig, Task, load_workloads, run_tasks
 
@@ -161,15 +166,18 @@ NOTES = [
 ]
 
 
-def _config(policy: str) -> SimConfig:
+def _config(policy: str, error: str = "none", error_seed: int = 0) -> SimConfig:
     """Round-based Sia re-solves every 60 s (the artifact's round length); the others are
     event-driven, which is how they are invoked in production."""
-    return SimConfig(tick_s=60.0) if policy == "sia" else SimConfig()
+    return SimConfig(tick_s=60.0 if policy == "sia" else None, error=error,
+                     error_seed=error_seed)
 
 
 def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
-        max_jobs: int | None, progress: bool) -> dict[str, Any]:
-    tasks = [Task(spec, k, CLUSTER, None, pol, config=_config(pol), max_jobs=max_jobs)
+        max_jobs: int | None, progress: bool, error: str = "none",
+        error_seed: int = 0) -> dict[str, Any]:
+    tasks = [Task(spec, k, CLUSTER, None, pol, config=_config(pol, error, error_seed),
+                  max_jobs=max_jobs)
              for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
     bar = ProgressBar(len(tasks), "jct", enabled=progress and None)
     t0 = time.perf_counter()
@@ -180,6 +188,9 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,
         runs[task.workload][task.policy].append(m)
     out: dict[str, Any] = {"cluster": CLUSTER, "results": {}, "jcts": {},
                            "wall_s": round(time.perf_counter() - t0, 1)}
+    if error != "none":  # absent under 'none': the error-free output stays as it was
+        out["error"] = error
+        out["error_seed"] = error_seed
     for spec in sets:
         res: dict[str, Any] = {}
         for pol in policies:
@@ -292,18 +303,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for jct_cdf.png and jct.md (default: docs/ for the full run, "
                          "none for --quick)")
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--error", choices=ERROR_MODES, default="none",
+                    help="prediction error in the simulator (simulator.error): none, measured "
+                         "or 2x (default none)")
+    ap.add_argument("--error-seed", type=int, default=0,
+                    help="seed of the per-job error draws (default 0)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sets = QUICK_SETS if args.quick else FULL_SETS
     policies = tuple(p for p in args.policies.split(",") if p)
     out = run(sets, policies, workers=args.workers,
-              max_jobs=QUICK_MAX_JOBS if args.quick else None, progress=True)
+              max_jobs=QUICK_MAX_JOBS if args.quick else None, progress=True,
+              error=args.error, error_seed=args.error_seed)
     print(table(out))
     docs = args.docs or (None if args.quick else "docs")
     if docs:
         d = Path(docs)
         plot(out, d / "jct_cdf.png")
-        cmd = "python -m benchmarks.jct" + (" --quick" if args.quick else "")
+        cmd = "python -m benchmarks.jct" + (" --quick" if args.quick else "") + (
+            f" --error {args.error}" if args.error != "none" else "") + (
+            f" --error-seed {args.error_seed}" if args.error_seed else "")
         write_doc(out, d, cmd)
     if args.json:
         payload = {k: v for k, v in out.items() if k != "jcts"}

@@ -41,6 +41,7 @@ from predictor.validation import (
     predict,
     vtrain_cases,
 )
+from simulator.error import LogError, fit_step_error
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,12 @@ def evaluate(cases: list[Case]) -> tuple[dict[str, ErrorStats], list[tuple[Case,
     return stats, pairs
 
 
+def error_model(pairs: list[tuple[Case, float]]) -> dict[str, LogError]:
+    """The simulator's step-time error model (``simulator.error.fit_step_error``) fitted on
+    the signed residuals of every (case, prediction) pair, keyed by the case's GPU type."""
+    return fit_step_error((c.gpu, c.dataset, pred, c.measured_s) for c, pred in pairs)
+
+
 def gpt_pmp_shape(cases: list[Case]) -> dict[str, float]:
     """Shape checks on gpt_pmp: step time vs local batch (b=2 / b=1 at the same placement) and
     sync growth per added node, measured vs predicted."""
@@ -237,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None, help="write the scatter PNG here")
     ap.add_argument("--write-docs", action="store_true",
                     help="write docs/step_time_accuracy.json and .png")
+    ap.add_argument("--error-model", action="store_true",
+                    help="print the simulator's step-time error model fitted on these sets "
+                         "(simulator.error.MEASURED_STEP_ERROR) and stop")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -247,6 +257,15 @@ def main(argv: list[str] | None = None) -> int:
         print("no data sets found under", SHARED)
         return 1
     stats, pairs = evaluate(cases)
+    if args.error_model:
+        fitted = error_model(pairs)
+        print(f"{'GPU type':10s} {'bias':>8s} {'sigma':>8s} {'rows':>5s} {'sets':>5s}")
+        for gpu, e in fitted.items():
+            print(f"{gpu:10s} {e.bias:8.4f} {e.sigma:8.4f} {e.n:5d} {e.sets:5d}")
+        if args.json:
+            print(json.dumps({g: {"bias": round(e.bias, 4), "sigma": round(e.sigma, 4),
+                                  "n": e.n, "sets": e.sets} for g, e in fitted.items()}))
+        return 0
     shape = gpt_pmp_shape(cases)
 
     print(f"{'data set':38s} {'n':>5s} {'MAPE %':>8s} {'worst %':>8s} {'median pred/meas':>17s}")

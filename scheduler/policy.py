@@ -71,6 +71,22 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
     return _REGISTRY[name](**kwargs)
 
 
+def policy_accepts(name: str, param: str) -> bool:
+    """Whether the registered policy ``name`` takes a keyword argument ``param`` (optional
+    inputs such as a step-time estimator go only to the policies that use them)."""
+    import inspect
+
+    import scheduler.policies  # noqa: F401
+
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        return False
+    try:
+        return param in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def policy_names() -> list[str]:
     import scheduler.policies  # noqa: F401
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S
 from orchestrator.clusters import ClusterConfigError, load_cluster
+from simulator.error import ERROR_MODES
 from simulator.mapping import MappingError
 from simulator.metrics import RunMetrics, combine, json_ready
 from simulator.replay import ProgressBar, SimConfig, Task, load_workloads, run_tasks
@@ -58,6 +59,12 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                    help="extra seconds of a checkpoint-restart (default %(default)s)")
     p.add_argument("--max-jobs", type=int, default=None,
                    help="only the first N jobs of each workload (quick looks)")
+    p.add_argument("--error", choices=ERROR_MODES, default="none",
+                   help="prediction error: none (every job runs at its predicted step time), "
+                        "measured (true step time = prediction x a per-GPU-type bias and "
+                        "per-job noise calibrated on measured step times) or 2x (default none)")
+    p.add_argument("--error-seed", type=int, default=0,
+                   help="seed of the per-job error draws (default 0)")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -95,7 +102,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
             raise
         raise SimulateInputError(f"--cluster/--scale: {e}") from e
     config = SimConfig(launch_delay_s=args.launch_delay, restart_delay_s=args.restart_delay,
-                       tick_s=args.tick)
+                       tick_s=args.tick, error=args.error, error_seed=args.error_seed)
     tasks: list[Task] = []
     sets: dict[str, list[str]] = {}
     for spec in args.trace:
@@ -119,6 +126,8 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         runs[task.workload][task.policy].append(metrics)
     out: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus,
                            "results": {}}
+    if args.error != "none":  # absent under 'none': the error-free output stays as it was
+        out["error"] = args.error
     for spec in sets:
         out["results"][spec] = {}
         for pol in policies:

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S, SimBackend
 from orchestrator.controller import Controller, JobRecord
+from orchestrator.estimation import EstimatorFeed
 from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.states import JobEvent
 from predictor.gpus import get_gpu
@@ -32,8 +33,10 @@ from predictor.plan import Plan
 from predictor.planner import DEFAULT_MAX_GPUS, plan_job
 from predictor.spec import ModelSpec, TrainingSpec
 from scheduler.cluster import ClusterState
+from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
-from scheduler.policy import PerfModel, Policy, make_policy
+from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
+from simulator.error import ERROR_MODES, ErrorModel
 from simulator.mapping import MappedJob, map_jobs
 from simulator.metrics import MetricsCollector, RunMetrics, summarize
 from simulator.traces import load_trace, trace_files
@@ -46,7 +49,11 @@ log = logging.getLogger(__name__)
 class SimConfig:
     """Knobs of a replay. ``tick_s``: periodic scheduling rounds (None: event-driven only);
     ``until_s``: stop at this virtual time; ``max_policy_calls``: stop after that many calls
-    (overhead measurements)."""
+    (overhead measurements). ``error``: prediction error, one of ``ERROR_MODES`` ('none':
+    every job runs at its predicted step time; 'measured' / '2x': see ``simulator.error``),
+    drawn with ``error_seed``; under error the backend reports progress every
+    ``progress_every_s`` and, with ``estimator``, a ``StepTimeEstimator`` fed from those
+    reports goes to the policies that take one."""
 
     launch_delay_s: float = DEFAULT_LAUNCH_DELAY_S
     restart_delay_s: float = DEFAULT_RESTART_DELAY_S
@@ -54,6 +61,15 @@ class SimConfig:
     until_s: float | None = None
     max_policy_calls: int | None = None
     max_gpus: int = DEFAULT_MAX_GPUS
+    error: str = "none"
+    error_seed: int = 0
+    progress_every_s: float = 300.0
+    estimator: bool = True
+
+    def __post_init__(self) -> None:
+        if self.error not in ERROR_MODES:
+            raise ValueError(f"SimConfig.error must be one of {', '.join(ERROR_MODES)}, "
+                             f"got {self.error!r}")
 
 
 # -- planning, cached -----------------------------------------------------------------------
@@ -172,13 +188,24 @@ def replay(
 ) -> ReplayResult:
     """Run ``jobs`` (submitted at their ``submit_time``) on ``cluster`` under ``policy``."""
     perf = perf or _default_perf()
+    err = ErrorModel(config.error, config.error_seed)
+    estimator = StepTimeEstimator() if err.active and config.estimator else None
+    kwargs: dict[str, Any] = {"perf": perf, **(policy_kwargs or {})}
     if isinstance(policy, str):
-        pol = make_policy(policy, **{"perf": perf, **(policy_kwargs or {})})
+        if estimator is not None and policy_accepts(policy, "estimator"):
+            kwargs.setdefault("estimator", estimator)
+        pol = make_policy(policy, **kwargs)
     else:
         pol = policy
     clock = VirtualClock(0.0)
-    backend = SimBackend(clock, perf, cluster, launch_delay_s=config.launch_delay_s,
-                         restart_delay_s=config.restart_delay_s)
+    if err.active:
+        backend = SimBackend(clock, perf, cluster, launch_delay_s=config.launch_delay_s,
+                             restart_delay_s=config.restart_delay_s,
+                             progress_every_s=config.progress_every_s,
+                             step_factor=err.step_factor, memory_factor=err.memory_factor)
+    else:
+        backend = SimBackend(clock, perf, cluster, launch_delay_s=config.launch_delay_s,
+                             restart_delay_s=config.restart_delay_s)
     collector = MetricsCollector({n.id: n.gpu_type for n in cluster.nodes})
     samples = {j.id: float(j.train.global_batch * j.total_steps) if j.train else 0.0
                for j in jobs}
@@ -193,8 +220,12 @@ def replay(
         records[rec.view.id] = rec
 
     # Every policy call's timing is kept: the scheduling-overhead figures use all of them.
+    listeners: list[Any] = [collector, on_submitted]
+    if estimator is not None:
+        by_id = {j.id: j for j in jobs}
+        listeners.append(EstimatorFeed(estimator, perf, by_id.get, backend.inventory))
     loop = ControlLoop(pol, backend, ListJobSource(jobs), clock, tick_s=config.tick_s,
-                       listeners=[collector, on_submitted], retire_listeners=[on_retired],
+                       listeners=listeners, retire_listeners=[on_retired],
                        keep_policy_calls=None)
     ctl = loop.controller
     ended = 0

@@ -14,8 +14,16 @@ counter per job makes events of a superseded launch harmless.
 
 Nodes can join and leave (``add_node`` / ``remove_node``): the next ``inventory`` shows it,
 and a job running on a node that left is reported ``Preempted`` at the steps it had made.
-With ``progress_every_s`` set (the service's wall-time simulation), ``poll`` also reports the
-progress of every running job that often, so the database and the dashboard move.
+With ``progress_every_s`` set (the service's wall-time simulation, and the simulator under
+prediction error), ``poll`` also reports the progress of every running job that often, so the
+database and the dashboard move and an online estimator can observe step times.
+
+Prediction error (``step_factor`` / ``memory_factor``, see ``simulator.error``): a job then
+runs at ``step_time × step_factor(job id, GPU type)`` instead of the predicted step time, and
+its true peak memory is the predicted peak × ``memory_factor(job id)``. Only the backend knows
+these factors: the controller and the policy see the plans (predictions), the progress and the
+finish, as they would on real GPUs. A run whose true peak exceeds its GPU's memory is counted
+in ``over_memory`` (it keeps running: the simulator has no OOM failure mode).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from orchestrator.backend import (
@@ -34,6 +43,7 @@ from orchestrator.backend import (
     Progress,
     Started,
 )
+from predictor.gpus import get_gpu
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Node
 from scheduler.job import JobView
@@ -59,10 +69,7 @@ class _Run:
     launched_at: float
     steps_from: float  # steps done when the launch began
     run_start: float  # when steps start accruing (launch + delays)
-
-    @property
-    def step_time(self) -> float:
-        return self.placed.step_time_s
+    step_time: float  # true seconds per step (the placed prediction × the error factor)
 
     def steps_at(self, t: float) -> float:
         if t <= self.run_start:
@@ -92,6 +99,8 @@ class SimBackend:
         restart_delay_s: float = DEFAULT_RESTART_DELAY_S,
         progress_every_s: float | None = None,
         keep_step_times: bool = True,
+        step_factor: Callable[[str, str], float] | None = None,
+        memory_factor: Callable[[str], float] | None = None,
     ) -> None:
         self.clock = clock
         self._keep_step_times = keep_step_times
@@ -110,6 +119,10 @@ class SimBackend:
         self.progress_every_s = progress_every_s
         self._last_progress = -float("inf")
         self._lost: list[BackendEvent] = []
+        self.step_factor = step_factor
+        self.memory_factor = memory_factor
+        self.over_memory: set[str] = set()
+        """Jobs that ran at least once with a true peak above their GPU's memory."""
 
     # -- Backend protocol ------------------------------------------------------------------
     def connect(self, sink: EventSink) -> None:
@@ -218,10 +231,17 @@ class SimBackend:
                                        self._topology)
         if not placed.step_time_s > 0:
             raise ValueError(f"job {job.id}: non-positive step time for {placed.label()}")
+        step_s = placed.step_time_s
+        if self.step_factor is not None:
+            step_s *= self.step_factor(job.id, placed.gpu_type)
+        if self.memory_factor is not None and placed.peak_memory_bytes * self.memory_factor(
+                job.id) > get_gpu(placed.gpu_type).memory_bytes:
+            self.over_memory.add(job.id)
         run = _Run(job=job, allocation=allocation, placed=placed, gen=next(self._gen),
-                   launched_at=now, steps_from=job.steps_done, run_start=now + delay)
+                   launched_at=now, steps_from=job.steps_done, run_start=now + delay,
+                   step_time=step_s)
         self._runs[job.id] = run
-        self.step_time_by_job.setdefault(job.id, []).append(placed.step_time_s)
+        self.step_time_by_job.setdefault(job.id, []).append(step_s)
         self._push(run.run_start, run.gen, Started(job.id, run.run_start))
         self._push(run.finish_time, run.gen, Finished(job.id, run.finish_time))
 

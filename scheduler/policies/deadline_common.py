@@ -67,6 +67,7 @@ from itertools import pairwise
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
 from scheduler.decision import Decision, reject, resize, start, stop
+from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView, RunningJob
 from scheduler.placement import FreeGpus
 from scheduler.policies.common import order_for_sequential_apply
@@ -82,6 +83,10 @@ RESTART_DELAY_S = 60.0
 """Checkpoint save + load on a restart (mirrors the simulator's restart delay)."""
 
 MODES = ("reject", "best_effort")
+
+MAX_SLACK = 0.3
+"""The widest safety margin an estimator may widen ``slack`` to (a third of every budget
+held back would turn away most deadline jobs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +339,8 @@ class DeadlineEngine:
         stay_type: bool = False,
         cross_type_grow: bool = False,
         replan: bool = False,
+        estimator: StepTimeEstimator | None = None,
+        max_slack: float = MAX_SLACK,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -349,7 +356,9 @@ class DeadlineEngine:
         self.pin_type = pin_type
         self.resize_guard = resize_guard
         self.resize_gain_factor = resize_gain_factor
-        self.slack = slack
+        self.base_slack = slack
+        self.estimator = estimator
+        self.max_slack = max(slack, max_slack)
         self.launch_delay_s = launch_delay_s
         self.restart_delay_s = restart_delay_s
         self.type_value = type_value or _catalog_value
@@ -376,6 +385,22 @@ class DeadlineEngine:
         self._now = 0.0
 
     # -- helpers -----------------------------------------------------------------------------
+    @property
+    def slack(self) -> float:
+        """The safety margin in force: ``base_slack``, widened to the estimator's margin of
+        uncorrected error when it has one (at most ``max_slack``)."""
+        if self.estimator is None:
+            return self.base_slack
+        return min(self.max_slack, max(self.base_slack, self.estimator.margin()))
+
+    def step_factor(self, job: JobView, option: Option) -> float:
+        """Observed / predicted step time the estimator expects for ``job`` on ``option``'s
+        GPU type (1 without an estimator)."""
+        if self.estimator is None:
+            return 1.0
+        family = str(job.model.family) if job.model is not None else ""
+        return self.estimator.factor(job.id, option.gpu_type, family)
+
     def value(self, gpu_type: str) -> float:
         v = self._value_cache.get(gpu_type)
         if v is None:
@@ -402,10 +427,13 @@ class DeadlineEngine:
     def remaining_s(self, c: _Cand, option: Option, *, stopped: bool = False) -> float:
         """Predicted seconds to finish ``c`` on ``option`` from now; ``stopped``: the job is
         stopped now and resumed later (a checkpoint-restart even on its current shape)."""
+        step_s = option.step_s
+        if self.estimator is not None:
+            step_s *= self.step_factor(c.job, option)
         if stopped and c.current is not None:
-            return (c.job.remaining_steps * option.step_s + self.launch_delay_s
+            return (c.job.remaining_steps * step_s + self.launch_delay_s
                     + self.restart_delay_s)
-        return c.job.remaining_steps * option.step_s + self.overhead(c.job, option, c.current)
+        return c.job.remaining_steps * step_s + self.overhead(c.job, option, c.current)
 
     def _types(self, c: _Cand) -> list[str]:
         if c.fixed_type is not None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scheduler.estimator import StepTimeEstimator
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.policies.deadline_common import (
     LAUNCH_DELAY_S,
@@ -65,7 +66,9 @@ class ElasticPolicy(EnginePolicy):
     arrivals a new job's booking may turn away (``None``: no limit); ``costly_mode``: what
     happens to a job over that limit ('best_effort' or 'reject'); ``arrival_window``: how
     many recent arrivals the estimate uses; ``replan``: re-plan every booking in deadline
-    order when an arrival does not fit (may pause running jobs with slack); ``seed``:
+    order when an arrival does not fit (may pause running jobs with slack); ``estimator``:
+    corrects remaining times from observed step times and widens ``slack`` by the error it
+    has not corrected (``scheduler.estimator``; None: predictions taken as they are); ``seed``:
     accepted for a uniform interface."""
 
     name = "elastic"
@@ -86,6 +89,7 @@ class ElasticPolicy(EnginePolicy):
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
         replan: bool = True,
+        estimator: StepTimeEstimator | None = None,
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
@@ -97,6 +101,6 @@ class ElasticPolicy(EnginePolicy):
             slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
             type_value=type_value, fewest_now=True, opportunity_cost=opportunity_cost,
             costly_mode=costly_mode, arrival_window=arrival_window, stay_type=True,
-            cross_type_grow=True, replan=replan,
+            cross_type_grow=True, replan=replan, estimator=estimator,
         )
 

@@ -90,3 +90,20 @@ def test_sched_overhead_quick_json_keys(capsys: pytest.CaptureFixture[str],
     assert {"has_p50_ms", "has_p95_ms", "sia_p50_ms", "sia_p95_ms", "speedup"} <= set(data)
     assert data["largest_gpus"] == 128
     assert (tmp_path / "sched_overhead.png").stat().st_size > 0
+
+
+def test_simulate_error_modes_move_the_jct_and_none_is_the_default(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--cluster", "config/phoebe.yaml", "--trace", str(DATA / "golden_trace.csv"),
+            "--policy", "opportunistic", "--max-jobs", "6", "--json", "--no-progress"]
+    jct: dict[str, float] = {}
+    for mode in ("default", "none", "measured", "2x"):
+        assert run_simulate(parse(base if mode == "default" else [*base, "--error", mode])) == 0
+        data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert ("error" in data) is (mode in ("measured", "2x"))
+        jct[mode] = data["results"][str(DATA / "golden_trace.csv")]["opportunistic"]["avg_jct_s"]
+    assert jct["default"] == jct["none"]
+    assert jct["measured"] != jct["none"] and jct["2x"] != jct["measured"]
+    with pytest.raises(SystemExit):
+        parse([*base, "--error", "3x"])
+    assert "invalid choice: '3x'" in capsys.readouterr().err
