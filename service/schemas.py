@@ -116,7 +116,13 @@ class JobCreate(_Create):
     dimensions: ModelDimensions | None = None
     training: TrainingCreate
     deadline_s: float | None = Field(None, gt=0, le=10 * 365 * 86400, strict=True,
-                                     description="seconds from submission")
+                                     description="seconds from submission; refused (422) "
+                                                 "when no plan can finish in time, unless "
+                                                 "best_effort")
+    best_effort: bool | None = Field(
+        None, strict=True,
+        description="true: accept a deadline_s no plan can meet; the job runs anyway and "
+                    "its events say it is best-effort, with the predicted completion")
     name: SafeStr | None = Field(None, min_length=1, max_length=128)
     entrypoint: SafeStr | None = Field(None, min_length=1, max_length=1024,
                                        description="user training entrypoint (default: "

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.states import JobState
+from service.api.deadlines import check_deadline
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
 from service.api.inventory import as_view
@@ -185,6 +186,8 @@ async def submit_job(
     if ctx.quotas.needs_usage:
         usage = await run_in_threadpool(_usage, ctx, user.owner)
         ctx.quotas.check_usage(user.owner, usage, planned)
+    late = check_deadline(planned.plans, body.deadline_s, best_effort=bool(body.best_effort),
+                          gpu_types=planned.gpu_types)
     notes: list[str] = []
     if body.init_from or isinstance(body.data, DataCreate):  # files to check: off the loop
         notes = await run_in_threadpool(check_inputs, body, planned.model, planned.train)
@@ -198,7 +201,10 @@ async def submit_job(
         idempotency_key=idempotency_key, total_steps=planned.train.num_steps,
         plans_json=plans_json, plan_count=len(planned.plan_dicts), now=now,
         deadline_s=body.deadline_s, entrypoint=body.entrypoint,
+        **({"reason": late} if late else {}),
     )
+    if late:
+        notes = [late, *notes]
     try:
         # One short transaction, two Core INSERTs (the job with its plans, its first
         # event), shared with the submissions queued at the same moment.
