@@ -3,10 +3,19 @@ owners, GPU-hours and durations, per-user usage, resubmission, offline /docs."""
 
 from __future__ import annotations
 
-from service_builders import job_body
-
-
 import math
+
+from service_builders import T0, job_body
+
+from orchestrator.backend import VirtualClock
+from orchestrator.backends.sim import SimBackend
+from orchestrator.loop import ControlLoop
+from scheduler.perf import AnalyticalPerfModel
+from scheduler.policy import make_policy
+from service.api.inventory import DbClusterProvider
+from service.app_runtime import DbJobSource, WakeRunner
+from service.ranking_note import ranking_note
+from service.runner import EventRecorder
 
 LONG = {"global_batch": 32, "seq_len": 1024, "steps": 100_000}
 """gpt2 for 100,000 steps: an hour or so on the test cluster's fastest plan"""
@@ -26,7 +35,8 @@ def test_infeasible_deadline_is_refused_with_the_earliest_completion(env) -> Non
         assert abs(p["job_time_s"] - 100_000 * p["step_time_s"]) < 1e-6 * p["job_time_s"]
     earliest, rank, best = _fastest(plans)
 
-    r = env.client.post("/v1/jobs", json=job_body(training=LONG, deadline_s=earliest * 0.5), headers=alice)
+    r = env.client.post("/v1/jobs", json=job_body(training=LONG, deadline_s=earliest * 0.5),
+                        headers=alice)
     assert r.status_code == 422, r.text
     err = r.json()
     assert err["errors"][0]["field"] == "deadline_s"
@@ -36,7 +46,8 @@ def test_infeasible_deadline_is_refused_with_the_earliest_completion(env) -> Non
     assert earliest > 60  # printed in whole seconds
     assert f"deadline_s >= {math.ceil(earliest)}" in msg and "best_effort: true" in msg
     # a deadline the fastest plan meets is accepted as usual
-    ok = env.client.post("/v1/jobs", json=job_body(training=LONG, deadline_s=earliest * 1.01), headers=alice)
+    ok = env.client.post("/v1/jobs", json=job_body(training=LONG, deadline_s=earliest * 1.01),
+                         headers=alice)
     assert ok.status_code == 201, ok.text
     assert ok.json()["state_reason"] == "queued: waiting for the scheduler"
 
@@ -59,6 +70,83 @@ def test_best_effort_accepts_the_deadline_and_says_so(env) -> None:  # type: ign
     events = env.client.get(f"/v1/jobs/{job['id']}/events", headers=alice).json()["data"]
     assert events[0]["kind"] == "submitted" and "best-effort" in events[0]["message"]
     # best_effort must be a JSON boolean
-    bad = env.client.post("/v1/jobs", json=job_body(training=LONG, deadline_s=10.0, best_effort="yes"),
-                          headers=alice)
+    bad = env.client.post("/v1/jobs", json=job_body(training=LONG, deadline_s=10.0,
+                                                    best_effort="yes"), headers=alice)
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "best_effort"
+
+
+def test_ranking_orders_the_stored_plans(env) -> None:  # type: ignore[no-untyped-def]
+    """Each ranking's key (predictor.planner: gpu_seconds, then job time; job_time, then
+    GPU-seconds; fewest_gpus, then job time) is non-decreasing down the stored list."""
+    alice = env.headers("alice")
+    keys = {
+        "gpu_seconds": lambda p: (p["gpu_seconds"], p["job_time_s"]),
+        "job_time": lambda p: (p["job_time_s"], p["gpu_seconds"]),
+        "fewest_gpus": lambda p: (p["num_gpus"], p["job_time_s"]),
+    }
+    firsts = {}
+    for ranking, key in keys.items():
+        r = env.client.post("/v1/jobs?plans=all", json=job_body(training=LONG, ranking=ranking),
+                            headers=alice)
+        assert r.status_code == 201, r.text
+        plans = r.json()["plans"]
+        assert [key(p) for p in plans] == sorted(key(p) for p in plans), ranking
+        firsts[ranking] = plans[0]
+    # the three orders differ on this job: one GPU is cheapest to hold, 16 fastest
+    assert firsts["fewest_gpus"]["num_gpus"] == 1
+    assert firsts["job_time"]["job_time_s"] < firsts["fewest_gpus"]["job_time_s"]
+    bad = env.client.post("/v1/jobs", json=job_body(ranking="cheapest"), headers=alice)
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "ranking"
+
+
+def _loop(env, policy):  # type: ignore[no-untyped-def]
+    """The service's loop (as in test_service_cluster_admin) over the simulated backend,
+    with the runtime's ranking note for ``policy``."""
+    clock = VirtualClock(T0.timestamp())
+    state = DbClusterProvider(env.factory)().state
+    backend = SimBackend(clock, AnalyticalPerfModel(), state, launch_delay_s=0,
+                         restart_delay_s=0)
+    recorder = EventRecorder(env.factory)
+    source = DbJobSource(env.factory, ranking_note=ranking_note(policy))
+    return ControlLoop(policy, backend, source, clock, listeners=[recorder],
+                       around_turn=recorder.batched, tick_s=None)
+
+
+def test_ranked_policy_runs_the_first_ranked_plan_and_says_nothing(make_env) -> None:  # type: ignore[no-untyped-def]
+    env = make_env(runner=WakeRunner())
+    policy = make_policy("has", plan_order="ranked", grow=False)
+    assert ranking_note(policy) is None
+    loop = _loop(env, policy)
+    alice = env.headers("alice")
+    job = env.client.post("/v1/jobs", json=job_body(training=LONG, ranking="fewest_gpus"),
+                          headers=alice).json()
+    loop.step()
+    got = env.client.get(f"/v1/jobs/{job['id']}", headers=alice).json()
+    # the cluster is empty: the first ranked plan (one GPU) fits and is the one placed
+    assert got["chosen_plan"]["rank"] == 1 and got["chosen_plan"]["num_gpus"] == 1
+    kinds = [e["kind"] for e in env.client.get(f"/v1/jobs/{job['id']}/events",
+                                               headers=alice).json()["data"]]
+    assert "ranking" not in kinds
+
+
+def test_default_policy_says_why_it_does_not_follow_the_ranking(make_env) -> None:  # type: ignore[no-untyped-def]
+    env = make_env(runner=WakeRunner())
+    loop = _loop(env, make_policy("has"))  # HAS's default: knee plan order, growth
+    alice = env.headers("alice")
+    asked = env.client.post("/v1/jobs", json=job_body(training=LONG, ranking="fewest_gpus"),
+                            headers=alice).json()
+    plain = env.client.post("/v1/jobs", json=job_body(training=LONG), headers=alice).json()
+    loop.step()
+    events = env.client.get(f"/v1/jobs/{asked['id']}/events", headers=alice).json()["data"]
+    ranking = [e for e in events if e["kind"] == "ranking"]
+    assert len(ranking) == 1
+    assert ranking[0]["message"].startswith(
+        "ranking 'fewest_gpus': the stored plans are in that order (#1 first), but the "
+        "active policy 'has' does not follow the ranked order: it starts a job on the "
+        "fastest plan near the knee of its cost curve")
+    # a job that named no ranking gets no such event
+    other = env.client.get(f"/v1/jobs/{plain['id']}/events", headers=alice).json()["data"]
+    assert "ranking" not in [e["kind"] for e in other]
+    loop.step()  # a second turn does not repeat it
+    events = env.client.get(f"/v1/jobs/{asked['id']}/events", headers=alice).json()["data"]
+    assert [e["kind"] for e in events].count("ranking") == 1
