@@ -321,6 +321,12 @@ class JobSummary(BaseModel):
     deadline_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    duration_s: float | None = Field(
+        None, description="finished jobs: seconds from first getting GPUs to the end (None "
+                          "if it never got any)")
+    gpu_hours: float | None = Field(
+        None, description="GPU-hours held so far (GPUs × hours, over every placement; None "
+                          "if it never held a GPU)")
 
 
 class JobPublic(JobSummary):
@@ -446,6 +452,28 @@ class StatsPublic(BaseModel):
     deadline: DeadlinePublic
     jobs_by_state: dict[str, int]
     finished_in_window: int
+
+
+class UserUsagePublic(BaseModel):
+    """One user's jobs and GPU use."""
+
+    owner: str
+    jobs: int = Field(description="all the user's jobs, any state")
+    running: int = Field(description="jobs holding GPUs now (placed, starting, running, "
+                                     "resizing)")
+    queued: int = Field(description="jobs waiting (pending)")
+    gpus_held: int = Field(description="GPUs the user's jobs hold now")
+    gpu_hours: float = Field(description="GPU-hours the user's jobs have held (in the window "
+                                         "when one is given)")
+
+
+class UsersPublic(BaseModel):
+    """Per-user usage, busiest first (GPU-hours, then owner)."""
+
+    now: datetime
+    window_s: float | None = Field(description="GPU-hours counted over this look-back "
+                                               "(None: all time)")
+    data: list[UserUsagePublic]
 
 
 class ArtifactPublic(BaseModel):

@@ -4,16 +4,20 @@ owners, GPU-hours and durations, per-user usage, resubmission, offline /docs."""
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 from service_builders import T0, job_body
 
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import SimBackend
 from orchestrator.loop import ControlLoop
+from orchestrator.states import JobState
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.policy import make_policy
 from service.api.inventory import DbClusterProvider
 from service.app_runtime import DbJobSource, WakeRunner
+from service.db import repositories as repo
+from service.db.engine import write_session
 from service.ranking_note import ranking_note
 from service.runner import EventRecorder
 
@@ -150,3 +154,86 @@ def test_default_policy_says_why_it_does_not_follow_the_ranking(make_env) -> Non
     loop.step()  # a second turn does not repeat it
     events = env.client.get(f"/v1/jobs/{asked['id']}/events", headers=alice).json()["data"]
     assert [e["kind"] for e in events].count("ranking") == 1
+
+
+def _run(env, job_id: str, *, at: float, gpus: int, until: float | None) -> None:  # type: ignore[no-untyped-def]
+    """Place ``job_id`` on ``gpus`` A100s ``at`` seconds after T0 and run it; it succeeds
+    at ``until`` (None: still running)."""
+    with write_session(env.factory) as s:
+        job = repo.get_job(session=s, job_id=job_id, for_update=True)
+        t = T0 + timedelta(seconds=at)
+        repo.transition_job(session=s, job=job, to=JobState.PLACED, reason="placed", now=t)
+        repo.set_allocation(session=s, job=job, placement=[("a100-0", gpus)],
+                            gpu_type="A100-80G", plan_rank=1, now=t)
+        repo.transition_job(session=s, job=job, to=JobState.STARTING, reason="s", now=t)
+        repo.transition_job(session=s, job=job, to=JobState.RUNNING, reason="r", now=t)
+        if until is not None:
+            repo.transition_job(session=s, job=job, to=JobState.SUCCEEDED, reason="done",
+                                now=T0 + timedelta(seconds=until))
+
+
+def _submit(env, who: str, **over) -> str:  # type: ignore[no-untyped-def]
+    r = env.client.post("/v1/jobs", json=job_body(**over), headers=env.headers(who))
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def test_duration_gpu_hours_and_per_user_usage(env) -> None:  # type: ignore[no-untyped-def]
+    done = _submit(env, "alice", name="done")
+    live = _submit(env, "alice", name="live")
+    queued = _submit(env, "bob", name="queued")
+    # done: 4 GPUs from T0+60 s to T0+1860 s -> 1800 s, 4 × 0.5 h = 2.0 GPU-h
+    _run(env, done, at=60, gpus=4, until=1860)
+    # live: 2 GPUs from T0+100 s, still running at T0+3700 s -> 2 × 1 h = 2.0 GPU-h
+    _run(env, live, at=100, gpus=2, until=None)
+    env.clock.advance(3700)
+    alice = env.headers("alice")
+
+    got = env.client.get(f"/v1/jobs/{done}", headers=alice).json()
+    assert got["duration_s"] == 1800.0 and abs(got["gpu_hours"] - 2.0) < 1e-6
+    got = env.client.get(f"/v1/jobs/{live}", headers=alice).json()
+    assert got["duration_s"] is None and abs(got["gpu_hours"] - 2.0) < 1e-6
+    listed = {j["id"]: j for j in env.client.get("/v1/jobs", headers=alice).json()["data"]}
+    assert listed[done]["duration_s"] == 1800.0 and abs(listed[done]["gpu_hours"] - 2) < 1e-6
+    assert listed[done]["owner"] == "alice"
+    everyone = env.client.get("/v1/jobs", headers=env.headers("admin")).json()["data"]
+    assert {(j["name"], j["owner"]) for j in everyone} == {
+        ("done", "alice"), ("live", "alice"), ("queued", "bob")}
+    assert next(j for j in everyone if j["id"] == queued)["gpu_hours"] is None
+
+    users = env.client.get("/v1/admin/users", headers=env.headers("admin")).json()
+    rows = [(u["owner"], u["jobs"], u["running"], u["queued"], u["gpus_held"],
+             round(u["gpu_hours"], 6)) for u in users["data"]]
+    assert rows == [("alice", 2, 1, 0, 2, 4.0), ("bob", 1, 0, 1, 0, 0.0)]
+    # the last 600 s (from T0+3100): done had ended; live held 2 GPUs -> 2 × 600 s = 1/3 h
+    window = env.client.get("/v1/admin/users?window_s=600",
+                            headers=env.headers("admin")).json()
+    assert window["window_s"] == 600
+    assert abs(window["data"][0]["gpu_hours"] - 1 / 3) < 1e-6
+    assert env.client.get("/v1/admin/users", headers=alice).status_code == 403
+
+
+def test_resubmit_a_finished_job(env) -> None:  # type: ignore[no-untyped-def]
+    alice = env.headers("alice")
+    body = job_body(name="again", training=LONG, ranking="job_time")
+    first = env.client.post("/v1/jobs", json=body, headers=alice).json()
+    # still queued: not yet
+    r = env.client.post(f"/v1/jobs/{first['id']}/resubmit", headers=alice)
+    assert r.status_code == 409 and r.json()["errors"][0]["field"] == "state"
+    assert env.client.post(f"/v1/jobs/{first['id']}/cancel", headers=alice).status_code == 200
+    # another user, even an admin, gets the same 404 as for an unknown id
+    for who in ("bob", "admin"):
+        r = env.client.post(f"/v1/jobs/{first['id']}/resubmit", headers=env.headers(who))
+        assert r.status_code == 404, who
+    r = env.client.post(f"/v1/jobs/{first['id']}/resubmit", headers=alice)
+    assert r.status_code == 201, r.text
+    again = r.json()
+    assert again["id"] != first["id"] and again["state"] == "pending"
+    assert (again["name"], again["training"], again["plans"]) == (
+        first["name"], first["training"], first["plans"])
+    events = env.client.get(f"/v1/jobs/{again['id']}/events", headers=alice).json()["data"]
+    assert [e["kind"] for e in events] == ["submitted", "resubmitted"]
+    assert events[1]["message"] == f"resubmission of job {first['id']}"
+    with env.factory() as s:
+        assert repo.get_job(session=s, job_id=again["id"]).request == \
+            repo.get_job(session=s, job_id=first["id"]).request

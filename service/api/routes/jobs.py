@@ -24,7 +24,13 @@ from service.api.inventory import as_view
 from service.api.job_inputs import check_inputs
 from service.api.planning import canonical_hash
 from service.api.quotas import Usage, read_usage
-from service.api.views import job_public, job_summary, stored_job_public, submitted_public
+from service.api.views import (
+    accounting,
+    job_public,
+    job_summary,
+    stored_job_public,
+    submitted_public,
+)
 from service.auth import Principal
 from service.db import repositories as repo
 from service.db.engine import write_connection, write_session
@@ -34,6 +40,7 @@ from service.limits import check_text
 from service.queue_view import waiting_for
 from service.runner import SubmittedJob
 from service.schemas import (
+    RETIRED_FIELDS,
     ArtifactPublic,
     ArtifactsPublic,
     CancelRequest,
@@ -268,6 +275,12 @@ def _read_job(ctx: AppContext, job_id: str) -> tuple[Any, list[Any]]:
         return row, repo.held_allocation_rows(conn=conn, job_id=job_id)
 
 
+def _gpu_seconds(ctx: AppContext, job_id: str) -> float | None:
+    with ctx.session_factory() as session:
+        return repo.gpu_seconds_by_job(session=session, job_ids=[job_id],
+                                       now=ctx.clock()).get(job_id)
+
+
 def _usage(ctx: AppContext, owner: str) -> Usage:
     with ctx.session_factory() as session:
         return read_usage(session, owner)
@@ -316,8 +329,11 @@ def list_jobs(
     rows, total = repo.list_jobs(
         session=session, owner=who, states=state, limit=limit, offset=offset
     )
-    return JobsPublic(data=[job_summary(j) for j in rows], count=total, limit=limit,
-                      offset=offset)
+    used = repo.gpu_seconds_by_job(session=session, job_ids=[j.id for j in rows],
+                                   now=ctx.clock())
+    return JobsPublic(
+        data=[job_summary(j).model_copy(update=accounting(j, used.get(j.id))) for j in rows],
+        count=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
@@ -340,6 +356,9 @@ async def get_job(
     if row is None or not user.can_see(row.owner):
         raise _no_job(job_id)
     public = stored_job_public(row, held, _shown(ctx, plans))
+    if row.placed_at is not None:  # it held GPUs: its GPU-hours (one grouped read)
+        used = await run_in_threadpool(_gpu_seconds, ctx, job_id)
+        public = public.model_copy(update=accounting(row, used))
     if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
         view = as_view(ctx.cluster_provider())
         waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id)
@@ -392,6 +411,48 @@ def cancel_job(
     except Exception:  # the cancellation is recorded; the runner catches up on restart
         log.exception("runner failed to cancel job %s", job_id)
     return _respond(public)
+
+
+@router.post(
+    "/{job_id}/resubmit", status_code=201, response_model=JobPublic,
+    summary="Run a finished job again: a new job with the same request",
+)
+async def resubmit_job(job_id: JobId, user: CurrentUser, request: Request,
+                       plans: PlansParam = None) -> Response:
+    """Submit the request of your finished job (succeeded, failed or cancelled) again, as a
+    new job planned for the cluster as it is now; the answer is the new job. Only the
+    job's owner can resubmit it (anyone else gets 404); a job still queued or running is a
+    409."""
+    ctx: AppContext = request.app.state.ctx
+    body = await run_in_threadpool(_resubmit_body, ctx, job_id, user)
+    answer = await submit_job(body, user, request, None, plans)
+    new_id = json.loads(bytes(answer.body))["id"]
+    await run_in_threadpool(_note_resubmission, ctx, new_id, job_id)
+    return answer
+
+
+def _resubmit_body(ctx: AppContext, job_id: str, user: Principal) -> JobCreate:
+    """The stored request of ``user``'s own finished job, as a submission body."""
+    with ctx.session_factory() as session:
+        job = repo.get_job(session=session, job_id=job_id)
+        if job is None or job.owner != user.owner:
+            raise _no_job(job_id)
+        if not job.state.terminal:
+            raise ApiError(409, "state", f"job is {job.state.value}; only finished jobs "
+                                         "(succeeded, failed, cancelled) can be resubmitted")
+        stored = {k: v for k, v in (job.request or {}).items() if k not in RETIRED_FIELDS}
+    try:
+        return JobCreate.model_validate(stored)
+    except ValueError as exc:  # a request stored by an older version of the schema
+        raise ApiError(422, "job_id", f"job {job_id}'s request no longer validates ({exc}); "
+                                      "submit it afresh") from None
+
+
+def _note_resubmission(ctx: AppContext, new_id: str, old_id: str) -> None:
+    with write_session(ctx.session_factory) as session:
+        repo.append_event(session=session, job_id=new_id, kind="resubmitted",
+                          message=f"resubmission of job {old_id}",
+                          data={"from": old_id}, now=ctx.clock())
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactsPublic,
