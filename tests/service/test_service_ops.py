@@ -237,3 +237,20 @@ def test_resubmit_a_finished_job(env) -> None:  # type: ignore[no-untyped-def]
     with env.factory() as s:
         assert repo.get_job(session=s, job_id=again["id"]).request == \
             repo.get_job(session=s, job_id=first["id"]).request
+
+
+def test_docs_work_offline(env) -> None:  # type: ignore[no-untyped-def]
+    """/docs names no outside host: its script and stylesheet are served by the API."""
+    import re
+
+    page = env.client.get("/docs")
+    assert page.status_code == 200
+    urls = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert urls and not [u for u in urls if "//" in u], urls
+    assert "/docs-assets/swagger-ui-bundle.js" in urls
+    assert "/docs-assets/swagger-ui.css" in urls
+    js = env.client.get("/docs-assets/swagger-ui-bundle.js")
+    assert js.status_code == 200 and len(js.content) > 100_000  # the real bundle
+    assert env.client.get("/docs-assets/swagger-ui.css").status_code == 200
+    assert "'/openapi.json'" in page.text or '"/openapi.json"' in page.text
+    assert env.client.get("/openapi.json").status_code == 200
