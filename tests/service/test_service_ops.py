@@ -254,3 +254,34 @@ def test_docs_work_offline(env) -> None:  # type: ignore[no-untyped-def]
     assert env.client.get("/docs-assets/swagger-ui.css").status_code == 200
     assert "'/openapi.json'" in page.text or '"/openapi.json"' in page.text
     assert env.client.get("/openapi.json").status_code == 200
+
+
+def test_cli_jobs_shows_owner_duration_gpu_hours_and_resubmits(env, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import contextlib
+
+    from service import serve_cli
+    from service.cli import main as cli_main
+
+    done = _submit(env, "alice", name="done")
+    _submit(env, "bob", name="bobs")
+    _run(env, done, at=60, gpus=4, until=60 + 3720)  # 1 h 2 min on 4 GPUs: 4.13 GPU-h
+    monkeypatch.setattr(serve_cli, "_client", lambda: contextlib.nullcontext(env.client))
+    env.client.headers.update(env.headers("admin"))
+    assert cli_main(["jobs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["id", "owner", "model", "state", "progress", "duration",
+                              "GPU-h", "reason"]
+    row = next(line for line in out if line.startswith(done))
+    assert row.split()[1:7] == ["alice", "gpt2", "succeeded", "100.0%", "1h02m", "4.13"]
+    assert any(line.split()[1] == "bob" for line in out[1:-1])  # the admin sees everyone
+    assert out[-1] == "(2 of 2)"
+
+    env.client.headers.update(env.headers("alice"))
+    assert cli_main(["jobs", done]) == 0
+    assert "  used      1h02m on GPUs, 4.13 GPU-h" in capsys.readouterr().out
+    assert cli_main(["resubmit", done]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.endswith(f"pending: queued: waiting for the scheduler (resubmission of {done})")
+    env.client.headers.update(env.headers("bob"))
+    assert cli_main(["resubmit", done]) == 1
+    assert f"404: job_id: no job '{done}' of yours" in capsys.readouterr().err
