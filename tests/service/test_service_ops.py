@@ -285,3 +285,18 @@ def test_cli_jobs_shows_owner_duration_gpu_hours_and_resubmits(env, monkeypatch,
     env.client.headers.update(env.headers("bob"))
     assert cli_main(["resubmit", done]) == 1
     assert f"404: job_id: no job '{done}' of yours" in capsys.readouterr().err
+
+
+def test_every_endpoint_has_a_description_written_for_users(env) -> None:  # type: ignore[no-untyped-def]
+    """Each operation has a summary and a description, and neither talks of the service's
+    insides (the route docstrings keep those for developers)."""
+    insides = ("``", "async", "event loop", "thread", "runner", "sqlite", "postgresql",
+               "psycopg", "cache", "transaction", "service.")
+    spec = env.client.get("/openapi.json").json()
+    ops = [(m.upper(), path, op) for path, item in spec["paths"].items()
+           for m, op in item.items()]
+    assert len(ops) >= 14
+    for method, path, op in ops:
+        text = f"{op.get('summary', '')} {op.get('description', '')}".lower()
+        assert op.get("summary") and len(op.get("description", "")) > 40, (method, path)
+        assert not [w for w in insides if w in text], (method, path, text)

@@ -25,7 +25,11 @@ router = APIRouter(
 )
 
 
-@router.get("/stats", response_model=StatsPublic, summary="Cluster and queue statistics")
+@router.get("/stats", response_model=StatsPublic, summary="Cluster and queue statistics",
+            description=(
+                "For admins: GPU utilisation by type over the last `window_s` seconds (in "
+                "`buckets` points), the queue's length, average completion and queueing "
+                "times, deadlines met, and jobs by state."))
 def stats(
     session: SessionDep,
     ctx: ContextDep,

@@ -153,6 +153,15 @@ def _replay(ctx: ContextDep, job: Job, request_hash: str, shown: int | None) -> 
 @router.post(
     "", status_code=201, response_model=JobPublic,
     summary="Submit a job: a model and its training config; get its ranked plans",
+    description=(
+        "Submit a training job: name the model (`model` from the catalog, a Hugging Face "
+        "`hf_config`, `dimensions`, or `init_from` a model folder to fine-tune) and how to "
+        "train it (`training`), optionally with your `data`, a `name`, a `deadline_s`. The "
+        "service plans the job for this cluster's GPU types and answers with the job and "
+        "its best ranked plans (`?plans=N`, or `?plans=all`); the scheduler starts it on "
+        "one of them as soon as GPUs are free. A `deadline_s` that no plan can meet is "
+        "refused with the earliest feasible completion, unless you send `best_effort: "
+        "true`. Retrying with the same `Idempotency-Key` header returns the same job."),
 )
 async def submit_job(
     body: JobCreate,
@@ -308,7 +317,12 @@ def _fail_refused(ctx: AppContext, job_id: str, reason: str) -> None:
             )
 
 
-@router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)")
+@router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)",
+            description=(
+                "Your jobs, newest first; admins see everyone's (or one user's with "
+                "`owner`). Filter with `state` (repeat it for several) and page with "
+                "`limit` and `offset`. Each job shows its owner, state and progress, the "
+                "GPU-hours it has used and, once finished, how long it ran."))
 def list_jobs(
     session: SessionDep,
     user: CurrentUser,
@@ -336,7 +350,12 @@ def list_jobs(
         count=total, limit=limit, offset=offset)
 
 
-@router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
+@router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress",
+            description=(
+                "One of your jobs in full: its state and why, progress, its ranked plans "
+                "(`?plans=N` or `?plans=all`), the plan chosen and the GPUs it holds, loss "
+                "and speed as measured, GPU-hours and duration, and while it is queued, why "
+                "it waits (`waiting`, with numbers)."))
 async def get_job(
     job_id: JobId, user: CurrentUser, request: Request,
     plans: PlansParam = None,
@@ -366,7 +385,12 @@ async def get_job(
     return _respond(public)
 
 
-@router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
+@router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log",
+            description=(
+                "What happened to your job, oldest first: submission, placement, start, "
+                "resizes and restarts, the end and its reason, and notes such as a "
+                "best-effort deadline or a ranking the scheduler did not follow. Page with "
+                "`after` (the previous page's `next_after`)."))
 def list_events(
     job_id: JobId,
     session: SessionDep,
@@ -382,7 +406,10 @@ def list_events(
     )
 
 
-@router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel a live job")
+@router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel a live job",
+             description=(
+                 "Stop your queued or running job and free its GPUs; an optional `reason` "
+                 "is recorded with it. A job that has already finished gives 409."))
 def cancel_job(
     job_id: JobId,
     ctx: ContextDep,
@@ -456,7 +483,11 @@ def _note_resubmission(ctx: AppContext, new_id: str, old_id: str) -> None:
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactsPublic,
-            summary="A job's checkpoints: steps and files, and how to export them")
+            summary="A job's checkpoints: steps and files, and how to export them",
+            description=(
+                "The checkpoints your job has written (oldest first; the newest are kept): "
+                "step, file and size of each, and the `frenzy export` command that turns "
+                "one into a Hugging Face model folder."))
 def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
                    ctx: ContextDep) -> ArtifactsPublic:
     """The built-in trainer's checkpoints of the job (oldest first; the newest are kept),
@@ -467,6 +498,10 @@ def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
 
 @router.get("/{job_id}/logs", response_class=StreamingResponse,
             summary="A rank's output, streamed (follow=true: until the job ends)",
+            description=(
+                "What one rank (`rank`, default 0) of your job printed in its current "
+                "launch, as plain text. With `follow=true` new output is sent as it is "
+                "written, until the job ends."),
             responses={200: {"content": {"text/plain": {}}}})
 def get_logs(job_id: JobId, session: SessionDep, user: CurrentUser, ctx: ContextDep,
              rank: Annotated[int, Query(ge=0, le=65535, description="which rank")] = 0,
