@@ -56,6 +56,7 @@ from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
 from service.metrics import watch_loop
+from service.ranking_note import ranking_event, ranking_note
 from service.runner import EventRecorder, SubmittedJob, epoch_to_datetime, specs_of
 from service.schemas import RETIRED_FIELDS
 from service.settings import Settings
@@ -211,9 +212,13 @@ class DbJobSource:
     their stored plans), and jobs the API ended (cancelled, or failed when refused)."""
 
     def __init__(self, session_factory: sessionmaker[Session], *,
-                 max_pipeline: int | None = None) -> None:
+                 max_pipeline: int | None = None, ranking_note: str | None = None) -> None:
+        """``ranking_note``: why the policy does not follow a job's ranked plan order
+        (``service.ranking_note``; None: it does), written as a ``ranking`` event on each
+        new job that asked for a ranking."""
         self._factory = session_factory
         self.max_pipeline = max_pipeline
+        self.ranking_note = ranking_note
         self._seen_created: datetime | None = None
         self._seen_finished: datetime | None = None
 
@@ -259,6 +264,8 @@ class DbJobSource:
             view = self.view(job)
             if view is not None:
                 views.append(view)
+        if self.ranking_note is not None:
+            self._note_rankings([j for j in fresh if (j.request or {}).get("ranking")])
         cancels = []
         for job_id, reason, finished in ended:
             if self._seen_finished is None or finished > self._seen_finished:
@@ -266,6 +273,18 @@ class DbJobSource:
             if job_id in known:
                 cancels.append((job_id, reason or "cancelled"))
         return Intake(views, cancels)
+
+    def _note_rankings(self, jobs: list[Job]) -> None:
+        """A ``ranking`` event on each job that asked for a ranking the policy overrides."""
+        if not jobs:
+            return
+        assert self.ranking_note is not None
+        with write_session(self._factory) as session:
+            for job in jobs:
+                repo.append_event(
+                    session=session, job_id=job.id, kind="ranking", state=job.state.value,
+                    message=ranking_event(str(job.request["ranking"]), self.ranking_note),
+                    now=utcnow())
 
     def fail(self, job_id: str, reason: str) -> None:
         with write_session(self._factory) as session:
@@ -339,9 +358,11 @@ class Runtime:
         """Build the driver and the loop, record the nodes, recover, start the loop."""
         self.driver = self._driver_factory(self._config_cluster)
         recorder = EventRecorder(self._factory)
-        self.source = DbJobSource(self._factory, max_pipeline=self.driver.max_pipeline)
+        policy = make_policy(self._policy_name)
+        self.source = DbJobSource(self._factory, max_pipeline=self.driver.max_pipeline,
+                                  ranking_note=ranking_note(policy))
         self.loop = ControlLoop(
-            make_policy(self._policy_name), self.driver.backend, self.source,
+            policy, self.driver.backend, self.source,
             self.driver.clock, listeners=[recorder],
             alert_listeners=[AlertRecorder(self._factory)], tick_s=self._schedule_every_s,
             poll_s=self._poll_s, around_turn=recorder.batched,

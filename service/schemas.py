@@ -116,7 +116,13 @@ class JobCreate(_Create):
     dimensions: ModelDimensions | None = None
     training: TrainingCreate
     deadline_s: float | None = Field(None, gt=0, le=10 * 365 * 86400, strict=True,
-                                     description="seconds from submission")
+                                     description="seconds from submission; refused (422) "
+                                                 "when no plan can finish in time, unless "
+                                                 "best_effort")
+    best_effort: bool | None = Field(
+        None, strict=True,
+        description="true: accept a deadline_s no plan can meet; the job runs anyway and "
+                    "its events say it is best-effort, with the predicted completion")
     name: SafeStr | None = Field(None, min_length=1, max_length=128)
     entrypoint: SafeStr | None = Field(None, min_length=1, max_length=1024,
                                        description="user training entrypoint (default: "
@@ -315,6 +321,12 @@ class JobSummary(BaseModel):
     deadline_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    duration_s: float | None = Field(
+        None, description="finished jobs: seconds from first getting GPUs to the end (None "
+                          "if it never got any)")
+    gpu_hours: float | None = Field(
+        None, description="GPU-hours held so far (GPUs × hours, over every placement; None "
+                          "if it never held a GPU)")
 
 
 class JobPublic(JobSummary):
@@ -440,6 +452,28 @@ class StatsPublic(BaseModel):
     deadline: DeadlinePublic
     jobs_by_state: dict[str, int]
     finished_in_window: int
+
+
+class UserUsagePublic(BaseModel):
+    """One user's jobs and GPU use."""
+
+    owner: str
+    jobs: int = Field(description="all the user's jobs, any state")
+    running: int = Field(description="jobs holding GPUs now (placed, starting, running, "
+                                     "resizing)")
+    queued: int = Field(description="jobs waiting (pending)")
+    gpus_held: int = Field(description="GPUs the user's jobs hold now")
+    gpu_hours: float = Field(description="GPU-hours the user's jobs have held (in the window "
+                                         "when one is given)")
+
+
+class UsersPublic(BaseModel):
+    """Per-user usage, busiest first (GPU-hours, then owner)."""
+
+    now: datetime
+    window_s: float | None = Field(description="GPU-hours counted over this look-back "
+                                               "(None: all time)")
+    data: list[UserUsagePublic]
 
 
 class ArtifactPublic(BaseModel):

@@ -1,6 +1,6 @@
 """``frenzy serve`` (the whole service in one command), ``frenzy migrate`` (only its first step,
 for a deployment's one-off migration job) and its HTTP clients ``frenzy submit``,
-``frenzy jobs``, ``frenzy cancel`` and ``frenzy status``.
+``frenzy jobs``, ``frenzy resubmit``, ``frenzy cancel`` and ``frenzy status``.
 
 ``serve`` brings the database to the latest migration, records the cluster's nodes, recovers
 every live job (``service.app_runtime``), makes sure the local admin has a token (written to
@@ -82,6 +82,11 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     j.add_argument("--limit", type=int, default=50)
     j.add_argument("--json", action="store_true")
     j.set_defaults(handler=run_jobs)
+
+    rs = subparsers.add_parser("resubmit", help="run a finished job of yours again (a new "
+                                                 "job with the same request)")
+    rs.add_argument("job_id")
+    rs.set_defaults(handler=run_resubmit)
 
     c = subparsers.add_parser("cancel", help="cancel a job")
     c.add_argument("job_id")
@@ -393,6 +398,9 @@ def format_job(job: dict[str, Any]) -> list[str]:
              f"  state     {job['state']}: {job['state_reason']}",
              f"  progress  {prog['steps_done']:.0f}/{prog['total_steps']} steps "
              f"({100 * prog['fraction']:.1f}%)"]
+    if job.get("duration_s") is not None or job.get("gpu_hours") is not None:
+        lines.append(f"  used      {_duration(job.get('duration_s'))} on GPUs, "
+                     f"{_num(job.get('gpu_hours'), '.2f')} GPU-h")
     if job.get("waiting"):
         lines.append(f"  waiting   [{job['waiting']['kind']}] {job['waiting']['message']}")
     p = job.get("chosen_plan") or (job.get("plans") or [None])[0]
@@ -436,12 +444,34 @@ def run_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(page))
         return 0
-    print(f"{'id':32s}  {'model':14s} {'state':10s} {'progress':>9s}  reason")
+    print(f"{'id':32s}  {'owner':10s} {'model':14s} {'state':10s} {'progress':>9s} "
+          f"{'duration':>9s} {'GPU-h':>8s}  reason")
     for j in page["data"]:
         prog = j["progress"]
-        print(f"{j['id']:32s}  {j['model_name'][:14]:14s} {j['state']:10s} "
-              f"{100 * prog['fraction']:8.1f}%  {j['state_reason'][:60]}")
+        print(f"{j['id']:32s}  {j['owner'][:10]:10s} {j['model_name'][:14]:14s} "
+              f"{j['state']:10s} {100 * prog['fraction']:8.1f}% "
+              f"{_duration(j.get('duration_s')):>9s} {_num(j.get('gpu_hours'), '.2f'):>8s}  "
+              f"{j['state_reason'][:60]}")
     print(f"({len(page['data'])} of {page['count']})")
+    return 0
+
+
+def _duration(seconds: float | None) -> str:
+    """``1h02m``, ``4m05s``, ``12s``; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+@_guard
+def run_resubmit(args: argparse.Namespace) -> int:
+    """``frenzy resubmit ID``: the finished job's request as a new job."""
+    job = _call("POST", f"/v1/jobs/{args.job_id}/resubmit")
+    print(f"{job['id']}  {job['state']}: {job['state_reason']} (resubmission of "
+          f"{args.job_id})")
     return 0
 
 

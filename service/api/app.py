@@ -18,6 +18,7 @@ from fastapi import FastAPI, Response
 from predictor.gpus import load_gpu_catalog
 from service.api.body_limit import BodyLimit
 from service.api.deps import AdminUser, AppContext
+from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.inventory import ClusterProvider, DbClusterProvider, InventoryCache
 from service.api.planning import PlanningService, default_planner
@@ -94,7 +95,8 @@ def create_app(
         title=settings.api_title,
         summary="Serverless LLM training on heterogeneous GPU clusters",
         version="0.1.0",
-        docs_url="/docs",
+        docs_url=None,  # service.api.docs: Swagger UI from local files
+        redoc_url=None,  # ReDoc would load from a CDN
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
@@ -120,6 +122,7 @@ def create_app(
             body = render_metrics(session, tally, ctx.clock())
         return Response(body, media_type=METRICS_CONTENT_TYPE)
 
+    install_docs(app)
     install_dashboard(app)
 
     return app

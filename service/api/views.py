@@ -76,6 +76,16 @@ def metrics_public(windows: list[dict[str, Any]] | str | None) -> MetricsPublic 
     return out.model_copy(update={"latest": out.windows[-1]})
 
 
+def accounting(job: Any, gpu_seconds: float | None) -> dict[str, float | None]:
+    """``duration_s`` and ``gpu_hours`` of a job row (``gpu_seconds``: from
+    ``repositories.gpu_seconds_by_job``; None when it never held a GPU)."""
+    duration = None
+    if job.finished_at is not None and job.placed_at is not None:
+        duration = max(0.0, (job.finished_at - job.placed_at).total_seconds())
+    return {"duration_s": duration,
+            "gpu_hours": None if gpu_seconds is None else gpu_seconds / 3600.0}
+
+
 def job_summary(job: Job) -> JobSummary:
     return JobSummary(
         id=job.id, name=job.name, owner=job.owner, state=job.state,

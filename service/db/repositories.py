@@ -654,3 +654,66 @@ def job_stats(*, session: Session, now: datetime, window_s: float, buckets: int)
         deadline_jobs=int(deadline_jobs), deadline_met=int(deadline_met),
         finished_in_window=int(finished),
     )
+
+
+# -- accounting: GPU-hours per job and per user ---------------------------------------------
+def _held_seconds(session: Session, now: datetime) -> sa.ColumnElement[float]:
+    """An allocation row's GPU-seconds: its GPUs × (release, or ``now`` while held, −
+    start), in SQL."""
+    end = sa.func.coalesce(AllocationRow.released_at, sa.literal(now, UTCDateTime()))
+    return AllocationRow.gpus * seconds_between(end, AllocationRow.created_at,
+                                                session.get_bind().dialect.name)
+
+
+def gpu_seconds_by_job(*, session: Session, job_ids: Sequence[str],
+                       now: datetime) -> dict[str, float]:
+    """GPU-seconds each of ``job_ids`` has held (released allocations, and the held ones up
+    to ``now``), summed in SQL; jobs that never held a GPU are absent."""
+    if not job_ids:
+        return {}
+    stmt = (sa.select(AllocationRow.job_id, sa.func.sum(_held_seconds(session, now)))
+            .where(AllocationRow.job_id.in_(list(job_ids))).group_by(AllocationRow.job_id))
+    return {job_id: float(s or 0.0) for job_id, s in session.execute(stmt)}
+
+
+@dataclass(frozen=True, slots=True)
+class UserUsage:
+    """One user's jobs and GPU use (``user_usage``)."""
+
+    owner: str
+    jobs: int
+    running: int
+    """jobs holding GPUs (placed, starting, running, resizing)"""
+    queued: int
+    """pending jobs"""
+    gpus_held: int
+    gpu_seconds: float
+    """all GPU-seconds the user's jobs have held (with ``since``: from then on)"""
+
+
+def user_usage(*, session: Session, now: datetime,
+               since: datetime | None = None) -> list[UserUsage]:
+    """Per owner, busiest first (GPU-seconds, then name): job counts by state class and GPUs
+    held now (grouped in SQL over ``jobs``), GPU-seconds (grouped in SQL over
+    ``allocations`` joined with ``jobs``; with ``since``, clipped to ``[since, now]``)."""
+    counts = session.execute(
+        sa.select(Job.owner, sa.func.count(),
+                  sa.func.sum(sa.case((Job.state.in_(HOLDING), 1), else_=0)),
+                  sa.func.sum(sa.case((Job.state == JobState.PENDING, 1), else_=0)))
+        .group_by(Job.owner)).all()
+    dialect = session.get_bind().dialect.name
+    held_now = sa.case((AllocationRow.released_at.is_(None), AllocationRow.gpus), else_=0)
+    if since is None:
+        used = _held_seconds(session, now)
+    else:
+        start = _greatest(AllocationRow.created_at, sa.literal(since, UTCDateTime()), dialect)
+        end = sa.func.coalesce(AllocationRow.released_at, sa.literal(now, UTCDateTime()))
+        span = seconds_between(end, start, dialect)
+        used = AllocationRow.gpus * sa.case((span > 0, span), else_=0.0)
+    gpu = {owner: (int(h or 0), float(s or 0.0)) for owner, h, s in session.execute(
+        sa.select(Job.owner, sa.func.sum(held_now), sa.func.sum(used))
+        .join(Job, Job.id == AllocationRow.job_id).group_by(Job.owner))}
+    out = [UserUsage(owner=o, jobs=int(n), running=int(r or 0), queued=int(q or 0),
+                     gpus_held=gpu.get(o, (0, 0.0))[0], gpu_seconds=gpu.get(o, (0, 0.0))[1])
+           for o, n, r, q in counts]
+    return sorted(out, key=lambda u: (-u.gpu_seconds, u.owner))

@@ -51,6 +51,12 @@ def test_dashboard_shows_jobs_and_nodes(tmp_path: Path) -> None:
         for job in (tiny, *big):
             assert job["id"][:8] in dom, f"job {job['id']} missing"
         assert 'class="gpu held"' in dom and "util-chart" in dom
+        # the admin's page: an owner column in the job lists, and the per-user table
+        owner = s.job(tiny["id"])["owner"]
+        assert f'<tr data-job="{tiny["id"]}"><td><a href="/jobs/{tiny["id"]}" ' in dom
+        assert f'{tiny["id"][:8]}</a></td><td>{owner}</td>' in dom
+        assert '<section id="users-card" class="card">' in dom  # shown: an admin's token
+        assert f'<tr data-owner="{owner}"><td>{owner}</td>' in dom
 
         job_dom = _chromium("--dump-dom", f"{s.url}/jobs/{big[0]['id']}#token={s.token}")
         assert "memory-chart" in job_dom and "4×A100-80G" in job_dom

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -12,6 +13,8 @@ from service.schemas import (
     DeadlinePublic,
     ErrorPublic,
     StatsPublic,
+    UsersPublic,
+    UserUsagePublic,
     UtilisationPoint,
     UtilisationPublic,
 )
@@ -22,7 +25,11 @@ router = APIRouter(
 )
 
 
-@router.get("/stats", response_model=StatsPublic, summary="Cluster and queue statistics")
+@router.get("/stats", response_model=StatsPublic, summary="Cluster and queue statistics",
+            description=(
+                "For admins: GPU utilisation by type over the last `window_s` seconds (in "
+                "`buckets` points), the queue's length, average completion and queueing "
+                "times, deadlines met, and jobs by state."))
 def stats(
     session: SessionDep,
     ctx: ContextDep,
@@ -48,3 +55,25 @@ def stats(
                                 hit_rate=s.deadline_hit_rate),
         jobs_by_state=s.jobs_by_state, finished_in_window=s.finished_in_window,
     )
+
+
+@router.get("/users", response_model=UsersPublic,
+            summary="Per-user usage: running and queued jobs, GPUs held, GPU-hours")
+def users(
+    session: SessionDep,
+    ctx: ContextDep,
+    _admin: AdminUser,
+    window_s: Annotated[float | None, Query(
+        ge=1, le=10 * 365 * 86400,
+        description="count GPU-hours over the last window_s seconds (default: all time)")
+    ] = None,
+) -> UsersPublic:
+    """Every user who has submitted a job: how many of their jobs run and wait now, the
+    GPUs they hold, and the GPU-hours their jobs have used. Admin tokens only."""
+    now = ctx.clock()
+    since = now - timedelta(seconds=window_s) if window_s is not None else None
+    rows = repo.user_usage(session=session, now=now, since=since)
+    return UsersPublic(now=now, window_s=window_s, data=[
+        UserUsagePublic(owner=u.owner, jobs=u.jobs, running=u.running, queued=u.queued,
+                        gpus_held=u.gpus_held, gpu_hours=u.gpu_seconds / 3600.0)
+        for u in rows])

@@ -26,7 +26,11 @@ from service.schemas import (
 router = APIRouter(prefix="/cluster", tags=["cluster"], responses={401: {"model": ErrorPublic}})
 
 
-@router.get("", response_model=ClusterPublic, summary="Nodes, GPU types and their holders")
+@router.get("", response_model=ClusterPublic, summary="Nodes, GPU types and their holders",
+            description=(
+                "Every node with its GPU type and memory, its free and used GPUs and the "
+                "jobs holding them (other users' jobs without their ids), and the totals "
+                "per GPU type."))
 def get_cluster(ctx: ContextDep, user: CurrentUser, session: SessionDep) -> ClusterPublic:
     view = as_view(ctx.cluster_provider())
     shown = set(view.allocations) if user.is_admin else repo.owned_job_ids(

@@ -17,13 +17,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.states import JobState
+from service.api.deadlines import check_deadline
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.errors import ApiError
 from service.api.inventory import as_view
 from service.api.job_inputs import check_inputs
 from service.api.planning import canonical_hash
 from service.api.quotas import Usage, read_usage
-from service.api.views import job_public, job_summary, stored_job_public, submitted_public
+from service.api.views import (
+    accounting,
+    job_public,
+    job_summary,
+    stored_job_public,
+    submitted_public,
+)
 from service.auth import Principal
 from service.db import repositories as repo
 from service.db.engine import write_connection, write_session
@@ -33,6 +40,7 @@ from service.limits import check_text
 from service.queue_view import waiting_for
 from service.runner import SubmittedJob
 from service.schemas import (
+    RETIRED_FIELDS,
     ArtifactPublic,
     ArtifactsPublic,
     CancelRequest,
@@ -145,6 +153,15 @@ def _replay(ctx: ContextDep, job: Job, request_hash: str, shown: int | None) -> 
 @router.post(
     "", status_code=201, response_model=JobPublic,
     summary="Submit a job: a model and its training config; get its ranked plans",
+    description=(
+        "Submit a training job: name the model (`model` from the catalog, a Hugging Face "
+        "`hf_config`, `dimensions`, or `init_from` a model folder to fine-tune) and how to "
+        "train it (`training`), optionally with your `data`, a `name`, a `deadline_s`. The "
+        "service plans the job for this cluster's GPU types and answers with the job and "
+        "its best ranked plans (`?plans=N`, or `?plans=all`); the scheduler starts it on "
+        "one of them as soon as GPUs are free. A `deadline_s` that no plan can meet is "
+        "refused with the earliest feasible completion, unless you send `best_effort: "
+        "true`. Retrying with the same `Idempotency-Key` header returns the same job."),
 )
 async def submit_job(
     body: JobCreate,
@@ -185,6 +202,8 @@ async def submit_job(
     if ctx.quotas.needs_usage:
         usage = await run_in_threadpool(_usage, ctx, user.owner)
         ctx.quotas.check_usage(user.owner, usage, planned)
+    late = check_deadline(planned.plans, body.deadline_s, best_effort=bool(body.best_effort),
+                          gpu_types=planned.gpu_types)
     notes: list[str] = []
     if body.init_from or isinstance(body.data, DataCreate):  # files to check: off the loop
         notes = await run_in_threadpool(check_inputs, body, planned.model, planned.train)
@@ -198,7 +217,10 @@ async def submit_job(
         idempotency_key=idempotency_key, total_steps=planned.train.num_steps,
         plans_json=plans_json, plan_count=len(planned.plan_dicts), now=now,
         deadline_s=body.deadline_s, entrypoint=body.entrypoint,
+        **({"reason": late} if late else {}),
     )
+    if late:
+        notes = [late, *notes]
     try:
         # One short transaction, two Core INSERTs (the job with its plans, its first
         # event), shared with the submissions queued at the same moment.
@@ -262,6 +284,12 @@ def _read_job(ctx: AppContext, job_id: str) -> tuple[Any, list[Any]]:
         return row, repo.held_allocation_rows(conn=conn, job_id=job_id)
 
 
+def _gpu_seconds(ctx: AppContext, job_id: str) -> float | None:
+    with ctx.session_factory() as session:
+        return repo.gpu_seconds_by_job(session=session, job_ids=[job_id],
+                                       now=ctx.clock()).get(job_id)
+
+
 def _usage(ctx: AppContext, owner: str) -> Usage:
     with ctx.session_factory() as session:
         return read_usage(session, owner)
@@ -289,7 +317,12 @@ def _fail_refused(ctx: AppContext, job_id: str, reason: str) -> None:
             )
 
 
-@router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)")
+@router.get("", response_model=JobsPublic, summary="List jobs (yours; admins: anyone's)",
+            description=(
+                "Your jobs, newest first; admins see everyone's (or one user's with "
+                "`owner`). Filter with `state` (repeat it for several) and page with "
+                "`limit` and `offset`. Each job shows its owner, state and progress, the "
+                "GPU-hours it has used and, once finished, how long it ran."))
 def list_jobs(
     session: SessionDep,
     user: CurrentUser,
@@ -310,11 +343,19 @@ def list_jobs(
     rows, total = repo.list_jobs(
         session=session, owner=who, states=state, limit=limit, offset=offset
     )
-    return JobsPublic(data=[job_summary(j) for j in rows], count=total, limit=limit,
-                      offset=offset)
+    used = repo.gpu_seconds_by_job(session=session, job_ids=[j.id for j in rows],
+                                   now=ctx.clock())
+    return JobsPublic(
+        data=[job_summary(j).model_copy(update=accounting(j, used.get(j.id))) for j in rows],
+        count=total, limit=limit, offset=offset)
 
 
-@router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress")
+@router.get("/{job_id}", response_model=JobPublic, summary="A job: plans, allocation, progress",
+            description=(
+                "One of your jobs in full: its state and why, progress, its ranked plans "
+                "(`?plans=N` or `?plans=all`), the plan chosen and the GPUs it holds, loss "
+                "and speed as measured, GPU-hours and duration, and while it is queued, why "
+                "it waits (`waiting`, with numbers)."))
 async def get_job(
     job_id: JobId, user: CurrentUser, request: Request,
     plans: PlansParam = None,
@@ -334,6 +375,9 @@ async def get_job(
     if row is None or not user.can_see(row.owner):
         raise _no_job(job_id)
     public = stored_job_public(row, held, _shown(ctx, plans))
+    if row.placed_at is not None:  # it held GPUs: its GPU-hours (one grouped read)
+        used = await run_in_threadpool(_gpu_seconds, ctx, job_id)
+        public = public.model_copy(update=accounting(row, used))
     if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
         view = as_view(ctx.cluster_provider())
         waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id)
@@ -341,7 +385,12 @@ async def get_job(
     return _respond(public)
 
 
-@router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log")
+@router.get("/{job_id}/events", response_model=EventsPublic, summary="A job's event log",
+            description=(
+                "What happened to your job, oldest first: submission, placement, start, "
+                "resizes and restarts, the end and its reason, and notes such as a "
+                "best-effort deadline or a ranking the scheduler did not follow. Page with "
+                "`after` (the previous page's `next_after`)."))
 def list_events(
     job_id: JobId,
     session: SessionDep,
@@ -357,7 +406,10 @@ def list_events(
     )
 
 
-@router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel a live job")
+@router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel a live job",
+             description=(
+                 "Stop your queued or running job and free its GPUs; an optional `reason` "
+                 "is recorded with it. A job that has already finished gives 409."))
 def cancel_job(
     job_id: JobId,
     ctx: ContextDep,
@@ -388,8 +440,54 @@ def cancel_job(
     return _respond(public)
 
 
+@router.post(
+    "/{job_id}/resubmit", status_code=201, response_model=JobPublic,
+    summary="Run a finished job again: a new job with the same request",
+)
+async def resubmit_job(job_id: JobId, user: CurrentUser, request: Request,
+                       plans: PlansParam = None) -> Response:
+    """Submit the request of your finished job (succeeded, failed or cancelled) again, as a
+    new job planned for the cluster as it is now; the answer is the new job. Only the
+    job's owner can resubmit it (anyone else gets 404); a job still queued or running is a
+    409."""
+    ctx: AppContext = request.app.state.ctx
+    body = await run_in_threadpool(_resubmit_body, ctx, job_id, user)
+    answer = await submit_job(body, user, request, None, plans)
+    new_id = json.loads(bytes(answer.body))["id"]
+    await run_in_threadpool(_note_resubmission, ctx, new_id, job_id)
+    return answer
+
+
+def _resubmit_body(ctx: AppContext, job_id: str, user: Principal) -> JobCreate:
+    """The stored request of ``user``'s own finished job, as a submission body."""
+    with ctx.session_factory() as session:
+        job = repo.get_job(session=session, job_id=job_id)
+        if job is None or job.owner != user.owner:
+            raise _no_job(job_id)
+        if not job.state.terminal:
+            raise ApiError(409, "state", f"job is {job.state.value}; only finished jobs "
+                                         "(succeeded, failed, cancelled) can be resubmitted")
+        stored = {k: v for k, v in (job.request or {}).items() if k not in RETIRED_FIELDS}
+    try:
+        return JobCreate.model_validate(stored)
+    except ValueError as exc:  # a request stored by an older version of the schema
+        raise ApiError(422, "job_id", f"job {job_id}'s request no longer validates ({exc}); "
+                                      "submit it afresh") from None
+
+
+def _note_resubmission(ctx: AppContext, new_id: str, old_id: str) -> None:
+    with write_session(ctx.session_factory) as session:
+        repo.append_event(session=session, job_id=new_id, kind="resubmitted",
+                          message=f"resubmission of job {old_id}",
+                          data={"from": old_id}, now=ctx.clock())
+
+
 @router.get("/{job_id}/artifacts", response_model=ArtifactsPublic,
-            summary="A job's checkpoints: steps and files, and how to export them")
+            summary="A job's checkpoints: steps and files, and how to export them",
+            description=(
+                "The checkpoints your job has written (oldest first; the newest are kept): "
+                "step, file and size of each, and the `frenzy export` command that turns "
+                "one into a Hugging Face model folder."))
 def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
                    ctx: ContextDep) -> ArtifactsPublic:
     """The built-in trainer's checkpoints of the job (oldest first; the newest are kept),
@@ -400,6 +498,10 @@ def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
 
 @router.get("/{job_id}/logs", response_class=StreamingResponse,
             summary="A rank's output, streamed (follow=true: until the job ends)",
+            description=(
+                "What one rank (`rank`, default 0) of your job printed in its current "
+                "launch, as plain text. With `follow=true` new output is sent as it is "
+                "written, until the job ends."),
             responses={200: {"content": {"text/plain": {}}}})
 def get_logs(job_id: JobId, session: SessionDep, user: CurrentUser, ctx: ContextDep,
              rank: Annotated[int, Query(ge=0, le=65535, description="which rank")] = 0,

@@ -31,7 +31,11 @@ router = APIRouter(prefix="/memory", tags=["plans"],
                    responses={401: {"model": ErrorPublic}, 422: {"model": ErrorPublic}})
 
 
-@router.post("", response_model=MemoryPublic, summary="Predict one plan's per-GPU memory")
+@router.post("", response_model=MemoryPublic, summary="Predict one plan's per-GPU memory",
+             description=(
+                 "The per-GPU memory one model, training config and parallel layout would "
+                 "need, with its breakdown (weights, gradients, optimizer, activations). The "
+                 "fields are listed in the README, section \"Memory estimate\"."))
 def estimate(body: Annotated[dict[str, Any], Body()], _user: CurrentUser) -> dict[str, Any]:
     """The spec's fields are listed in README.md ("Memory estimate")."""
     try:

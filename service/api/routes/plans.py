@@ -14,7 +14,11 @@ router = APIRouter(
 )
 
 
-@router.post("", response_model=PlansPublic, summary="Preview a job's ranked plans")
+@router.post("", response_model=PlansPublic, summary="Preview a job's ranked plans",
+             description=(
+                 "The ranked plans a submission with this body would get on this cluster "
+                 "(GPU type and count, layout, per-GPU memory, predicted step and job time), "
+                 "without submitting anything."))
 def preview_plans(body: JobCreate, ctx: ContextDep, _user: CurrentUser) -> PlansPublic:
     """Nothing is stored or submitted."""
     planned = ctx.planning.plan(body, ctx.inventory.get())

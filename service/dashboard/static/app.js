@@ -60,6 +60,7 @@ function dur(s) {
   if (s < 3600) return (s / 60).toFixed(1) + " min";
   return (s / 3600).toFixed(1) + " h";
 }
+const gpuHours = (h) => (h == null ? "-" : h.toFixed(2));
 function jobLink(j) { return el("a", { href: "/jobs/" + j.id, title: j.id }, short(j.id)); }
 function stateCell(s) { return el("td", { cls: "state state-" + s }, s); }
 function progressBar(p) {
@@ -138,8 +139,11 @@ async function refreshIndex() {
   const [cluster, jobs, queue] = await Promise.all([api("/v1/cluster"),
     api("/v1/jobs?limit=200"), api("/v1/cluster/queue")]);
   const why = new Map(queue.data.filter((e) => e.job_id).map((e) => [e.job_id, e.waiting]));
-  let stats = null;
-  try { stats = await api("/v1/admin/stats?window_s=600&buckets=30"); } catch (e) {
+  let stats = null, users = null;
+  try {
+    [stats, users] = await Promise.all([api("/v1/admin/stats?window_s=600&buckets=30"),
+      api("/v1/admin/users")]);
+  } catch (e) {
     if (e.status !== 403) throw e;
   }
   const byId = new Map(jobs.data.map((j) => [j.id, j]));
@@ -154,17 +158,24 @@ async function refreshIndex() {
   document.getElementById("queue-count").textContent =
     `(${stats ? stats.queue_length : queued.length})`;
   fill("#running tbody", running.map((j) => el("tr", { "data-job": j.id },
-    el("td", {}, jobLink(j)), el("td", {}, j.model_name), stateCell(j.state),
-    el("td", {}, progressBar(j.progress)), el("td", {}, where.get(j.id) || ""))));
+    el("td", {}, jobLink(j)), el("td", {}, j.owner), el("td", {}, j.model_name),
+    stateCell(j.state), el("td", {}, progressBar(j.progress)), el("td", {}, where.get(j.id) || ""))));
   const now = Date.now();
   fill("#queue tbody", queued.slice(0, 50).map((j) => el("tr", { "data-job": j.id },
-    el("td", {}, jobLink(j)), el("td", {}, j.model_name),
+    el("td", {}, jobLink(j)), el("td", {}, j.owner), el("td", {}, j.model_name),
     el("td", {}, dur((now - Date.parse(j.created_at)) / 1000)),
     el("td", { cls: "muted" }, why.has(j.id) ?
       `[${why.get(j.id).kind}] ${why.get(j.id).message}` : j.state_reason))));
   fill("#finished tbody", done.slice(0, 20).map((j) => el("tr", { "data-job": j.id },
-    el("td", {}, jobLink(j)), el("td", {}, j.model_name), stateCell(j.state),
-    el("td", { cls: "muted" }, j.state_reason))));
+    el("td", {}, jobLink(j)), el("td", {}, j.owner), el("td", {}, j.model_name),
+    stateCell(j.state), el("td", {}, j.duration_s == null ? "-" : dur(j.duration_s)),
+    el("td", {}, gpuHours(j.gpu_hours)), el("td", { cls: "muted" }, j.state_reason))));
+  document.getElementById("users-card").classList.toggle("hidden", !users);
+  if (users) {
+    fill("#users tbody", users.data.map((u) => el("tr", { "data-owner": u.owner },
+      el("td", {}, u.owner), el("td", {}, u.running), el("td", {}, u.queued),
+      el("td", {}, u.gpus_held), el("td", {}, gpuHours(u.gpu_hours)), el("td", {}, u.jobs))));
+  }
 }
 
 // -- job page --------------------------------------------------------------------------------
@@ -248,7 +259,10 @@ async function refreshJob() {
     el("p", {}, `owner ${job.owner}; batch ${job.training.global_batch} × ` +
       `${job.training.seq_len} tokens, ${job.training.precision}; ` +
       (job.chosen_plan ? `running plan #${job.chosen_plan.rank}` : "no plan chosen yet") +
-      (where ? ` on ${where}` : "")));
+      (where ? ` on ${where}` : "")),
+    el("p", { id: "usage" }, job.gpu_hours == null ? "" :
+      (job.duration_s == null ? "" : `ran ${dur(job.duration_s)}; `) +
+      `${gpuHours(job.gpu_hours)} GPU-h`));
   drawLoss(job.metrics);
   drawMemory(job.plans);
   fill("#plans tbody", job.plans.map((p) => el("tr",
