@@ -10,15 +10,18 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   n²/2·``ID_SPAN`` for n jobs);
 * **a clean environment**: only the documented protocol variables (``WORLD_SIZE``, ``RANK``,
   …, ``FRENZY_JOB_ID``, ``FRENZY_CHECKPOINT_DIR``, ``FRENZY_TOTAL_STEPS``,
-  ``FRENZY_RESUME_STEP``, ``FRENZY_STOP_FILE``) plus a minimal ``PATH``, ``HOME``,
-  ``TMPDIR``, ``USER`` and locale. Nothing of the service's own environment is inherited:
-  no ``DATABASE_URL``, ``FRENZY_*`` settings or token paths, no ``RAY_*`` (auth token);
+  ``FRENZY_RESUME_STEP``, ``FRENZY_STOP_FILE``, ``FRENZY_EXPORT_DIR``) plus a minimal
+  ``PATH``, ``HOME``, ``TMPDIR``, ``USER`` and locale. Nothing of the service's own
+  environment is inherited: no ``DATABASE_URL``, ``FRENZY_*`` settings or token paths, no
+  ``RAY_*`` (auth token);
 * **folders of its own**: the checkpoint folder ``<checkpoint_root>/<job_id>`` is owned by
   the service with the job's group, mode ``2770`` (setgid: the ranks' files keep the group;
   they run with umask 007), so only the job's ranks and the service can enter it; a private
   per-rank run folder on the node (mode ``0711``, the service's) holds the rank's home and
   working directory (``0700``, the rank's uid) and the stop file, which only the service
-  writes. The checkpoint root is ``0711``: a job can reach its own folder by name but cannot
+  writes. A job that ships a working directory gets a copy of it there (``work/``, the
+  rank's own; ``JobBox.install_workdir``) and starts in it. The checkpoint root is
+  ``0711``: a job can reach its own folder by name but cannot
   list the others; the built-in trainer's folders are ``0700`` (``checkpoint.py``). The
   folders above the root get the search bit (``o+x``) if they lack it, never read;
 * **an end shared with the job**: the entrypoint leads its own session and process group;
@@ -170,6 +173,32 @@ class JobBox:
     log_path: Path
     watchdog: subprocess.Popen[bytes] | None = None
     bwrap: bool = False
+    workdir: Path | None = None  # the job's working directory, copied in (install_workdir)
+
+    @property
+    def cwd(self) -> Path:
+        """Where the entrypoint starts: its copy of the job's working directory, else its
+        home."""
+        return self.workdir or self.home
+
+    def install_workdir(self, src: str | Path) -> Path:
+        """Copy the job's working directory ``src`` into the rank's home as ``work/``, owned
+        by the rank (the entrypoint then starts there). A copy, not ``src`` itself: under Ray
+        ``src`` is the node's unpacked ``runtime_env`` package, a cache shared by every
+        worker whose folder has the same content (another job's ranks included), so a job
+        must not be able to write to it. Symlinks are copied as links, never followed by the
+        service: the job reads what they point to with its own uid or not at all."""
+        source = Path(src)
+        if not source.is_dir():
+            raise SandboxError(f"working directory {source} is not a folder on this node")
+        dest = self.home / "work"
+        shutil.copytree(source, dest, symlinks=True)
+        if self.uid is not None:
+            for path in (dest, *dest.rglob("*")):
+                os.chown(path, self.uid, self.gid, follow_symlinks=False)
+        os.chmod(dest, 0o700)
+        self.workdir = dest
+        return dest
 
     def env(self, protocol: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's whole environment: ``protocol`` plus a minimal base."""
@@ -187,7 +216,7 @@ class JobBox:
             ids = {"user": self.uid, "group": self.gid, "extra_groups": []}
         if self.bwrap:
             argv = bwrap_argv(self, argv)
-        return subprocess.Popen(list(argv), env=dict(env), cwd=self.home, umask=0o007,
+        return subprocess.Popen(list(argv), env=dict(env), cwd=self.cwd, umask=0o007,
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", close_fds=True, **ids)  # type: ignore[arg-type]
@@ -274,7 +303,7 @@ def bwrap_argv(box: JobBox, argv: Sequence[str]) -> list[str]:
             "--tmpfs", "/tmp", "--ro-bind", str(box.run_dir), str(box.run_dir),
             "--bind", str(box.home), str(box.home),
             "--bind", str(box.checkpoint_dir), str(box.checkpoint_dir),
-            "--chdir", str(box.home), "--", *argv]
+            "--chdir", str(box.cwd), "--", *argv]
 
 
 _bwrap_ok: bool | None = None
