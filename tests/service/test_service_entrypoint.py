@@ -78,3 +78,12 @@ def test_a_job_files_relative_working_dir_is_read_against_the_file(tmp_path: Pat
     body = resolve_relative_paths({"entrypoint": "python train.py", "working_dir": "byo"},
                                   tmp_path)
     assert body["working_dir"] == str(tmp_path / "byo")
+
+
+def test_the_example_job_file_is_accepted(env: Env) -> None:
+    from service.serve_cli import load_job_file
+
+    body = load_job_file(EXAMPLE / "job.yaml")
+    assert body["working_dir"] == str(EXAMPLE)
+    r = env.client.post("/v1/jobs", json=body, headers=env.headers("alice"))
+    assert r.status_code == 201, r.text
