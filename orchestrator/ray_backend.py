@@ -81,6 +81,7 @@ from orchestrator.backend import (
     Started,
     WallClock,
 )
+from orchestrator.sandbox import check_shippable
 from orchestrator.trainer.checkpoint import latest_step
 from orchestrator.trainer.loop import RunConfig, RunResult, apply_options, numbered_losses
 from orchestrator.trainer.model import check_supported
@@ -194,11 +195,13 @@ def ship_working_dir(path: str) -> str:
     use (``upload_working_dir_if_needed``): the folder is zipped (``.gitignore``/``.rayignore``
     and Ray's default excludes honoured) into a content-addressed ``gcs://_ray_pkg_<hash>.zip``,
     uploaded once per content, within Ray's package size limit; each node downloads and
-    unpacks it once, and the actor starts in the unpacked folder."""
+    unpacks it once, and the actor starts in the unpacked folder. Only a folder all of whose
+    files every local user may read is shipped (``sandbox.check_shippable``)."""
     from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 
     if not os.path.isdir(path):
         raise ValueError(f"{path} is not a folder on the service's machine")
+    check_shippable(path)  # again at launch: the folder may have changed since submission
     with tempfile.TemporaryDirectory(prefix="frenzy-pkg-") as scratch:
         env = upload_working_dir_if_needed({"working_dir": path}, include_gitignore=True,
                                            scratch_dir=scratch, logger=log)

@@ -70,7 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -253,6 +253,46 @@ class JobBox:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.watchdog.wait(timeout=KILL_TIMEOUT_S)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+MAX_WORKDIR_ENTRIES = 100_000
+"""Files and folders a shipped working directory may hold (walked at submission and launch)."""
+
+
+def check_shippable(folder: str | Path) -> None:
+    """``ValueError`` unless every file of ``folder`` could be read by any user of this
+    machine (``o+r``; folders ``o+rx``), symlinks judged by what they point to.
+
+    The service reads and ships a job's working directory with its own rights, and the job
+    then owns its copy: without this rule a job could name the service's own files (its
+    database, its tokens: ``0600``) or link to them from an innocent folder, and read them.
+    Things every local user can read already leak nothing by being shipped."""
+    root = Path(folder)
+
+    def entries() -> Iterator[Path]:
+        yield root
+        # links to folders are followed, as the packaging follows them (a link loop ends
+        # at the entry cap)
+        for top, dirs, files in os.walk(root, followlinks=True):
+            for name in (*dirs, *files):
+                yield Path(top) / name
+
+    for count, path in enumerate(entries(), start=1):
+        if count > MAX_WORKDIR_ENTRIES:
+            raise ValueError(f"{root} holds more than {MAX_WORKDIR_ENTRIES:,} files and "
+                             "folders; ship only the code (.gitignore / .rayignore)")
+        try:
+            st = path.stat()  # follows symlinks: what would be packaged
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+        if st.st_mode & need != need:
+            kind = "folder" if stat.S_ISDIR(st.st_mode) else "file"
+            link = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+            raise ValueError(f"{path}{link} is a {kind} not readable by every user "
+                             f"(mode {stat.S_IMODE(st.st_mode):o}); a working_dir is shipped "
+                             "only when all of it is (chmod -R o+rX), so a job cannot ship "
+                             "files only the service may read")
 
 
 def open_rank_log(path: Path) -> _CappedLog:

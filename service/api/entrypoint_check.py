@@ -9,7 +9,9 @@ non-option argument of an interpreter (``python``, ``python3.11``, ``bash``, ``s
 contains a ``/``. ``python -c`` / ``python -m`` run no file. A bare program name
 (``sleep 5``) is looked up on the worker's ``PATH`` and not checked here. Paths are checked
 on the service's machine: the working directory is shipped from there, and any other path
-must be on storage every node mounts at the same place.
+must be on storage every node mounts at the same place. The working directory must be
+readable by every user of that machine, links included (``sandbox.check_shippable``): the
+service ships it with its own rights, and the job owns its copy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 import shlex
 from pathlib import Path
 
+from orchestrator.sandbox import check_shippable
 from service.api.errors import ApiError
 
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy3?|bash|sh|torchrun|deepspeed|accelerate|"
@@ -64,6 +67,10 @@ def check_entrypoint(entrypoint: str | None, working_dir: str | None) -> None:
             raise ApiError(422, "working_dir", f"{wd}: no such folder on the service's machine")
         if not os.access(wd, os.R_OK | os.X_OK):
             raise ApiError(422, "working_dir", f"{wd}: the service cannot read this folder")
+        try:
+            check_shippable(wd)
+        except ValueError as exc:
+            raise ApiError(422, "working_dir", str(exc)) from None
     if entrypoint is None:
         return
     try:

@@ -193,8 +193,8 @@ def test_the_jobs_working_dir_is_shipped_and_each_rank_runs_in_its_own_copy(
         "'data': (here / 'pkg' / 'data.txt').read_text(), 'uid': os.getuid(), "
         "'export': os.environ['FRENZY_EXPORT_DIR']}))\n"
         "print('frenzy step=2 loss=0.5', flush=True)\n")
-    for p in (src, src / "pkg"):  # readable by the service only: the ranks get copies
-        p.chmod(0o700)
+    for p in (tmp_path, src, src / "pkg"):  # shipped: readable by every user
+        p.chmod(0o755)
     job = rig.job("wd", gpus=2, steps=2)
     job.extra["entrypoint"] = [job_python(), "train.py"]
     job.extra["working_dir"] = str(src)

@@ -87,3 +87,47 @@ def test_the_example_job_file_is_accepted(env: Env) -> None:
     assert body["working_dir"] == str(EXAMPLE)
     r = env.client.post("/v1/jobs", json=body, headers=env.headers("alice"))
     assert r.status_code == 201, r.text
+
+
+def test_a_working_dir_with_private_files_or_links_to_them_is_refused(
+        env: Env, tmp_path: Path) -> None:
+    """The service ships the folder with its own rights: a 0600 file (its token, its
+    database) must not reach a job, directly or through a link."""
+    secret = tmp_path / "admin-token"
+    secret.write_text("frz-secret")
+    secret.chmod(0o600)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    for p in (tmp_path, code, code / "train.py"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    assert _post(env, entrypoint="python train.py", working_dir=str(code)).status_code == 201
+    (code / "token").symlink_to(secret)
+    r = _post(env, entrypoint="python train.py", working_dir=str(code))
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0]
+    assert err["field"] == "working_dir"
+    assert f"{code / 'token'} (a link to {secret}) is a file not readable by every user" \
+        in err["message"]
+    (code / "token").unlink()
+    (code / "private.txt").write_text("x")
+    (code / "private.txt").chmod(0o640)
+    r = _post(env, entrypoint="python train.py", working_dir=str(code))
+    assert r.status_code == 422 and "private.txt is a file not readable" in \
+        r.json()["errors"][0]["message"], r.text
+
+
+def test_a_link_to_a_folder_is_followed_when_checking(tmp_path: Path) -> None:
+    from orchestrator.sandbox import check_shippable
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "key").write_text("k")
+    (outside / "key").chmod(0o600)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "lib").symlink_to(outside, target_is_directory=True)
+    for p in (tmp_path, code, outside):
+        p.chmod(0o755)
+    with pytest.raises(ValueError, match=r"lib/key is a file not readable by every user"):
+        check_shippable(code)
