@@ -21,7 +21,7 @@ install: $(VENV)/.installed
 # testbed. Shows the ranked plans of an example job, starts the service (API and dashboard on
 # http://127.0.0.1:8000), submits a tiny GPT-2 that really trains, and keeps serving (Ctrl-C).
 run: install
-	$(BIN)/frenzy plan --model llama-2-7b --batch 64 --seq 4096 --gpus A100-80G,A800-80G,A100-40G --top 5
+	$(BIN)/frenzy plan --model llama-2-7b --batch 64 --seq 4096 --cluster frenzy-testbed --top 5
 	@$(BIN)/frenzy serve & pid=$$!; trap 'kill $$pid 2>/dev/null; wait $$pid' INT TERM; \
 	until $(BIN)/python -c "import httpx; httpx.get('http://127.0.0.1:8000/healthz').raise_for_status()" 2>/dev/null; do \
 	  kill -0 $$pid 2>/dev/null || exit 1; sleep 1; done; \

@@ -29,6 +29,14 @@ group ready → rendezvous → ``run`` on every rank; rank 0's status → ``Star
 made) and ``Progress``; the ranks' results → ``Finished`` or ``Failed``; a dead actor or node →
 ``Preempted`` from the last checkpoint, or ``Failed`` once the job has been restarted
 ``max_restarts`` times.
+
+Working directory. An entrypoint job's ``extra["working_dir"]`` (a folder on the service's
+machine) is packaged with Ray's ``runtime_env`` machinery (``ship_working_dir``) and set as
+each worker actor's ``runtime_env`` ``working_dir``: Ray downloads and unpacks it on every
+node and starts the actor in it. The entrypoint does not run there: Ray's unpacked folder is
+a cache shared by every actor whose package has the same content, so the sandbox copies it
+into the rank's own private folder and starts the command in that copy
+(``orchestrator.sandbox.JobBox.install_workdir``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import shlex
+import tempfile
 import time
 import uuid
 from collections import deque
@@ -71,6 +81,7 @@ from orchestrator.backend import (
     Started,
     WallClock,
 )
+from orchestrator.sandbox import check_shippable
 from orchestrator.trainer.checkpoint import latest_step
 from orchestrator.trainer.loop import RunConfig, RunResult, apply_options, numbered_losses
 from orchestrator.trainer.model import check_supported
@@ -173,6 +184,28 @@ def read_inventory(inter_node_bw_gbs: float = 12.5) -> tuple[ClusterState, dict[
                           interconnect=link if link in ("nvlink", "pcie") else gpu.link))
     nodes.sort(key=lambda n: n.id)
     return ClusterState(nodes=tuple(nodes), inter_node_bw_gbs=inter_node_bw_gbs), selectors
+
+
+def ship_working_dir(path: str) -> str:
+    """Upload the folder ``path`` to the Ray cluster; the URI an actor's ``runtime_env``
+    ``working_dir`` takes.
+
+    Ray accepts a local folder as ``working_dir`` only in ``ray.init`` (the whole driver);
+    for one actor it needs a package URI. This is the packaging ``ray.init`` and the Job SDK
+    use (``upload_working_dir_if_needed``): the folder is zipped (``.gitignore``/``.rayignore``
+    and Ray's default excludes honoured) into a content-addressed ``gcs://_ray_pkg_<hash>.zip``,
+    uploaded once per content, within Ray's package size limit; each node downloads and
+    unpacks it once, and the actor starts in the unpacked folder. Only a folder all of whose
+    files every local user may read is shipped (``sandbox.check_shippable``)."""
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    if not os.path.isdir(path):
+        raise ValueError(f"{path} is not a folder on the service's machine")
+    check_shippable(path)  # again at launch: the folder may have changed since submission
+    with tempfile.TemporaryDirectory(prefix="frenzy-pkg-") as scratch:
+        env = upload_working_dir_if_needed({"working_dir": path}, include_gitignore=True,
+                                           scratch_dir=scratch, logger=log)
+    return str(env["working_dir"])
 
 
 def _dead_nodes(allocation: Allocation) -> list[str]:
@@ -292,11 +325,21 @@ class RayBackend:
         gen = next(self._gen)
         pg = placement_group(bundles, strategy="PACK", bundle_label_selector=selectors,
                              name=f"{PG_PREFIX}{job.id}-{self._incarnation}-{gen}")
+        extra_opts: dict[str, Any] = {}
+        if cfg.working_dir:
+            try:
+                extra_opts["runtime_env"] = {"working_dir": ship_working_dir(cfg.working_dir)}
+            except (RayError, ValueError, OSError, RuntimeError) as e:
+                remove_placement_group(pg)
+                self._events.append(Failed(job.id, self.clock.now(), "cannot ship the "
+                                           f"working_dir {cfg.working_dir}: {_last_line(e)}"))
+                return
         workers = [
             self._worker_cls.options(
                 num_cpus=0, num_gpus=1, max_concurrency=2, max_restarts=0,
                 name=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
+                **extra_opts,
             ).remote(i, self.config.torch_threads)
             for i in range(len(bundles))
         ]
@@ -387,8 +430,11 @@ class RayBackend:
                              f"{par.num_gpus}")
         entry = job.extra.get("entrypoint")
         entrypoint: tuple[str, ...] | None = None
+        working_dir = job.extra.get("working_dir")
         if entry:
             entrypoint = tuple(shlex.split(entry) if isinstance(entry, str) else map(str, entry))
+        elif working_dir:
+            raise ValueError("a working_dir is shipped for an entrypoint; this job has none")
         elif par.pp != 1:
             raise ValueError(f"pipeline parallelism (pp={par.pp}) is not supported by the "
                              "built-in trainer; choose a pp=1 plan or give an entrypoint")
@@ -409,6 +455,7 @@ class RayBackend:
             lr=self.config.lr, seed=self.config.seed,
             checkpoint_dir=self.config.checkpoint_dir,
             checkpoint_every=self.config.checkpoint_every, entrypoint=entrypoint,
+            working_dir=str(working_dir) if working_dir else None,
             env={"FRENZY_RESUME_STEP": str(int(job.steps_done))},
         )
         # The job's data, learning-rate schedule, seed, init_from (JSON from the service).

@@ -10,15 +10,18 @@ A job's ``entrypoint`` is code the service did not write, so each rank runs it a
   n²/2·``ID_SPAN`` for n jobs);
 * **a clean environment**: only the documented protocol variables (``WORLD_SIZE``, ``RANK``,
   …, ``FRENZY_JOB_ID``, ``FRENZY_CHECKPOINT_DIR``, ``FRENZY_TOTAL_STEPS``,
-  ``FRENZY_RESUME_STEP``, ``FRENZY_STOP_FILE``) plus a minimal ``PATH``, ``HOME``,
-  ``TMPDIR``, ``USER`` and locale. Nothing of the service's own environment is inherited:
-  no ``DATABASE_URL``, ``FRENZY_*`` settings or token paths, no ``RAY_*`` (auth token);
+  ``FRENZY_RESUME_STEP``, ``FRENZY_STOP_FILE``, ``FRENZY_EXPORT_DIR``) plus a minimal
+  ``PATH``, ``HOME``, ``TMPDIR``, ``USER`` and locale. Nothing of the service's own
+  environment is inherited: no ``DATABASE_URL``, ``FRENZY_*`` settings or token paths, no
+  ``RAY_*`` (auth token);
 * **folders of its own**: the checkpoint folder ``<checkpoint_root>/<job_id>`` is owned by
   the service with the job's group, mode ``2770`` (setgid: the ranks' files keep the group;
   they run with umask 007), so only the job's ranks and the service can enter it; a private
   per-rank run folder on the node (mode ``0711``, the service's) holds the rank's home and
   working directory (``0700``, the rank's uid) and the stop file, which only the service
-  writes. The checkpoint root is ``0711``: a job can reach its own folder by name but cannot
+  writes. A job that ships a working directory gets a copy of it there (``work/``, the
+  rank's own; ``JobBox.install_workdir``) and starts in it. The checkpoint root is
+  ``0711``: a job can reach its own folder by name but cannot
   list the others; the built-in trainer's folders are ``0700`` (``checkpoint.py``). The
   folders above the root get the search bit (``o+x``) if they lack it, never read;
 * **an end shared with the job**: the entrypoint leads its own session and process group;
@@ -67,7 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -170,6 +173,32 @@ class JobBox:
     log_path: Path
     watchdog: subprocess.Popen[bytes] | None = None
     bwrap: bool = False
+    workdir: Path | None = None  # the job's working directory, copied in (install_workdir)
+
+    @property
+    def cwd(self) -> Path:
+        """Where the entrypoint starts: its copy of the job's working directory, else its
+        home."""
+        return self.workdir or self.home
+
+    def install_workdir(self, src: str | Path) -> Path:
+        """Copy the job's working directory ``src`` into the rank's home as ``work/``, owned
+        by the rank (the entrypoint then starts there). A copy, not ``src`` itself: under Ray
+        ``src`` is the node's unpacked ``runtime_env`` package, a cache shared by every
+        worker whose folder has the same content (another job's ranks included), so a job
+        must not be able to write to it. Symlinks are copied as links, never followed by the
+        service: the job reads what they point to with its own uid or not at all."""
+        source = Path(src)
+        if not source.is_dir():
+            raise SandboxError(f"working directory {source} is not a folder on this node")
+        dest = self.home / "work"
+        shutil.copytree(source, dest, symlinks=True)
+        if self.uid is not None:
+            for path in (dest, *dest.rglob("*")):
+                os.chown(path, self.uid, self.gid, follow_symlinks=False)
+        os.chmod(dest, 0o700)
+        self.workdir = dest
+        return dest
 
     def env(self, protocol: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's whole environment: ``protocol`` plus a minimal base."""
@@ -187,7 +216,7 @@ class JobBox:
             ids = {"user": self.uid, "group": self.gid, "extra_groups": []}
         if self.bwrap:
             argv = bwrap_argv(self, argv)
-        return subprocess.Popen(list(argv), env=dict(env), cwd=self.home, umask=0o007,
+        return subprocess.Popen(list(argv), env=dict(env), cwd=self.cwd, umask=0o007,
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", close_fds=True, **ids)  # type: ignore[arg-type]
@@ -224,6 +253,46 @@ class JobBox:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.watchdog.wait(timeout=KILL_TIMEOUT_S)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+MAX_WORKDIR_ENTRIES = 100_000
+"""Files and folders a shipped working directory may hold (walked at submission and launch)."""
+
+
+def check_shippable(folder: str | Path) -> None:
+    """``ValueError`` unless every file of ``folder`` could be read by any user of this
+    machine (``o+r``; folders ``o+rx``), symlinks judged by what they point to.
+
+    The service reads and ships a job's working directory with its own rights, and the job
+    then owns its copy: without this rule a job could name the service's own files (its
+    database, its tokens: ``0600``) or link to them from an innocent folder, and read them.
+    Things every local user can read already leak nothing by being shipped."""
+    root = Path(folder)
+
+    def entries() -> Iterator[Path]:
+        yield root
+        # links to folders are followed, as the packaging follows them (a link loop ends
+        # at the entry cap)
+        for top, dirs, files in os.walk(root, followlinks=True):
+            for name in (*dirs, *files):
+                yield Path(top) / name
+
+    for count, path in enumerate(entries(), start=1):
+        if count > MAX_WORKDIR_ENTRIES:
+            raise ValueError(f"{root} holds more than {MAX_WORKDIR_ENTRIES:,} files and "
+                             "folders; ship only the code (.gitignore / .rayignore)")
+        try:
+            st = path.stat()  # follows symlinks: what would be packaged
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+        if st.st_mode & need != need:
+            kind = "folder" if stat.S_ISDIR(st.st_mode) else "file"
+            link = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+            raise ValueError(f"{path}{link} is a {kind} not readable by every user "
+                             f"(mode {stat.S_IMODE(st.st_mode):o}); a working_dir is shipped "
+                             "only when all of it is (chmod -R o+rX), so a job cannot ship "
+                             "files only the service may read")
 
 
 def open_rank_log(path: Path) -> _CappedLog:
@@ -274,7 +343,7 @@ def bwrap_argv(box: JobBox, argv: Sequence[str]) -> list[str]:
             "--tmpfs", "/tmp", "--ro-bind", str(box.run_dir), str(box.run_dir),
             "--bind", str(box.home), str(box.home),
             "--bind", str(box.checkpoint_dir), str(box.checkpoint_dir),
-            "--chdir", str(box.home), "--", *argv]
+            "--chdir", str(box.cwd), "--", *argv]
 
 
 _bwrap_ok: bool | None = None

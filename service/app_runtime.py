@@ -191,6 +191,8 @@ def stored_view(job: Job, *, max_pipeline: int | None = None) -> JobView | str:
                     "which the built-in trainer does not run; give an entrypoint script, more "
                     "GPUs or a smaller model")
     extra: dict[str, Any] = {"entrypoint": job.entrypoint} if job.entrypoint else {}
+    if job.entrypoint and job.request and job.request.get("working_dir"):
+        extra["working_dir"] = job.request["working_dir"]  # shipped by the Ray backend
     if job.request:
         request = {k: v for k, v in job.request.items() if k not in RETIRED_FIELDS}
         try:  # the built-in trainer's data, schedule and init_from, as submitted

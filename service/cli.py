@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from predictor.spec import Family, ModelSpec, TrainingSpec
 log = logging.getLogger("frenzy")
 
 Handler = Callable[[argparse.Namespace], int]
+BROKEN_PIPE_EXIT = 141
+"""Exit status when stdout's reader went away (128 + SIGPIPE, what a shell reports)."""
 
 
 def _model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -35,12 +39,23 @@ def _model_from_args(args: argparse.Namespace) -> ModelSpec:
         return ModelSpec.from_name(args.model)
     if args.config is not None:
         path = Path(args.config)
+        if path.is_dir():  # a Hugging Face model folder: its config.json
+            if not (path / "config.json").is_file():
+                raise SpecError("config", f"{path} is a folder without a config.json; give a "
+                                "config.json or a Hugging Face model folder that has one")
+            path = path / "config.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SpecError("config", f"no such file: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError("config", f"cannot read {path}: {exc}") from None
         except json.JSONDecodeError as exc:
             raise SpecError("config", f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise SpecError("config", f"{path}: expected a JSON object (a config.json)")
+        if path.name == "config.json" and path.parent.name:
+            return ModelSpec.from_hf_config(data, name=path.parent.name)
         return ModelSpec.from_hf_config(data, name=path.stem if path.stem != "config" else None)
     missing = [n for n in ("hidden", "heads", "vocab") if getattr(args, n) is None]
     if missing:
@@ -67,7 +82,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     )
     src = p.add_argument_group("model (one of)")
     src.add_argument("--model", help="catalog name, e.g. llama-2-7b (see --list-models)")
-    src.add_argument("--config", help="a Hugging Face config.json")
+    src.add_argument("--config", help="a Hugging Face config.json (or a model folder with one)")
     src.add_argument("--layers", type=int, help="explicit dims: number of layers")
     src.add_argument("--hidden", type=int)
     src.add_argument("--heads", type=int)
@@ -87,6 +102,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--no-flash", action="store_true", help="plan without flash attention")
     s = p.add_argument_group("search")
     s.add_argument("--gpus", help="comma-separated GPU types (default: the whole catalog)")
+    s.add_argument("--cluster", help="rank for this cluster (packaged name or YAML file): its "
+                   "GPU types, and no plan needing more GPUs of a type than it has")
     s.add_argument("--max-gpus", type=int, default=DEFAULT_MAX_GPUS)
     s.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help="fraction of GPU memory kept free (default %(default)s)")
@@ -115,15 +132,55 @@ def run_plan(args: argparse.Namespace) -> int:
         flash_attention=not args.no_flash,
     )
     gpus = [get_gpu(g) for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    counts: dict[str, int] | None = None
+    max_gpus = args.max_gpus
+    if args.cluster is not None:
+        if gpus is not None:
+            raise SpecError("gpus", "give --gpus or --cluster, not both")
+        counts = cluster_gpu_counts(args.cluster)
+        gpus = [get_gpu(t) for t in counts]
+        max_gpus = min(max_gpus, max(counts.values()))
     result = plan_job(
-        model, train, gpus, max_gpus=args.max_gpus, margin=args.margin, ranking=args.ranking,
+        model, train, gpus, max_gpus=max_gpus, margin=args.margin, ranking=args.ranking,
         runtime=args.runtime,
     )
+    if counts is not None:
+        result = for_cluster(result, counts, args.cluster, args.ranking)
     if args.json:
         print(json.dumps(result_to_dict(result, args.top)))
     else:
         print(format_result(result, args.top))
     return 0 if result.plans else 1
+
+
+def cluster_gpu_counts(name_or_path: str) -> dict[str, int]:
+    """GPUs of each type in the cluster ``name_or_path`` (``SpecError`` on ``cluster``)."""
+    from orchestrator.clusters import ClusterConfigError, load_cluster, packaged_clusters
+
+    try:
+        spec = load_cluster(name_or_path)
+    except (ClusterConfigError, OSError) as exc:
+        raise SpecError("cluster", f"{exc} (packaged: {', '.join(packaged_clusters())})"
+                        ) from None
+    counts = spec.state.total_by_type()
+    for t in counts:
+        get_gpu(t)  # a type the predictor does not know: SpecError naming the catalog
+    return counts
+
+
+def for_cluster(result: PlanResult, counts: dict[str, int], cluster: str,
+                ranking: str = "gpu_seconds") -> PlanResult:
+    """``result`` without the plans that need more GPUs of a type than the cluster has,
+    ranked again from 1 (the planner's order kept)."""
+    from predictor.planner import _with_reasons
+
+    kept = [p for p in result.plans if p.num_gpus <= counts.get(p.gpu_type, 0)]
+    plans = tuple(_with_reasons(kept, ranking)) if kept else ()  # ranks, "vs #1" renumbered
+    infeasible = result.infeasible
+    if not plans and not infeasible:
+        have = ", ".join(f"{n}x{t}" for t, n in sorted(counts.items()))
+        infeasible = f"no plan fits the GPUs of cluster {cluster} ({have})"
+    return replace(result, plans=plans, infeasible=infeasible)
 
 
 def result_to_dict(result: PlanResult, top: int = 0) -> dict[str, Any]:
@@ -216,10 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
     except SpecError as exc:
         print(f"error: {exc.field}: {exc.reason}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `frenzy jobs | head`: the reader left; no traceback
+        # (as the Python docs advise: point stdout at devnull so the exit flush is quiet)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":

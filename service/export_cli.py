@@ -17,7 +17,7 @@ from pathlib import Path
 def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export", help="write a job's checkpoint as a Hugging Face model folder")
-    p.add_argument("job_id", help="the job's id")
+    p.add_argument("job_id", help="the job's id (or a unique prefix of it)")
     p.add_argument("out", type=Path, help="output folder (created)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
     p.add_argument("--format", choices=["hf"], default="hf",
@@ -40,8 +40,13 @@ def run_export(args: argparse.Namespace) -> int:
     from service.serve_cli import ClientError
 
     try:
-        root = Path(args.checkpoint_dir) if args.checkpoint_dir else _root_from_service(
-            args.job_id)
+        if args.checkpoint_dir:
+            root = Path(args.checkpoint_dir)
+        else:  # a short id prefix (as the dashboard shows) is resolved by the service
+            from service.serve_cli import resolve_job_id
+
+            args.job_id = resolve_job_id(args.job_id)
+            root = _root_from_service(args.job_id)
         from orchestrator.trainer.export import export_hf
 
         files = export_hf(root, args.job_id, args.out, step=args.step)

@@ -7,7 +7,8 @@ from typing import Any
 
 
 def resolve_relative_paths(body: dict[str, Any], base: Path) -> dict[str, Any]:
-    """``body`` with relative ``data.path``, ``data.tokenizer`` and ``init_from`` made
+    """``body`` with relative ``data.path``, ``data.tokenizer``, ``init_from`` and
+    ``working_dir`` made
     absolute against ``base`` (a job file's folder): the service may run elsewhere."""
     out = dict(body)
 
@@ -16,8 +17,9 @@ def resolve_relative_paths(body: dict[str, Any], base: Path) -> dict[str, Any]:
             return str((base / value).resolve())
         return str(Path(value).expanduser()) if isinstance(value, str) and value else value
 
-    if "init_from" in out:
-        out["init_from"] = absolute(out["init_from"])
+    for key in ("init_from", "working_dir"):
+        if key in out:
+            out[key] = absolute(out[key])
     data = out.get("data")
     if isinstance(data, dict):
         out["data"] = {**data, **{k: absolute(data[k]) for k in ("path", "tokenizer")

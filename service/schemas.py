@@ -125,8 +125,13 @@ class JobCreate(_Create):
                     "its events say it is best-effort, with the predicted completion")
     name: SafeStr | None = Field(None, min_length=1, max_length=128)
     entrypoint: SafeStr | None = Field(None, min_length=1, max_length=1024,
-                                       description="user training entrypoint (default: "
-                                                   "built-in)")
+                                       description="your own training command, e.g. "
+                                       "'python train.py' (default: the built-in trainer); "
+                                       "it gets the plan as environment variables (README)")
+    working_dir: SafeStr | None = Field(
+        None, min_length=1, max_length=4096, description=(
+            "a folder the service can read, shipped to every worker (Ray runtime_env "
+            "working_dir); the entrypoint starts in its own copy of it"))
     max_gpus: int | None = Field(None, ge=1, le=4096, strict=True,
                                  description="cap on one plan's GPUs")
     ranking: SafeStr | None = Field(None, max_length=32,

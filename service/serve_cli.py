@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -76,7 +77,8 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=run_submit)
 
     j = subparsers.add_parser("jobs", help="list jobs (or show one: frenzy jobs ID)")
-    j.add_argument("job_id", nargs="?", default=None, help="show this job (--json: raw)")
+    j.add_argument("job_id", nargs="?", default=None,
+                   help="show this job (id or a unique prefix; --json: raw)")
     j.add_argument("--id", default=None, help="same as the positional ID")
     j.add_argument("--state", action="append", default=None, help="filter (repeatable)")
     j.add_argument("--limit", type=int, default=50)
@@ -89,12 +91,12 @@ def add_serve_parsers(subparsers: argparse._SubParsersAction) -> None:
     rs.set_defaults(handler=run_resubmit)
 
     c = subparsers.add_parser("cancel", help="cancel a job")
-    c.add_argument("job_id")
+    c.add_argument("job_id", help="id or a unique prefix")
     c.add_argument("--reason", default=None)
     c.set_defaults(handler=run_cancel)
 
     lg = subparsers.add_parser("logs", help="a job's output (one rank; -f: follow it)")
-    lg.add_argument("job_id")
+    lg.add_argument("job_id", help="id or a unique prefix")
     lg.add_argument("-f", "--follow", action="store_true",
                     help="keep printing new output until the job ends")
     lg.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
@@ -252,6 +254,41 @@ def _call(method: str, path: str, **kwargs: Any) -> Any:
             detail = r.text
         raise ClientError(f"{r.status_code}: {detail}")
     return r.json()
+
+
+FULL_ID = re.compile(r"^[0-9a-f]{32}$")
+PREFIX_PAGE = 500
+"""Jobs read per request when resolving a prefix (the service's ``max_page_size``)."""
+SHOWN_CANDIDATES = 10
+
+
+def resolve_job_id(given: str) -> str:
+    """The job id that ``given`` abbreviates: a full id as is; else the only id of the
+    caller's jobs (all jobs for an admin) that starts with it. Ambiguous: ``ClientError``
+    listing the candidates. None matches: ``given`` unchanged (the service answers 404)."""
+    given = given.strip()
+    if FULL_ID.match(given) or not given:
+        return given
+    matches: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = _call("GET", "/v1/jobs", params={"limit": PREFIX_PAGE, "offset": offset})
+        rows = page["data"]
+        matches += [j for j in rows if j["id"].startswith(given)]
+        offset += len(rows)
+        if not rows or offset >= page["count"]:
+            break
+    exact = [j for j in matches if j["id"] == given]
+    if exact or len(matches) == 1:
+        return str((exact or matches)[0]["id"])
+    if not matches:
+        return given
+    shown = "\n".join(f"  {j['id']}  {j.get('name') or '-':16s} {j['state']}"
+                      for j in matches[:SHOWN_CANDIDATES])
+    more = (f"\n  ... and {len(matches) - SHOWN_CANDIDATES} more"
+            if len(matches) > SHOWN_CANDIDATES else "")
+    raise ClientError(f"job id prefix {given!r} is ambiguous: {len(matches)} jobs match; "
+                      f"give more characters:\n{shown}{more}")
 
 
 def stream_logs(job_id: str, rank: int, follow: bool, out: Any) -> None:
@@ -434,7 +471,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     """``frenzy jobs``: a table of jobs; ``frenzy jobs ID``: one job (``--json``: raw)."""
     job_id = args.job_id or args.id
     if job_id:
-        job = _call("GET", f"/v1/jobs/{job_id}")
+        job = _call("GET", f"/v1/jobs/{resolve_job_id(job_id)}")
         print(json.dumps(job, indent=2) if args.json else "\n".join(format_job(job)))
         return 0
     params: dict[str, Any] = {"limit": args.limit}
@@ -444,12 +481,13 @@ def run_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(page))
         return 0
-    print(f"{'id':32s}  {'owner':10s} {'model':14s} {'state':10s} {'progress':>9s} "
-          f"{'duration':>9s} {'GPU-h':>8s}  reason")
+    print(f"{'id':8s}  {'name':16s} {'owner':10s} {'model':14s} {'state':10s} "
+          f"{'progress':>9s} {'duration':>9s} {'GPU-h':>8s}  reason")
     for j in page["data"]:
         prog = j["progress"]
-        print(f"{j['id']:32s}  {j['owner'][:10]:10s} {j['model_name'][:14]:14s} "
-              f"{j['state']:10s} {100 * prog['fraction']:8.1f}% "
+        name = j.get("name") or "-"
+        print(f"{j['id'][:8]:8s}  {name[:16]:16s} {j['owner'][:10]:10s} "
+              f"{j['model_name'][:14]:14s} {j['state']:10s} {100 * prog['fraction']:8.1f}% "
               f"{_duration(j.get('duration_s')):>9s} {_num(j.get('gpu_hours'), '.2f'):>8s}  "
               f"{j['state_reason'][:60]}")
     print(f"({len(page['data'])} of {page['count']})")
@@ -469,7 +507,7 @@ def _duration(seconds: float | None) -> str:
 @_guard
 def run_resubmit(args: argparse.Namespace) -> int:
     """``frenzy resubmit ID``: the finished job's request as a new job."""
-    job = _call("POST", f"/v1/jobs/{args.job_id}/resubmit")
+    job = _call("POST", f"/v1/jobs/{resolve_job_id(args.job_id)}/resubmit")
     print(f"{job['id']}  {job['state']}: {job['state_reason']} (resubmission of "
           f"{args.job_id})")
     return 0
@@ -479,7 +517,7 @@ def run_resubmit(args: argparse.Namespace) -> int:
 def run_cancel(args: argparse.Namespace) -> int:
     """``frenzy cancel ID``."""
     body = {"reason": args.reason} if args.reason else None
-    job = _call("POST", f"/v1/jobs/{args.job_id}/cancel", json=body)
+    job = _call("POST", f"/v1/jobs/{resolve_job_id(args.job_id)}/cancel", json=body)
     print(f"{job['id']}  {job['state']}: {job['state_reason']}")
     return 0
 
@@ -490,7 +528,7 @@ def run_logs(args: argparse.Namespace) -> int:
     if args.rank < 0:
         raise ClientError(f"--rank must be >= 0, got {args.rank}")
     try:
-        stream_logs(args.job_id, args.rank, args.follow, sys.stdout.buffer)
+        stream_logs(resolve_job_id(args.job_id), args.rank, args.follow, sys.stdout.buffer)
     except BrokenPipeError:  # `frenzy logs ID | head`: quiet, as the Python docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except KeyboardInterrupt:

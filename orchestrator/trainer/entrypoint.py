@@ -5,7 +5,11 @@ read: ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``
 ``TP_SIZE``, ``PP_SIZE``, ``DP_SIZE``, ``MICRO_BATCH_SIZE``, ``GLOBAL_BATCH_SIZE``,
 ``CUDA_VISIBLE_DEVICES`` (the GPU Ray gave this worker), plus ``FRENZY_JOB_ID``,
 ``FRENZY_CHECKPOINT_DIR`` (``<checkpoint_dir>/<job_id>``: save and resume there),
-``FRENZY_TOTAL_STEPS``, ``FRENZY_RESUME_STEP`` and ``FRENZY_STOP_FILE``.
+``FRENZY_TOTAL_STEPS``, ``FRENZY_RESUME_STEP``, ``FRENZY_STOP_FILE`` and
+``FRENZY_EXPORT_DIR`` (``<checkpoint_dir>/<job_id>/export``: final weights go there, listed
+by ``GET /v1/jobs/{id}/artifacts``). With a working directory (``RunConfig.working_dir``;
+under Ray the job's folder shipped as ``runtime_env`` ``working_dir``) the command starts in
+the rank's own copy of it, so ``python train.py`` finds ``train.py``.
 
 Progress: a line ``frenzy step=<n> [loss=<x>] [samples_per_s=<y>]`` printed by rank 0 is
 reported to the controller; other output goes to the worker's log. Stop: Frenzy creates
@@ -37,6 +41,8 @@ log = logging.getLogger(__name__)
 
 _PROGRESS = re.compile(r"^frenzy\s+step=(\d+)(?:\s+loss=([-+\w.]+))?(?:\s+samples_per_s=([\w.]+))?")
 STOP_GRACE_S = 30.0
+EXPORT_DIR = "export"
+"""Sub-folder of the job's checkpoint folder where an entrypoint writes its final weights."""
 
 
 def plan_env(cfg: RunConfig, rank: int, gpu_ids: list[str] | None = None,
@@ -51,6 +57,7 @@ def plan_env(cfg: RunConfig, rank: int, gpu_ids: list[str] | None = None,
         "FRENZY_JOB_ID": cfg.job_id, "FRENZY_CHECKPOINT_DIR": str(ckdir),
         "FRENZY_TOTAL_STEPS": str(cfg.total_steps),
         "FRENZY_STOP_FILE": str(stop_file or ckdir / f".stop-{rank}"),
+        "FRENZY_EXPORT_DIR": str(ckdir / EXPORT_DIR),
     }
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
@@ -64,6 +71,13 @@ def run_entrypoint(cfg: RunConfig, rank: int, control: Control) -> RunResult:
     assert cfg.entrypoint
     box = sandbox.prepare(cfg.checkpoint_dir, cfg.job_id, rank)
     env = plan_env(cfg, rank, stop_file=box.stop_file)
+    if cfg.working_dir:
+        try:
+            box.install_workdir(cfg.working_dir)
+        except (OSError, sandbox.SandboxError) as e:
+            box.close(None)
+            raise RuntimeError(f"cannot set up the working directory on rank {rank}: "
+                               f"{e}") from None
     resume = int(cfg.env.get("FRENZY_RESUME_STEP", "0"))
     env["FRENZY_RESUME_STEP"] = str(resume)
     control.report(steps_done=resume, checkpoint_step=resume, first_step=resume, loss=None,

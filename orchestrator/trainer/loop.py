@@ -80,6 +80,7 @@ class RunConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     entrypoint: tuple[str, ...] | None = None
+    working_dir: str | None = None  # entrypoint mode: the folder it starts in (copied)
     env: dict[str, str] = field(default_factory=dict)
     dist_timeout_s: float = 120.0
 

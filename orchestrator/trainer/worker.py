@@ -52,8 +52,12 @@ class TrainingWorker:
     def run(self, cfg: RunConfig) -> RunResult:
         """Run this rank to the end of the job or to a stop request."""
         if cfg.entrypoint:
+            from dataclasses import replace
+
             from orchestrator.trainer.entrypoint import run_entrypoint
 
+            if cfg.working_dir:  # Ray unpacked the job's runtime_env working_dir here
+                cfg = replace(cfg, working_dir=os.getcwd())
             return run_entrypoint(cfg, self.rank, self.control)
         from orchestrator.trainer.rank_log import train_logged
 

@@ -179,6 +179,38 @@ def test_jobs_exceeding_the_cluster_queue_and_start_in_policy_order(rig: Rig) ->
     _free_everywhere(rig)
 
 
+def test_the_jobs_working_dir_is_shipped_and_each_rank_runs_in_its_own_copy(
+        rig: Rig, tmp_path: Path) -> None:
+    src = tmp_path / "code"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "data.txt").write_text("shipped")
+    (src / "train.py").write_text(
+        "import json, os, pathlib\n"
+        "d = pathlib.Path(os.environ['FRENZY_CHECKPOINT_DIR'])\n"
+        "here = pathlib.Path.cwd()\n"
+        "(here / 'scratch').write_text('mine')  # the rank's own copy is writable\n"
+        "(d / f\"wd-{os.environ['RANK']}.json\").write_text(json.dumps({'cwd': str(here), "
+        "'data': (here / 'pkg' / 'data.txt').read_text(), 'uid': os.getuid(), "
+        "'export': os.environ['FRENZY_EXPORT_DIR']}))\n"
+        "print('frenzy step=2 loss=0.5', flush=True)\n")
+    for p in (tmp_path, src, src / "pkg"):  # shipped: readable by every user
+        p.chmod(0o755)
+    job = rig.job("wd", gpus=2, steps=2)
+    job.extra["entrypoint"] = [job_python(), "train.py"]
+    job.extra["working_dir"] = str(src)
+    rig.submit(job)
+    rig.wait("wd", lambda r: r.state.terminal)
+    assert rig.controller.job("wd").state is JobState.SUCCEEDED, rig.controller.job("wd")
+    seen = [json.loads((tmp_path / "wd" / f"wd-{r}.json").read_text()) for r in (0, 1)]
+    assert [s["data"] for s in seen] == ["shipped", "shipped"]
+    assert len({s["cwd"] for s in seen}) == 2  # a copy per rank, not the source or Ray's
+    assert all(not s["cwd"].startswith(str(src)) and "runtime_resources" not in s["cwd"]
+               for s in seen)
+    assert all(s["export"] == str(tmp_path / "wd" / "export") for s in seen)
+    assert not (src / "scratch").exists()
+    _free_everywhere(rig)
+
+
 def test_entrypoint_gets_the_plan_as_environment(rig: Rig, tmp_path: Path) -> None:
     script = ("import os, json, pathlib\n"
               "d = pathlib.Path(os.environ['FRENZY_CHECKPOINT_DIR']); d.mkdir(parents=True, "

@@ -269,11 +269,12 @@ def test_cli_jobs_shows_owner_duration_gpu_hours_and_resubmits(env, monkeypatch,
     env.client.headers.update(env.headers("admin"))
     assert cli_main(["jobs"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["id", "owner", "model", "state", "progress", "duration",
+    assert out[0].split() == ["id", "name", "owner", "model", "state", "progress", "duration",
                               "GPU-h", "reason"]
-    row = next(line for line in out if line.startswith(done))
-    assert row.split()[1:7] == ["alice", "gpt2", "succeeded", "100.0%", "1h02m", "4.13"]
-    assert any(line.split()[1] == "bob" for line in out[1:-1])  # the admin sees everyone
+    row = next(line for line in out if line.startswith(done[:8]))
+    assert row.split()[1:8] == ["done", "alice", "gpt2", "succeeded", "100.0%", "1h02m",
+                                "4.13"]
+    assert any(line.split()[2] == "bob" for line in out[1:-1])  # the admin sees everyone
     assert out[-1] == "(2 of 2)"
 
     env.client.headers.update(env.headers("alice"))

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from orchestrator.states import JobState
 from service.api.deadlines import check_deadline
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
+from service.api.entrypoint_check import check_entrypoint
 from service.api.errors import ApiError
 from service.api.inventory import as_view
 from service.api.job_inputs import check_inputs
@@ -188,6 +189,8 @@ async def submit_job(
                                          request_hash, shown)
         if replay is not None:
             return replay
+    if body.entrypoint or body.working_dir:  # the script must exist: files, off the loop
+        await run_in_threadpool(check_entrypoint, body.entrypoint, body.working_dir)
 
     inventory = ctx.inventory.peek()
     if inventory is None:  # stale (once per TTL): the refresh reads the database
