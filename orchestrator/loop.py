@@ -48,7 +48,7 @@ from orchestrator.controller import (
 )
 from scheduler.cluster import ClusterState
 from scheduler.job import JobView
-from scheduler.policy import Policy
+from scheduler.policy import Policy, PolicyNote, restore, take_notes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -181,6 +181,9 @@ class ControlLoop:
     nodes whenever they changed (the service records them for the API).
     ``retire_listeners``, ``keep_finished``, ``keep_policy_calls``: what happens to ended
     jobs and how much history the Controller keeps (see ``Controller``).
+    ``on_policy_notes``: called after a turn with the notes the policy changed in it
+    (``scheduler.policy.PolicyNote``; the service stores them with the jobs and gives them
+    back to ``restore`` after a crash).
     """
 
     def __init__(
@@ -201,6 +204,7 @@ class ControlLoop:
         retire_listeners: Sequence[RetireListener] = (),
         keep_finished: int | None = KEPT_FINISHED,
         keep_policy_calls: int | None = KEPT_POLICY_CALLS,
+        on_policy_notes: Callable[[list[PolicyNote]], None] | None = None,
     ) -> None:
         self.backend = backend
         self.source = source
@@ -210,6 +214,7 @@ class ControlLoop:
         self.poll_s = poll_s
         self._around_turn = around_turn or contextlib.nullcontext
         self._on_inventory = on_inventory
+        self._on_policy_notes = on_policy_notes
         self._inventory = backend.inventory()
         self._leaving: set[str] = set()
         self.controller = Controller(policy, backend, self._inventory, clock,
@@ -260,7 +265,25 @@ class ControlLoop:
                 self._next_tick = now + (self.tick_s or math.inf)
             elif wake is not None and wake <= now:
                 ctl.tick()
+        self.hand_notes()
         self.stats.record_turn(time.perf_counter() - t0)
+
+    # -- policy state across restarts --------------------------------------------------------
+    def restore(self, notes: Sequence[PolicyNote]) -> None:
+        """Rebuild the policy's state after a restart (``scheduler.policy.restore``) from the
+        stored ``notes`` and the jobs the Controller holds now; call it once the recovered
+        jobs are submitted and before the first scheduling round (inside the recovery's
+        ``Controller.batch()``)."""
+        with self.lock:
+            restore(self.policy, [r.view for r in self.controller.live.values()], notes)
+
+    def hand_notes(self) -> None:
+        """Pass the notes the policy changed to ``on_policy_notes`` (taken even without one,
+        so a policy's pending notes stay bounded)."""
+        with self.lock:
+            notes = take_notes(self.policy)
+        if notes and self._on_policy_notes is not None:
+            self._on_policy_notes(notes)
 
     def sync_inventory(self) -> None:
         """Read the backend's nodes; reconcile the Controller's cluster if they changed."""

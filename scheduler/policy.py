@@ -6,7 +6,8 @@ queue, running jobs, ``now``); randomness only through a seed given at construct
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from predictor.plan import Plan
@@ -15,9 +16,30 @@ from scheduler.decision import Decision
 from scheduler.job import JobView, RunningJob
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyNote:
+    """What a policy asks to keep about one job across a restart of the service.
+
+    ``data`` is the policy's own small record, JSON-serialisable (str keys; str, int, float,
+    bool, None, lists and dicts): the service stores it with the job (``jobs.policy_state``)
+    and hands it back to ``restore`` after a crash. The policy stays pure: it only hands
+    notes out and reads them back, the caller does the I/O."""
+
+    job_id: str
+    data: Mapping[str, Any]
+
+
 @runtime_checkable
 class Policy(Protocol):
-    """Decide what to start, stop or resize now. Must not mutate its arguments."""
+    """Decide what to start, stop or resize now. Must not mutate its arguments.
+
+    A policy whose promises outlive a restart (the deadline policies' admitted jobs) also
+    has two optional methods, called through ``take_notes`` and ``restore`` below:
+    ``take_notes() -> list[PolicyNote]``, the notes changed since the last call (the latest
+    note of a job replaces its earlier ones), and ``restore(jobs, notes)``, called once
+    before the first ``decide`` of a restarted service with the live jobs and the stored
+    notes, which rebuilds the policy's state from them alone (deterministically: the same
+    notes give the same state). A policy without them keeps nothing across a restart."""
 
     name: str
 
@@ -36,6 +58,21 @@ def wake_at(policy: Policy) -> float | None:
     A policy that holds a move back until some time needs it where the controller is driven
     by events alone (the simulator); in production the controller's periodic tick covers it."""
     return getattr(policy, "wake_at", None)
+
+
+def take_notes(policy: Policy) -> list[PolicyNote]:
+    """The notes ``policy`` changed since the last call ([] for a policy without any)."""
+    fn = getattr(policy, "take_notes", None)
+    return list(fn()) if fn is not None else []
+
+
+def restore(policy: Policy, jobs: Sequence[JobView], notes: Sequence[PolicyNote]) -> None:
+    """Rebuild ``policy``'s state after a restart from the live ``jobs`` and the stored
+    ``notes`` (notes of ended jobs may be among them: history some policies use); nothing
+    for a policy without a ``restore`` method."""
+    fn = getattr(policy, "restore", None)
+    if fn is not None:
+        fn(jobs, notes)
 
 
 class PerfModel(Protocol):

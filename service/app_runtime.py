@@ -25,6 +25,14 @@ Its old workers are gone: an emulated Ray cluster dies with the service, and on 
 one Ray kills the actors and removes the placement groups of a dead driver. Pending jobs are
 queued again in their original order. So the database and the Controller agree on every GPU
 before the first request is served.
+
+Policy state across a restart: what the policy promised (the deadline policies' admitted
+jobs) is written with each job as the policy hands it out (``jobs.policy_state``, one
+``scheduler.policy.PolicyNote`` per job, after the turn that changed it), and ``recover``
+gives the stored notes back to the policy (``ControlLoop.restore``) once the live jobs are
+submitted and before the first scheduling round: an admitted job keeps its guarantee and does
+not go through admission again. Notes of the latest ``RESTORE_HISTORY`` ended jobs go too (the
+``elastic`` policy's opportunity cost counts recent arrivals). See docs/deadlines.md.
 """
 
 from __future__ import annotations
@@ -44,12 +52,12 @@ from sqlalchemy.orm import Session, sessionmaker, undefer
 from orchestrator.backend import Clock
 from orchestrator.controller import Controller, ControllerError, PolicyAlert
 from orchestrator.loop import ControlLoop, DrivenBackend, Intake
-from orchestrator.states import JobState
+from orchestrator.states import TERMINAL, JobState
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, CapacityError, ClusterState
 from scheduler.decision import start as start_decision
 from scheduler.job import JobView
-from scheduler.policy import make_policy
+from scheduler.policy import PolicyNote, make_policy
 from service.api.inventory import ClusterView
 from service.api.job_inputs import trainer_options
 from service.db import repositories as repo
@@ -318,6 +326,11 @@ class AlertRecorder:
                                   now=self._to_datetime(alert.time))
 
 
+RESTORE_HISTORY = 1024
+"""Notes of this many of the latest ended jobs are handed to the policy's ``restore`` with
+the live jobs' (history: the ``elastic`` policy's arrival window holds the last 64)."""
+
+
 @dataclass
 class RuntimeStats:
     """What recovery did (for logs, tests and ``frenzy status``); the loop keeps its own
@@ -326,6 +339,7 @@ class RuntimeStats:
     recovered_requeued: int = 0
     recovered_reattached: int = 0
     recovered_pending: int = 0
+    restored_notes: int = 0
     placement_latency_s: list[float] = field(default_factory=list)
 
 
@@ -368,7 +382,7 @@ class Runtime:
             self.driver.clock, listeners=[recorder],
             alert_listeners=[AlertRecorder(self._factory)], tick_s=self._schedule_every_s,
             poll_s=self._poll_s, around_turn=recorder.batched,
-            on_inventory=self._record_nodes,
+            on_inventory=self._record_nodes, on_policy_notes=self._record_notes,
         )
         cluster = self.loop.controller.cluster
         self._record_nodes(cluster)
@@ -425,6 +439,12 @@ class Runtime:
         assert source is not None and driver is not None
         with self._factory() as session:
             live = repo.live_jobs(session=session, with_plans=True)
+            notes = [PolicyNote(j.id, j.policy_state) for j in live if j.policy_state]
+            past = session.execute(
+                sa.select(Job.id, Job.policy_state)
+                .where(Job.state.in_(TERMINAL), Job.policy_state.is_not(None))
+                .order_by(Job.created_at.desc()).limit(RESTORE_HISTORY)).all()
+            notes += [PolicyNote(i, d) for i, d in reversed(past) if d]
             held: dict[str, list[tuple[str, int]]] = {}
             for row in repo.active_allocations(session=session):
                 held.setdefault(row.job_id, []).append((row.node_id, row.gpus))
@@ -449,6 +469,9 @@ class Runtime:
                 if placement and job.chosen_plan_rank and self._restart_on(view, job,
                                                                               placement):
                     self.stats.recovered_reattached += 1
+            # before the batch's scheduling round: admitted jobs keep their admission
+            self._loop().restore(notes)
+            self.stats.restored_notes = len(notes)
         log.info("recovered %d live jobs: %d pending, %d requeued (%d back on their GPUs)",
                  len(live), self.stats.recovered_pending, self.stats.recovered_requeued,
                  self.stats.recovered_reattached)
@@ -489,6 +512,13 @@ class Runtime:
             log.warning("job %s not restarted on its old GPUs: %s", view.id, exc)
             return False
         return True
+
+    def _record_notes(self, notes: list[PolicyNote]) -> None:
+        """Store the policy's notes with their jobs (read back by ``recover``)."""
+        with write_session(self._factory) as session:
+            for n in notes:
+                session.execute(sa.update(Job).where(Job.id == n.job_id)
+                                .values(policy_state=dict(n.data)))
 
     # -- nodes -------------------------------------------------------------------------------
     def _record_nodes(self, cluster: ClusterState) -> None:

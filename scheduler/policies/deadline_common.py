@@ -63,6 +63,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
@@ -71,7 +72,7 @@ from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView, RunningJob
 from scheduler.placement import FreeGpus
 from scheduler.policies.common import order_for_sequential_apply
-from scheduler.policy import PerfModel
+from scheduler.policy import PerfModel, PolicyNote
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +279,55 @@ class Share:
         return tick_seconds(self.end)
 
 
+# -- what survives a restart ---------------------------------------------------------------------
+
+STATUSES = ("admitted", "best_effort")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineNote:
+    """What the engine keeps about one deadline job across a restart (``PolicyNote.data``).
+
+    ``status``: 'admitted' (holds the deadline guarantee), 'best_effort' (was refused one),
+    or None (seen as an arrival and rejected, or a job without a deadline pinned to a type);
+    ``pinned``: the GPU type it may use (``pin_type``); ``arrival``: its entry in the
+    opportunity-cost window, (order of arrival, submit time, fewest GPUs per type that met its
+    deadline). Bookings are not kept: ``decide`` makes every booking again on each call from
+    the admitted set and the jobs' progress, so they follow from these."""
+
+    status: str | None = None
+    pinned: str | None = None
+    arrival: tuple[int, float, tuple[tuple[str, int], ...]] | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        """The JSON form stored with the job."""
+        arr = None if self.arrival is None else [
+            self.arrival[0], self.arrival[1], [[t, n] for t, n in self.arrival[2]]]
+        return {"status": self.status, "pinned": self.pinned, "arrival": arr}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> DeadlineNote:
+        """Read a stored note back; a malformed one raises ``ValueError`` naming the field."""
+        status = data.get("status")
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"deadline note: status {status!r} is not one of "
+                             f"{', '.join(STATUSES)} or null")
+        pinned = data.get("pinned")
+        if pinned is not None and not isinstance(pinned, str):
+            raise ValueError(f"deadline note: pinned must be a GPU type name, not {pinned!r}")
+        raw = data.get("arrival")
+        arrival = None
+        if raw is not None:
+            try:
+                seq, submit, need = raw
+                arrival = (int(seq), float(submit),
+                           tuple((str(t), int(n)) for t, n in need))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"deadline note: arrival must be [order, submit time, "
+                                 f"[[gpu type, gpus], ...]], not {raw!r}") from exc
+        return cls(status, pinned, arrival)
+
+
 # -- the policy engine ---------------------------------------------------------------------------
 
 
@@ -383,6 +433,13 @@ class DeadlineEngine:
         """Admitted jobs' minimum satisfactory shares as of the last call."""
         self._options: dict[str, tuple[tuple[Plan, ...], Mapping[str, tuple[Option, ...]]]] = {}
         self._now = 0.0
+        self._seq = 0
+        """Arrivals recorded so far (orders the notes' ``arrival`` entries)."""
+        self._arrival_of: dict[str, tuple[int, float, tuple[tuple[str, int], ...]]] = {}
+        """Live jobs' entries in the arrival window (for their notes)."""
+        self._changed: set[str] = set()
+        """Jobs whose note changed since ``take_notes``."""
+        self._live: set[str] = set()
 
     # -- helpers -----------------------------------------------------------------------------
     @property
@@ -595,6 +652,7 @@ class DeadlineEngine:
     ) -> list[Decision]:
         if not pending and not running:
             self.bookings = {}
+            self._live = set()
             return []
         cap = state.total_by_type()
         self._cap = cap
@@ -648,12 +706,13 @@ class DeadlineEngine:
             needs = self._needs(c, cap, now) if self.replan or \
                 self.opportunity_cost is not None else {}
             if self.opportunity_cost is not None:
-                self.record_arrival(c.job.submit_time, needs)
+                self.record_arrival(c.job.submit_time, needs, job_id=c.job.id)
             share = self.min_share(c, profile, now, arrival=True)
             if share is None and needs and self.replan and (plan := self._replan(
                     [*booked, c], {x.job.id for x in [*booked, c]}, cap, now, c)) is not None:
                 profile = self._apply_plan(plan, cands, cap, now)
                 self.admitted.add(c.job.id)
+                self._changed.add(c.job.id)
                 sh = plan[c.job.id]
                 c.why.append(f"admitted after re-planning every booking in deadline order: "
                              f"minimum satisfactory share {sh.option.label()} from "
@@ -680,6 +739,7 @@ class DeadlineEngine:
                     del cands[c.job.id]
                 else:
                     self.best_effort.add(c.job.id)
+                    self._changed.add(c.job.id)
                     c.why.append(f"admitted best-effort: {why}")
                 continue
             self._admit(c, share, profile, now)
@@ -796,6 +856,7 @@ class DeadlineEngine:
         """Admit ``c`` with the deadline guarantee and reserve its minimum share."""
         assert c.job.deadline is not None
         self.admitted.add(c.job.id)
+        self._changed.add(c.job.id)
         if self.pin_type:
             self.pinned[c.job.id] = c.fixed_type = share.option.gpu_type
         c.why.append(f"admitted: minimum satisfactory share {share.option.label()} from "
@@ -826,11 +887,57 @@ class DeadlineEngine:
                     break
         return out
 
-    def record_arrival(self, submit_time: float, need: Mapping[str, int]) -> None:
+    def record_arrival(self, submit_time: float, need: Mapping[str, int], *,
+                       job_id: str | None = None) -> None:
         """Remember a deadline arrival for the opportunity cost: when it came and, per GPU
-        type, the fewest GPUs that met its deadline (empty: none did)."""
+        type, the fewest GPUs that met its deadline (empty: none did); with ``job_id``, it
+        goes into that job's note too."""
         self._arrivals.append((submit_time, dict(need)))
         self._need_counts = None
+        if job_id is not None:
+            self._arrival_of[job_id] = (self._seq, submit_time, tuple(sorted(need.items())))
+            self._changed.add(job_id)
+        self._seq += 1
+
+    # -- restart -----------------------------------------------------------------------------
+    def note(self, job_id: str) -> DeadlineNote:
+        """What is kept about ``job_id`` now."""
+        status = ("admitted" if job_id in self.admitted else
+                  "best_effort" if job_id in self.best_effort else None)
+        return DeadlineNote(status, self.pinned.get(job_id), self._arrival_of.get(job_id))
+
+    def take_notes(self) -> list[PolicyNote]:
+        """The notes of the jobs whose note changed since the last call, in id order (an
+        arrival rejected in the last call gets one too: it stays in the arrival window)."""
+        out = [PolicyNote(j, self.note(j).to_data()) for j in sorted(self._changed)]
+        self._changed.clear()
+        if len(self._arrival_of) > len(self._live):
+            self._arrival_of = {k: v for k, v in self._arrival_of.items() if k in self._live}
+        return out
+
+    def restore(self, jobs: Sequence[JobView], notes: Mapping[str, DeadlineNote]) -> None:
+        """Rebuild the state ``decide`` carries between calls from the notes alone: the
+        admitted and best-effort sets and the pinned types of the live ``jobs``, and the
+        arrival window from every note with an arrival (ended jobs' too), in arrival order.
+        The bookings follow at the next ``decide``, which makes every admitted job's booking
+        again from its progress, so an admitted job keeps its guarantee and goes through no
+        admission; derived caches (options, type values) are refilled on demand."""
+        live = {j.id for j in jobs}
+        mine = {k: n for k, n in notes.items() if k in live}
+        self.admitted = {k for k, n in mine.items() if n.status == "admitted"}
+        self.best_effort = {k for k, n in mine.items() if n.status == "best_effort"}
+        self.pinned = {k: n.pinned for k, n in mine.items() if n.pinned is not None}
+        arrivals = sorted((n.arrival[0], k, n.arrival) for k, n in notes.items()
+                          if n.arrival is not None)
+        self._arrivals.clear()
+        for _, _, (_, submit, need) in arrivals:
+            self._arrivals.append((submit, dict(need)))
+        self._need_counts = None
+        self._seq = arrivals[-1][0] + 1 if arrivals else 0
+        self._arrival_of = {k: n.arrival for k, n in mine.items() if n.arrival is not None}
+        self._live = live
+        self._changed.clear()
+        self.bookings = {}
 
     def displaced(self, share: Share, cap: Mapping[str, int], profile: Profile) -> float:
         """Expected deadline arrivals that ``share``'s booking would turn away, beyond those
@@ -1038,6 +1145,7 @@ class DeadlineEngine:
             for c in cands.values():
                 if c.target is not None and c.job.id not in self.pinned:
                     self.pinned[c.job.id] = c.target.gpu_type
+                    self._changed.add(c.job.id)
         running = [RunningJob(c.job, c.held, now) for c in cands.values() if c.held is not None]
         return order_for_sequential_apply(state, running, out)
 
@@ -1047,6 +1155,7 @@ class DeadlineEngine:
             self._options = {k: v for k, v in self._options.items() if k in live}
         self.admitted &= live
         self.best_effort &= live
+        self._live = live
         if len(self.pinned) > len(live) + 1024:
             self.pinned = {k: v for k, v in self.pinned.items() if k in live}
 
@@ -1084,3 +1193,13 @@ class EnginePolicy:
         """Admit or reject arrivals, keep every admitted job's minimum share, share the rest
         (the engine's policy; see the module docstring)."""
         return self.engine.decide(state, pending, running, now)
+
+    def take_notes(self) -> list[PolicyNote]:
+        """What to keep about jobs whose admission changed (``scheduler.policy``)."""
+        return self.engine.take_notes()
+
+    def restore(self, jobs: Sequence[JobView], notes: Sequence[PolicyNote]) -> None:
+        """Rebuild the admitted set and the arrival window after a restart from the stored
+        notes (``DeadlineEngine.restore``); notes of other policies' form raise
+        ``ValueError``."""
+        self.engine.restore(jobs, {n.job_id: DeadlineNote.from_data(n.data) for n in notes})

@@ -49,6 +49,11 @@ Choices the paper leaves open, and why:
   ended the lender gets its plan back before any waiting job may take the GPUs. Without the
   repayment the freed GPUs would go to the next arrivals and the long job would stay small
   for good, so the loan would have to be priced as permanent.
+  Loans are not kept across a restart of the service (the policy has no ``restore``): a
+  loan promises nothing (``has`` admits nothing and books nothing) and holds no GPUs of
+  its own; the lender resumes on the smaller plan it runs, and after its borrower ends it
+  grows back through the ordinary growth onto idle GPUs (``grow``) instead of before every
+  waiting job. Losing one costs at most that lender's speed for a while.
 * **SRPT growth and shrinking** (``srpt=True``, default): growth and shrinking follow the
   queue's key, each job's remaining time on its fastest plan. A running job grows onto idle
   GPUs before a waiting job with more work left starts on them (shortest remaining first,

@@ -149,6 +149,10 @@ class Job(Base):
     metrics: Mapped[list[dict[str, Any]] | None] = mapped_column(sa.JSON, nullable=True)
     """The most recent step windows, oldest first (``service.runner.metric_window``; at most
     ``METRIC_WINDOWS``; revision 0004); None before the first progress report."""
+    policy_state: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON, nullable=True)
+    """The policy's note about the job (``scheduler.policy.PolicyNote.data``: e.g. admitted
+    with a deadline guarantee), handed back to the policy after a restart (revision 0005);
+    None when the policy keeps nothing about it."""
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", order_by="AllocationRow.id", cascade="all, delete-orphan",
         passive_deletes=True,
