@@ -58,7 +58,6 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +70,13 @@ from scheduler.decision import Decision, reject, resize, start, stop
 from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView, RunningJob
 from scheduler.placement import FreeGpus
+from scheduler.policies.bookings import (  # noqa: F401  (re-exported)
+    TICKS_PER_S,
+    Profile,
+    tick_seconds,
+    ticks_ceil,
+    ticks_floor,
+)
 from scheduler.policies.common import order_for_sequential_apply
 from scheduler.policy import PerfModel, PolicyNote
 
@@ -151,112 +157,7 @@ def best_plan_options(job: JobView, state: ClusterState,
     return {t: pareto(opts) for t, opts in by_type.items()}
 
 
-# -- the reservation profile -------------------------------------------------------------------
-
-TICKS_PER_S = 1_000_000
-"""The booking profile counts time in integer ticks (microseconds): interval arithmetic on
-integers is exact, so a share found free over ``[s, s + d)`` is reserved over exactly that
-interval. (With float seconds, ``(e - d) + d`` may land one unit past ``e`` and overlap the busy
-segment the fit stopped at.) Seconds become ticks only at the engine's boundary
-(``ticks_floor`` / ``ticks_ceil``); a microsecond is far below any scheduling decision, and
-1e9 s is 1e15 ticks, still exact in the float it converts from."""
-
-
-def ticks_floor(t: float) -> int:
-    """An instant in ticks, rounded down (a deadline or an end bound never moves later)."""
-    return math.floor(t * TICKS_PER_S)
-
-
-def ticks_ceil(d: float) -> int:
-    """A duration in ticks, rounded up (a booking never holds less time than its work)."""
-    return math.ceil(d * TICKS_PER_S)
-
-
-def tick_seconds(k: int) -> float:
-    """Ticks back to seconds (for reasons and reports)."""
-    return k / TICKS_PER_S
-
-
-class Profile:
-    """Promised GPUs per type over time, in integer ticks (``TICKS_PER_S``): a step function per
-    type (breakpoint ticks ``ts`` and GPUs in use from each breakpoint on, ``us``), starting at
-    tick ``now``."""
-
-    __slots__ = ("_ts", "_us", "cap", "now")
-
-    def __init__(self, now: int, cap: Mapping[str, int]) -> None:
-        self.now = int(now)
-        self.cap = dict(cap)
-        self._ts: dict[str, list[int]] = {t: [self.now] for t in cap}
-        self._us: dict[str, list[int]] = {t: [0] for t in cap}
-
-    def used_at(self, gpu_type: str, t: int) -> int:
-        ts = self._ts[gpu_type]
-        return self._us[gpu_type][max(0, bisect_right(ts, t) - 1)]
-
-    def earliest_fit(self, gpu_type: str, n: int, dur: int, latest_end: int) -> int | None:
-        """The earliest start ``s >= now`` with ``n`` GPUs free over ``[s, s + dur)`` and
-        ``s + dur <= latest_end``; ``None`` if there is none."""
-        cap = self.cap.get(gpu_type, 0)
-        if n > cap or self.now + dur > latest_end:
-            return None
-        ts, us = self._ts[gpu_type], self._us[gpu_type]
-        s: int | None = None
-        for i, u in enumerate(us):
-            if u + n <= cap:
-                if s is None:
-                    s = ts[i]
-                    if s + dur > latest_end:
-                        return None
-                if i + 1 == len(ts) or ts[i + 1] >= s + dur:
-                    return s
-            else:
-                s = None
-        return s  # pragma: no cover  (the last segment reaches infinity)
-
-    def latest_fit(self, gpu_type: str, n: int, dur: int, latest_end: int) -> int | None:
-        """The latest start ``s >= now`` with ``n`` GPUs free over ``[s, s + dur)`` and
-        ``s + dur <= latest_end``; ``None`` if there is none."""
-        cap = self.cap.get(gpu_type, 0)
-        if n > cap or self.now + dur > latest_end:
-            return None
-        ts, us = self._ts[gpu_type], self._us[gpu_type]
-        e = latest_end
-        i = bisect_left(ts, e) - 1  # the segment holding the tick just before e
-        while i >= 0:
-            if us[i] + n > cap:
-                e = ts[i]  # the window must end before this busy segment
-                if e - dur < self.now:
-                    return None
-            elif ts[i] <= e - dur:
-                return e - dur
-            i -= 1
-        return None  # pragma: no cover  (ts[0] == now and e - dur >= now end the loop)
-
-    def breakpoints(self, gpu_type: str, start: int, end: int) -> list[int]:
-        """The ticks in ``(start, end)`` where the GPUs promised of ``gpu_type`` change."""
-        ts = self._ts.get(gpu_type, [])
-        i = bisect_right(ts, start)
-        j = bisect_left(ts, end)
-        return ts[i:j]
-
-    def reserve(self, gpu_type: str, n: int, start: int, end: int) -> None:
-        """Promise ``n`` GPUs of ``gpu_type`` over ticks ``[start, end)`` (``n < 0`` gives a
-        promise back)."""
-        if start < self.now or end < start:
-            raise ValueError(f"reservation [{start}, {end}) must lie within [now={self.now}, "
-                             "...) and end at or after its start")
-        ts, us = self._ts[gpu_type], self._us[gpu_type]
-        for t in (start, end):
-            i = bisect_right(ts, t) - 1
-            if ts[i] != t:
-                ts.insert(i + 1, t)
-                us.insert(i + 1, us[i])
-        for i in range(bisect_left(ts, start), bisect_left(ts, end)):
-            us[i] += n
-            if us[i] > self.cap[gpu_type]:
-                raise ValueError(f"reservation exceeds {gpu_type} capacity at "
-                                 f"{tick_seconds(ts[i])}s")
+# -- the reservation profile: scheduler/policies/bookings.py -------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,6 +551,10 @@ class DeadlineEngine:
         running: Sequence[RunningJob],
         now: float,
     ) -> list[Decision]:
+        """One round, in named phases: book the admitted jobs (deadline order), admit or turn
+        away the arrivals, allocate now (the bookings that must start, then running jobs keep,
+        shrink or stop), fill the leftover GPUs by marginal gain, and emit the decisions. Every
+        job's reasons are collected on its candidate (``_Cand.why``) along the way."""
         if not pending and not running:
             self.bookings = {}
             self._live = set()
@@ -657,6 +562,24 @@ class DeadlineEngine:
         cap = state.total_by_type()
         self._cap = cap
         self._now = now
+        cands = self._candidates(state, pending, running)
+        live = set(cands)
+        profile = Profile(ticks_floor(now), cap)
+        profile, booked = self._book_admitted(cands, profile, cap, now)
+        decisions, profile = self._admit_arrivals(cands, live, booked, profile, cap, now)
+        free = self._allocate_now(cands, cap, now)
+        self._fill(cands, free, now)
+        self.bookings = {jid: c.reserved for jid, c in cands.items()
+                         if c.reserved is not None and jid in self.admitted}
+        decisions.extend(self._decisions(state, cands, now))
+        self._forget(live)
+        return decisions
+
+    # -- the phases of ``decide`` -------------------------------------------------------------
+    def _candidates(self, state: ClusterState, pending: Sequence[JobView],
+                    running: Sequence[RunningJob]) -> dict[str, _Cand]:
+        """Every running and pending job with its options (and, with ``pin_type``, the GPU
+        type it must stay on)."""
         cands: dict[str, _Cand] = {}
         for rj in running:
             a = rj.allocation
@@ -664,17 +587,18 @@ class DeadlineEngine:
             cands[rj.job.id] = _Cand(rj.job, self.options(rj.job, state), cur, a)
         for j in pending:
             cands[j.id] = _Cand(j, self.options(j, state), None, None)
-        live = set(cands)
         for c in cands.values():
             if self.pin_type:
                 c.fixed_type = self.pinned.get(c.job.id) or (
                     c.current.gpu_type if c.current else None)
+        return cands
 
-        decisions: list[Decision] = []
-        profile = Profile(ticks_floor(now), cap)
-        # 1. admitted jobs reserve first (EDF), then arrivals are admitted or not (FCFS)
-        # running admitted jobs first, from now (``_reserve_running``): a share of theirs
-        # starting later would stop them
+    def _book_admitted(self, cands: dict[str, _Cand], profile: Profile,
+                       cap: Mapping[str, int], now: float) -> tuple[Profile, list[_Cand]]:
+        """Phase 1: admitted jobs reserve first, in deadline order: running admitted jobs from
+        now (``_reserve_running``: a share of theirs starting later would stop them), then the
+        queued ones; with ``replan``, a job left without a share re-plans every booking.
+        Returns the profile (replaced by a re-plan) and the jobs booked."""
         admitted = sorted((c for c in cands.values() if c.job.id in self.admitted),
                           key=lambda c: (c.job.deadline, c.job.submit_time, c.job.id))
         on = [c for c in admitted if c.current is not None]
@@ -698,6 +622,17 @@ class DeadlineEngine:
                 failed = [c for c in failed if c.job.id not in plan]
         for c in failed:
             c.why.append("admitted but its deadline can no longer be met: best-effort")
+        return profile, booked
+
+    def _admit_arrivals(self, cands: dict[str, _Cand], live: set[str], booked: list[_Cand],
+                        profile: Profile, cap: Mapping[str, int], now: float
+                        ) -> tuple[list[Decision], Profile]:
+        """Phase 1, arrivals (FCFS): each deadline job not yet admitted gets a minimum
+        satisfactory share beside the bookings (or, with ``replan``, after re-planning them
+        all), passes the opportunity-cost test, and is admitted; otherwise it is rejected or
+        kept best-effort (``mode`` / ``costly_mode``). A rejected job leaves ``cands`` and
+        ``live``; an admitted one joins ``booked``."""
+        decisions: list[Decision] = []
         arrivals = [c for c in cands.values() if c.current is None
                     and c.job.deadline is not None and c.job.id not in self.admitted
                     and c.job.id not in self.best_effort]
@@ -744,8 +679,14 @@ class DeadlineEngine:
                 continue
             self._admit(c, share, profile, now)
             booked.append(c)
+        return decisions, profile
 
-        # 2. allocation now
+    def _allocate_now(self, cands: Mapping[str, _Cand], cap: Mapping[str, int],
+                      now: float) -> dict[str, int]:
+        """Phase 2: the shares that must start now take their GPUs; running jobs keep what
+        they hold when it fits (a mandatory share is swapped for the current allocation only
+        when that also meets the deadline), else shrink to what is left of their type (else
+        they stop). Returns the GPUs left free per type."""
         free = dict(cap)
         mandatory = sorted((c for c in cands.values() if c.mandatory),
                            key=lambda c: (c.job.deadline, c.job.id))
@@ -754,8 +695,6 @@ class DeadlineEngine:
             free[c.target.gpu_type] -= c.target.num_gpus
         if any(v < 0 for v in free.values()):  # pragma: no cover  (the profile prevents it)
             raise AssertionError(f"minimum shares exceed capacity: {free}")
-        # running jobs keep what they hold when it fits (a mandatory share is only swapped
-        # for the current allocation when that also meets the deadline)
         keepers = [c for c in cands.values() if c.current is not None]
         keepers.sort(key=lambda c: (not c.mandatory, -self._keep_value(c), c.job.id))
         for c in keepers:
@@ -775,7 +714,6 @@ class DeadlineEngine:
                 c.why.append(f"keeps {cur.label()} (meets its deadline; no restart)")
             c.target = cur
             free[cur.gpu_type] -= cur.num_gpus
-        # running jobs without room shrink to what is left of their type, else stop
         for c in keepers:
             if c.target is not None:
                 continue
@@ -787,15 +725,7 @@ class DeadlineEngine:
                 free[cur.gpu_type] -= fit[-1].num_gpus
                 c.why.append(f"shrunk to {fit[-1].label()}: its GPUs are promised to deadline "
                              "jobs")
-        # 3. leftovers by marginal gain per GPU
-        self._fill(cands, free, now)
-
-        self.bookings = {jid: c.reserved for jid, c in cands.items()
-                         if c.reserved is not None and jid in self.admitted}
-        # 4. decisions
-        decisions.extend(self._decisions(state, cands, now))
-        self._forget(live)
-        return decisions
+        return free
 
     def _replan(self, jobs: Sequence[_Cand], must: set[str], cap: Mapping[str, int],
                 now: float, arrival: _Cand | None = None,
