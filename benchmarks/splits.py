@@ -1,0 +1,37 @@
+"""The tuning and the validation split of the workloads the simulator replays.
+
+``has``'s thresholds (``min_gain``, ``shrink_delay``, ``min_saving_s``, the knee) and the
+deadline policy's margins were chosen by looking at the Sia Philly and Helios-Saturn
+workloads and the paper's NewWorkload queues (docs/jct.md, docs/deadlines.md say so). Those are
+the tuning split. Every other named trace set is the validation split, chosen by subtraction
+so that a set added to ``simulator.traces.TRACE_SETS`` lands in validation unless someone
+moves it here on purpose. Headline figures are medians over the validation split.
+
+Not replayable, so in neither split: Gavel's folder holds throughput matrices only, and the
+Alibaba PAI 2020 folder a machine list; the Alibaba 2023 pod trace has no job durations in a
+form the loaders read yet.
+"""
+
+from __future__ import annotations
+
+from simulator.traces import TRACE_SETS
+
+TUNING: tuple[str, ...] = ("sia-philly", "sia-saturn", "newworkload-30", "newworkload-60")
+"""Workloads the policies' thresholds were tuned on."""
+
+VALIDATION: tuple[str, ...] = tuple(s for s in TRACE_SETS if s not in TUNING)
+"""Every other named trace set (Sia newTrace, phoebe, scale and rate sets; Pollux at each
+load; ElasticFlow's Philly VC)."""
+
+
+def first_files(sets: tuple[str, ...]) -> tuple[str, ...]:
+    """One workload per set (``<set>:1`` for a folder of ``workload-<k>.csv`` files, the set
+    itself for a single file): the quick form of a split."""
+    from simulator.traces import trace_files
+
+    out = []
+    for s in sets:
+        files = trace_files(s)
+        out.append(f"{s}:{files[0].stem.split('-')[-1]}" if len(files) > 1
+                   and files[0].stem.startswith("workload-") else s)
+    return tuple(out)
