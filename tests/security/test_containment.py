@@ -210,6 +210,10 @@ def test_a_background_process_holding_the_output_does_not_keep_the_job_alive(
         deadline = time.monotonic() + 2
         while not (ck / name).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        if name == "gc" and not (ck / name).exists():
+            # the sweep ended the setsid shell before it forked the grandchild (a race the
+            # job loses on a loaded machine): nothing to outlive; the uid check below holds
+            continue
         pid = int((ck / name).read_text())
         assert layer == "bwrap" or not _alive(pid), f"{name} {pid} outlived its job"
     assert sandbox.uid_processes(sandbox.job_uid("holder", 0)) == []
