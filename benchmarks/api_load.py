@@ -215,6 +215,16 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90
     raise RuntimeError(f"the service did not answer /healthz within {timeout_s:.0f} s")
 
 
+def _stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``frenzy serve`` as Ctrl-C would (SIGINT), killing it if it takes over 30 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class _Database:
     """A fresh database for one run: a SQLite file, or a PostgreSQL database made and
     dropped on the server at ``base``."""
@@ -312,12 +322,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                 res = json.loads(gen_out.read_text())
                 load_after = os.getloadavg()[0]
             finally:
-                server.send_signal(signal.SIGINT)
-                try:
-                    server.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+                _stop_server(server)
                 server_log.close()
             if res["errors"]:
                 log.warning("%s: %d errors, first: %s", backend, len(res["errors"]),

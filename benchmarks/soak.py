@@ -30,7 +30,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.api_load import _free_port, _make_token, _wait_healthy
+from benchmarks.api_load import _free_port, _make_token, _stop_server, _wait_healthy
 
 log = logging.getLogger("benchmarks.soak")
 
@@ -251,12 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(args.poll_s)
             thread.join(timeout=30)
         finally:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            _stop_server(server)
             server_log.close()
     by = {m.label: m for m in marks}
     first, last_begin, end = by[f"first {window} ended"], by[f"last {window} begin"], \

@@ -22,20 +22,17 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.jct import _config
 from benchmarks.splits import VALIDATION, first_files
+from simulator.error import ERROR_MODES
 from simulator.metrics import combine, json_ready
-from simulator.replay import SimConfig, Task, run_tasks
+from simulator.replay import Task, run_tasks
 
 log = logging.getLogger("benchmarks.validation")
 
 CLUSTERS = ("phoebe", "hetero-128")
 POLICIES = ("has", "sia", "opportunistic")
 QUICK_SETS = ("sia-rate_10", "pollux-0.5", "sia-phoebe")
-
-
-def _config(policy: str, error: str) -> SimConfig:
-    """As benchmarks.jct: Sia re-solves every 60 s, the others are event-driven."""
-    return SimConfig(tick_s=60.0 if policy == "sia" else None, error=error)
 
 
 def margin_pct(has: float, other: float) -> float:
@@ -126,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help=f"three small sets ({', '.join(QUICK_SETS)}), first 20 jobs")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--error", choices=("none", "measured", "2x"), default="none")
+    ap.add_argument("--error", choices=ERROR_MODES, default="none")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
