@@ -69,6 +69,8 @@ class Progress:
     steps_done: float
     loss: float | None = None
     samples_per_s: float | None = None
+    peak_tensors_bytes: int | None = None  # measured per-rank peak (max over the ranks seen)
+    peak_reserved_bytes: int | None = None  # CUDA's allocator reserve; None on the CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,23 @@ class Preempted:
     reason: str
 
 
-BackendEvent = Started | Progress | Finished | Failed | Preempted
+@dataclass(frozen=True, slots=True)
+class OutOfMemory:
+    """A rank ran out of memory: ``held_bytes`` of tensors (a lower bound of what the plan
+    needs; on CUDA, ``cuda``, with the cuBLAS workspaces) against a capacity of
+    ``cap_bytes``; the workers are gone and the job can resume from ``steps_done`` (its
+    last checkpoint) on a plan with room for what was measured."""
+
+    job_id: str
+    time: float
+    steps_done: float
+    held_bytes: int
+    cap_bytes: int
+    reason: str
+    cuda: bool = False
+
+
+BackendEvent = Started | Progress | Finished | Failed | Preempted | OutOfMemory
 EventSink = Callable[[BackendEvent], None]
 
 

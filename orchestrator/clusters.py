@@ -14,8 +14,11 @@ Format::
     include: other.yaml              # optional: take nodes (and bandwidth) from another file
     nodes:
       - {id: rtx, gpu_type: RTX2080Ti, count: 8, interconnect: pcie, replicas: 3}
+      - {id: tiny, gpu_type: T4, count: 2, gpu_memory_gib: 1.5}   # emulated small GPUs
 
-``gpu_type`` must name an entry of the GPU catalog (``predictor.gpus``); a group with
+``gpu_type`` must name an entry of the GPU catalog (``predictor.gpus``); ``gpu_memory_gib``
+(optional) gives the memory per GPU when it is not the catalog's (a MIG slice, or an
+emulated GPU of tiny capacity: the CPU trainer enforces it as its memory cap); a group with
 ``replicas: n`` (times ``scale``) becomes nodes ``<id>-0 .. <id>-(n·scale-1)``. Every mistake
 is reported with the file, the node's index and the field.
 """
@@ -38,7 +41,8 @@ log = logging.getLogger(__name__)
 
 PACKAGED_DIR: Traversable = resources.files("orchestrator") / "data" / "clusters"
 """The clusters shipped with the package, one ``<name>.yaml`` each."""
-_NODE_FIELDS = {"id", "gpu_type", "count", "interconnect", "replicas", "intra_bw_gbs"}
+_NODE_FIELDS = {"id", "gpu_type", "count", "interconnect", "replicas", "intra_bw_gbs",
+                "gpu_memory_gib"}
 
 
 class ClusterConfigError(ValueError):
@@ -173,6 +177,12 @@ def _group(path: Path, i: int, entry: Any, factor: int, catalog: dict[str, Any])
     base = str(entry["id"])
     ids = [base] if n == 1 else [f"{base}-{k}" for k in range(n)]
     mem = catalog[gpu_type].memory_bytes
+    gib = entry.get("gpu_memory_gib")
+    if gib is not None:
+        if isinstance(gib, bool) or not isinstance(gib, int | float) or gib <= 0:
+            raise ClusterConfigError(f"{where}.gpu_memory_gib: expected a positive number, "
+                                     f"got {gib!r}")
+        mem = int(gib * (1 << 30))
     return [
         Node(id=node_id, gpu_type=gpu_type, gpu_memory=mem, total_gpus=count, free_gpus=count,
              interconnect=link, intra_bw_gbs=float(intra) if intra is not None else None)

@@ -39,10 +39,12 @@ from orchestrator.backend import (
     Clock,
     Failed,
     Finished,
+    OutOfMemory,
     Preempted,
     Progress,
     Started,
 )
+from orchestrator.oom import replan_after_oom
 from orchestrator.states import HOLDING, JobEvent, JobState, submitted, transition
 from scheduler.cluster import Allocation, CapacityError, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
@@ -320,11 +322,13 @@ class Controller:
             if rec.state is JobState.RUNNING:
                 rec.view = replace(rec.view, steps_done=max(rec.view.steps_done,
                                                               event.steps_done))
-                self._emit(JobEvent(
-                    rec.view.id, event.time, JobState.RUNNING, JobState.RUNNING, "progress",
-                    rec.allocation, {"steps_done": event.steps_done, "loss": event.loss,
-                                     "samples_per_s": event.samples_per_s},
-                ))
+                data: dict[str, object] = {"steps_done": event.steps_done, "loss": event.loss,
+                                           "samples_per_s": event.samples_per_s}
+                if event.peak_tensors_bytes is not None:
+                    data["peak_tensors_bytes"] = event.peak_tensors_bytes
+                    data["peak_reserved_bytes"] = event.peak_reserved_bytes
+                self._emit(JobEvent(rec.view.id, event.time, JobState.RUNNING,
+                                    JobState.RUNNING, "progress", rec.allocation, data))
             return
         if isinstance(event, Started):
             if rec.state not in (JobState.STARTING, JobState.RESIZING):
@@ -341,6 +345,10 @@ class Controller:
         elif isinstance(event, Failed):
             self._release(rec)
             self._move(rec.view.id, JobState.FAILED, event.reason)
+        elif isinstance(event, OutOfMemory):
+            if not rec.state.holds_gpus or rec.allocation is None:
+                return
+            self._out_of_memory(rec, event)
         elif isinstance(event, Preempted):
             if not rec.state.holds_gpus:
                 return
@@ -352,6 +360,22 @@ class Controller:
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unknown backend event {event!r}")
         self._request_schedule()
+
+    def _out_of_memory(self, rec: JobRecord, event: OutOfMemory) -> None:
+        """Re-plan from the job's own plans with its measured memory (``orchestrator.oom``)
+        and queue it again from its checkpoint; fail it when no plan fits any more."""
+        assert rec.allocation is not None
+        out = replan_after_oom(rec.view, rec.allocation.plan, event, self._state)
+        self._release(rec)
+        data = {"held_bytes": event.held_bytes, "cap_bytes": event.cap_bytes,
+                "memory_factor": out.memory_factor}
+        if out.view is None:
+            self._move(rec.view.id, JobState.FAILED, out.reason, **data)
+            return
+        rec.view = replace(out.view, steps_done=event.steps_done,
+                           restarts=rec.view.restarts + 1)
+        self._move(rec.view.id, JobState.PENDING, out.reason, steps_done=event.steps_done,
+                   **data)
 
     def sync_nodes(self, nodes: Sequence[Node]) -> None:
         """Reconcile the cluster with a fresh inventory (nodes joining, leaving, resized),

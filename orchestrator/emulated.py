@@ -51,7 +51,13 @@ from typing import Any
 import ray
 
 from orchestrator.clusters import ClusterSpec, load_cluster
-from orchestrator.ray_backend import GPU_TYPE_LABEL, INTERCONNECT_LABEL, NODE_ID_LABEL
+from orchestrator.ray_backend import (
+    GPU_MEMORY_LABEL,
+    GPU_TYPE_LABEL,
+    INTERCONNECT_LABEL,
+    NODE_ID_LABEL,
+)
+from predictor.gpus import get_gpu
 from scheduler.cluster import Node
 
 log = logging.getLogger(__name__)
@@ -72,9 +78,13 @@ started it (the start time tells a reused pid apart)."""
 
 
 def node_labels(node: Node) -> dict[str, str]:
-    """The Ray labels that declare ``node`` to Frenzy."""
-    return {GPU_TYPE_LABEL: node.gpu_type, NODE_ID_LABEL: node.id,
-            INTERCONNECT_LABEL: node.interconnect}
+    """The Ray labels that declare ``node`` to Frenzy (its GPU memory only when it is not
+    the catalog's figure for its type)."""
+    labels = {GPU_TYPE_LABEL: node.gpu_type, NODE_ID_LABEL: node.id,
+              INTERCONNECT_LABEL: node.interconnect}
+    if node.gpu_memory != get_gpu(node.gpu_type).memory_bytes:
+        labels[GPU_MEMORY_LABEL] = str(node.gpu_memory)
+    return labels
 
 
 def ray_start_command(node: Node, head_address: str = "<head-ip>:6379") -> str:

@@ -76,6 +76,7 @@ from orchestrator.backend import (
     EventSink,
     Failed,
     Finished,
+    OutOfMemory,
     Preempted,
     Progress,
     Started,
@@ -84,6 +85,7 @@ from orchestrator.backend import (
 from orchestrator.sandbox import check_shippable
 from orchestrator.trainer.checkpoint import latest_step
 from orchestrator.trainer.loop import RunConfig, RunResult, apply_options, numbered_losses
+from orchestrator.trainer.memory import RankOutOfMemory
 from orchestrator.trainer.model import check_supported
 from orchestrator.trainer.worker import TrainingWorker
 from predictor.gpus import load_gpu_catalog
@@ -99,6 +101,9 @@ KEPT_ENDED_JOBS = 256
 GPU_TYPE_LABEL = "frenzy.io/gpu-type"
 NODE_ID_LABEL = "frenzy.io/node-id"
 INTERCONNECT_LABEL = "frenzy.io/interconnect"
+GPU_MEMORY_LABEL = "frenzy.io/gpu-memory-bytes"
+"""Optional: the node's memory per GPU when it is not the catalog's figure (a smaller MIG
+slice, or an emulated GPU of tiny capacity whose CPU trainer enforces it as its cap)."""
 RAY_NODE_ID_LABEL = "ray.io/node-id"
 PG_PREFIX = "frenzy-"
 
@@ -150,6 +155,8 @@ class _Run:
     checkpoint_step: int = 0
     loss: float | None = None
     samples_per_s: float | None = None
+    peak_tensors_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
     error_since: float | None = None
     unreachable_since: float | None = None
     losses: list[float] = field(default_factory=list)
@@ -179,7 +186,14 @@ def read_inventory(inter_node_bw_gbs: float = 12.5) -> tuple[ClusterState, dict[
                            else {RAY_NODE_ID_LABEL: str(raw["NodeID"])})
         gpu = catalog[gpu_type]
         link = labels.get(INTERCONNECT_LABEL, gpu.link)
-        nodes.append(Node(id=name, gpu_type=gpu_type, gpu_memory=gpu.memory_bytes,
+        memory = gpu.memory_bytes
+        if GPU_MEMORY_LABEL in labels:
+            try:
+                memory = int(labels[GPU_MEMORY_LABEL])
+            except ValueError:
+                log.warning("Ray node %s: %s=%r is not a byte count; the catalog's %d used",
+                            name, GPU_MEMORY_LABEL, labels[GPU_MEMORY_LABEL], memory)
+        nodes.append(Node(id=name, gpu_type=gpu_type, gpu_memory=memory,
                           total_gpus=gpus, free_gpus=gpus,
                           interconnect=link if link in ("nvlink", "pcie") else gpu.link))
     nodes.sort(key=lambda n: n.id)
@@ -457,10 +471,23 @@ class RayBackend:
             checkpoint_every=self.config.checkpoint_every, entrypoint=entrypoint,
             working_dir=str(working_dir) if working_dir else None,
             env={"FRENZY_RESUME_STEP": str(int(job.steps_done))},
+            memory_cap_bytes=self._tensor_cap(allocation),
         )
         # The job's data, learning-rate schedule, seed, init_from (JSON from the service).
         options = job.extra.get("trainer")
         return apply_options(cfg, options if isinstance(options, dict) else None)
+
+    def _tensor_cap(self, allocation: Allocation) -> int:
+        """The tensor bytes a rank of ``allocation`` may hold: its smallest node's GPU memory
+        less what the plan predicts outside the model's tensors (allocator slack, CUDA
+        context, cuBLAS workspaces: a CPU rank has none of them) — the cap a CPU rank
+        enforces in place of the GPU's (``orchestrator.trainer.memory``)."""
+        nodes = self._state.by_id if self._state is not None else {}
+        sizes = [nodes[n].gpu_memory for n, _ in allocation.placement if n in nodes]
+        if not sizes:
+            return 0
+        mem = allocation.plan.memory
+        return max(1, min(sizes) - (mem.device - mem.tensors) - mem.workspace)
 
     def _poll_launch(self, run: _Run) -> None:
         if run.pg_ready_ref is not None and ray.wait([run.pg_ready_ref], timeout=0)[0]:
@@ -507,6 +534,9 @@ class RayBackend:
         if status.get("loss") is not None:
             run.loss = float(status["loss"])
         run.samples_per_s = status.get("samples_per_s")
+        for key in ("peak_tensors_bytes", "peak_reserved_bytes"):
+            if status.get(key) is not None:
+                setattr(run, key, max(int(status[key]), getattr(run, key) or 0))
         if steps > run.steps_done or (steps > first and not run.started):
             new_losses = int(steps - max(run.steps_done, first))
             run.steps_done = steps
@@ -530,7 +560,8 @@ class RayBackend:
             if run.started and steps > run.reported_steps:
                 run.reported_steps = steps
                 self._events.append(Progress(run.job.id, now, steps, run.loss,
-                                             run.samples_per_s))
+                                             run.samples_per_s, run.peak_tensors_bytes,
+                                             run.peak_reserved_bytes))
 
     def _poll_results(self, run: _Run) -> None:
         ready, pending = ray.wait(run.run_refs, num_returns=len(run.run_refs), timeout=0)
@@ -540,6 +571,7 @@ class RayBackend:
         died: str | None = None
         unreachable: str | None = None
         failed: str | None = None
+        oom: RankOutOfMemory | None = None
         for ref in ready:
             try:
                 results.append(ray.get(ref, timeout=1.0))
@@ -549,6 +581,10 @@ class RayBackend:
                 died = died or _last_line(e)
             except RayTaskError as e:
                 failed = failed or _last_line(e)
+                cause = getattr(e, "cause", None)
+                if isinstance(cause, RankOutOfMemory) and (
+                        oom is None or cause.held_bytes > oom.held_bytes):
+                    oom = cause
             except GetTimeoutError:  # pragma: no cover
                 return
         if died is not None or unreachable is not None:
@@ -572,6 +608,9 @@ class RayBackend:
             if pending and (run.error_since is None or now - run.error_since < ERROR_GRACE_S):
                 run.error_since = run.error_since or now
                 return  # give a dead peer's own error the chance to arrive
+            if oom is not None:
+                self._out_of_memory(run, oom)
+                return
             self._end(run, Failed(run.job.id, self.clock.now(), f"training failed: {failed}"))
             return
         if pending:
@@ -592,13 +631,25 @@ class RayBackend:
         else:  # stopped without a stop() call: treat as preemption from its checkpoint
             self._requeue(run, "workers stopped early")
 
+    def _resume_step(self, run: _Run) -> float:
+        """Where the job resumes after losing its workers: its last checkpoint."""
+        if run.cfg.entrypoint:
+            return float(max(run.job.steps_done, run.checkpoint_step))
+        return float(max(run.job.steps_done, latest_step(self.config.checkpoint_dir, run.job.id)))
+
+    def _out_of_memory(self, run: _Run, oom: RankOutOfMemory) -> None:
+        """A rank ran out of memory: the controller re-plans the job with what was measured."""
+        held = max(oom.held_bytes, run.peak_tensors_bytes or 0)
+        where = "CUDA" if oom.cuda else "emulated GPU"
+        reason = (f"out of memory on {run.allocation.plan.gpu_type} ({where}): a rank held "
+                  f"{held:,} bytes of tensors, its cap was {oom.cap_bytes:,}")
+        log.warning("job %s: %s", run.job.id, reason)
+        self._end(run, OutOfMemory(run.job.id, self.clock.now(), self._resume_step(run), held,
+                                   oom.cap_bytes, reason, oom.cuda))
+
     def _requeue(self, run: _Run, reason: str) -> None:
         """Lost the workers: back to the queue from the last checkpoint, or give up."""
-        if run.cfg.entrypoint:
-            steps = max(run.job.steps_done, run.checkpoint_step)
-        else:
-            steps = max(run.job.steps_done,
-                        latest_step(self.config.checkpoint_dir, run.job.id))
+        steps = self._resume_step(run)
         if run.job.restarts >= self.config.max_restarts:
             ev: BackendEvent = Failed(run.job.id, self.clock.now(),
                                       f"{reason}; gave up after {run.job.restarts} restarts")

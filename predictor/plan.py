@@ -11,6 +11,12 @@ from predictor.runtimes import DEFAULT_RUNTIME
 from predictor.spec import ParallelConfig, Precision
 from predictor.step_time import StepTime
 
+_TENSOR_TERMS = ("parameters", "gradients", "optimizer_states", "activations", "logits",
+                 "transient", "slack")
+"""``MemoryBreakdown`` terms a measured tensor peak scales: the model's tensors and the
+allocator's slack over them (not the fixed cuBLAS workspaces, nor what lives outside the
+allocator)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -57,6 +63,23 @@ class Plan:
     def with_step(self, step: StepTime) -> Plan:
         """The same plan with a step time re-estimated for a concrete placement."""
         return replace(self, step=step)
+
+    def with_tensors_scaled(self, factor: float, note: str) -> Plan:
+        """The plan with the model's tensor terms multiplied by ``factor`` (``_TENSOR_TERMS``)
+        and ``required_bytes`` grown in proportion to the device figure, so the planner's
+        margin is kept; ``note`` says why (a measured correction)."""
+        if factor <= 0:
+            raise ValueError(f"factor must be > 0, got {factor}")
+        m = self.memory
+        scaled = replace(m, **{name: round(getattr(m, name) * factor) for name in _TENSOR_TERMS})
+        required = -(-self.required_bytes * scaled.device // max(m.device, 1))
+        return replace(self, memory=scaled, required_bytes=required,
+                       notes=(*self.notes, note))
+
+    @property
+    def model_tensors_bytes(self) -> int:
+        """The predicted tensors without the cuBLAS workspaces: what a CPU rank holds."""
+        return self.memory.tensors - self.memory.workspace
 
     def label(self) -> str:
         p = self.parallel

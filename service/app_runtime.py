@@ -52,6 +52,7 @@ from sqlalchemy.orm import Session, sessionmaker, undefer
 from orchestrator.backend import Clock
 from orchestrator.controller import Controller, ControllerError, PolicyAlert
 from orchestrator.loop import ControlLoop, DrivenBackend, Intake
+from orchestrator.oom import MEMORY_FACTOR, scale_plans
 from orchestrator.states import TERMINAL, JobState
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, CapacityError, ClusterState
@@ -63,6 +64,7 @@ from service.api.job_inputs import trainer_options
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
+from service.job_memory import stored_factor
 from service.metrics import watch_loop
 from service.ranking_note import ranking_event, ranking_note
 from service.runner import EventRecorder, SubmittedJob, epoch_to_datetime, specs_of
@@ -199,6 +201,11 @@ def stored_view(job: Job, *, max_pipeline: int | None = None) -> JobView | str:
                     "which the built-in trainer does not run; give an entrypoint script, more "
                     "GPUs or a smaller model")
     extra: dict[str, Any] = {"entrypoint": job.entrypoint} if job.entrypoint else {}
+    factor = stored_factor(job.memory)
+    if factor != 1.0:  # an out-of-memory run corrected its predictions before a restart
+        plans = scale_plans(plans, factor, f"memory x{factor:.2f}: measured after an "
+                                           "out-of-memory run (restored)")
+        extra[MEMORY_FACTOR] = factor
     if job.entrypoint and job.request and job.request.get("working_dir"):
         extra["working_dir"] = job.request["working_dir"]  # shipped by the Ray backend
     if job.request:

@@ -25,8 +25,9 @@ def metric_window(*, at: str, data: Mapping[str, Any], training: Mapping[str, An
                   predicted_step_time_s: float | None = None,
                   predicted_memory_bytes: float | None = None) -> dict[str, Any] | None:
     """One window from a progress report's ``data`` (steps_done, loss, samples_per_s and,
-    where the worker reports it, memory_bytes) and the job's ``training`` (global_batch,
-    seq_len). None when the report carries no measurement (only a step count)."""
+    where the workers measured it, peak_tensors_bytes: a rank's tensor peak) and the job's
+    ``training`` (global_batch, seq_len); ``predicted_memory_bytes`` is the plan's tensor
+    figure, the same quantity. None when the report carries no measurement."""
     loss = _finite(data.get("loss"))
     sps = _finite(data.get("samples_per_s"))
     if loss is None and sps is None:
@@ -39,7 +40,7 @@ def metric_window(*, at: str, data: Mapping[str, Any], training: Mapping[str, An
         "tokens_per_s": sps * seq if sps is not None and seq else None,
         "step_time_s": step_time,
         "predicted_step_time_s": _finite(predicted_step_time_s),
-        "memory_bytes": _finite(data.get("memory_bytes")),
+        "memory_bytes": _finite(data.get("peak_tensors_bytes")),
         "predicted_memory_bytes": _finite(predicted_memory_bytes),
     }
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,6 +29,7 @@ from orchestrator.states import IllegalTransition, JobEvent, JobState
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job
+from service.job_memory import with_oom, with_peak
 from service.job_metrics import appended, metric_window
 
 if TYPE_CHECKING:
@@ -90,6 +91,16 @@ class PendingRunner:
 def epoch_to_datetime(seconds: float) -> datetime:
     """The Controller's wall-clock seconds as an aware UTC datetime."""
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def _comparable_tensors(plan: Any, data: Mapping[str, Any]) -> int | None:
+    """The plan's predicted tensors in the measurement's terms: a CPU rank (no reserved
+    figure) has no cuBLAS workspaces."""
+    if plan is None:
+        return None
+    if data.get("peak_reserved_bytes") is None:
+        return int(plan.model_tensors_bytes)
+    return int(plan.memory.tensors)
 
 
 class EventRecorder:
@@ -170,9 +181,27 @@ class EventRecorder:
         window = metric_window(
             at=now.isoformat(), data=event.data, training=job.training or {},
             predicted_step_time_s=getattr(plan, "step_time_s", None),
-            predicted_memory_bytes=getattr(plan, "peak_memory_bytes", None))
+            predicted_memory_bytes=_comparable_tensors(plan, event.data))
         if window is not None:
             job.metrics = appended(job.metrics, window)
+
+    @staticmethod
+    def _record_memory(job: Job, event: JobEvent, now: datetime) -> None:
+        """A measured peak (progress) or an out-of-memory re-plan into ``job.memory``."""
+        data = event.data
+        peak = data.get("peak_tensors_bytes")
+        if isinstance(peak, int):
+            reserved = data.get("peak_reserved_bytes")
+            plan = event.allocation.plan if event.allocation is not None else None
+            job.memory = with_peak(job.memory, plan=plan, tensors_bytes=peak,
+                                   reserved_bytes=reserved if isinstance(reserved, int) else None,
+                                   at=now.isoformat())
+        held, factor = data.get("held_bytes"), data.get("memory_factor")
+        if isinstance(held, int) and isinstance(factor, float):
+            cap = data.get("cap_bytes")
+            job.memory = with_oom(job.memory, held_bytes=held,
+                                  cap_bytes=cap if isinstance(cap, int) else 0,
+                                  memory_factor=factor, at=now.isoformat())
 
     def apply(self, *, session: Session, event: JobEvent, job: Job | None = None) -> None:
         """Write one event inside the caller's transaction (``job``: its row, already
@@ -190,6 +219,7 @@ class EventRecorder:
         if isinstance(steps, int | float):
             repo.record_progress(session=session, job=job, steps_done=float(steps), now=now)
         same_state = event.to_state is job.state
+        self._record_memory(job, event, now)
         if same_state and event.reason == "progress":
             self._record_window(job, event, now)
             return

@@ -272,8 +272,36 @@ class MetricWindowPublic(BaseModel):
     tokens_per_s: float | None = None
     step_time_s: float | None = Field(None, description="measured: global batch / samples/s")
     predicted_step_time_s: float | None = Field(None, description="the chosen plan's")
-    memory_bytes: float | None = Field(None, description="measured, where the worker reports it")
-    predicted_memory_bytes: float | None = Field(None, description="the chosen plan's peak")
+    memory_bytes: float | None = Field(
+        None, description="measured tensor peak of a rank (max_memory_allocated on CUDA, the "
+                          "storage tracker on the CPU)")
+    predicted_memory_bytes: float | None = Field(
+        None, description="the chosen plan's predicted tensor peak (the same quantity)")
+
+
+class MemoryPublic(BaseModel):
+    """Predicted vs measured per-rank memory of the plan that ran, and the correction of the
+    job's predictions after an out-of-memory run."""
+
+    measured_tensors_bytes: int | None = Field(
+        None, description="tensor peak of a rank: max_memory_allocated (CUDA) or the CPU "
+                          "storage tracker")
+    measured_reserved_bytes: int | None = Field(
+        None, description="max_memory_reserved (CUDA only)")
+    source: str | None = Field(None, description="cuda | cpu-tracker")
+    plan: str | None = Field(None, description="the plan measured")
+    predicted_tensors_bytes: int | None = None
+    predicted_reserved_bytes: int | None = None
+    predicted_device_bytes: int | None = None
+    error_pct: float | None = Field(
+        None, description="(measured - predicted) / predicted tensors, in %; > 0: "
+                          "under-predicted")
+    memory_factor: float = Field(
+        1.0, description="the job's predicted tensors are multiplied by this after "
+                         "out-of-memory runs (1: never corrected)")
+    out_of_memory_runs: int = 0
+    last_out_of_memory: str | None = Field(
+        None, description="what the last out-of-memory run held against its capacity")
 
 
 class MetricsPublic(BaseModel):
@@ -356,6 +384,9 @@ class JobPublic(JobSummary):
     metrics: MetricsPublic | None = Field(
         None, description="loss, tokens/s, step time and memory per step window, measured "
                           "and predicted (None before the first report)")
+    memory: MemoryPublic | None = Field(
+        None, description="predicted vs measured peak memory (None before the workers "
+                          "report one)")
 
 
 class JobsPublic(BaseModel):

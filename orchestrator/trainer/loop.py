@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.data import DataConfig, TokenData
+from orchestrator.trainer.memory import PeakMeter, live_tensors, rank_oom
 from orchestrator.trainer.model import Numerics, ParallelTransformer, init_canonical
 from orchestrator.trainer.parallel import Layout, allreduce_grads, build_layout, shard_dims
 from predictor.spec import Family, ModelSpec, Optimizer, Precision, Recompute
@@ -83,6 +84,7 @@ class RunConfig:
     working_dir: str | None = None  # entrypoint mode: the folder it starts in (copied)
     env: dict[str, str] = field(default_factory=dict)
     dist_timeout_s: float = 120.0
+    memory_cap_bytes: int = 0  # CPU ranks: tensor bytes the plan's GPU holds (0: no cap)
 
     @property
     def world_size(self) -> int:
@@ -114,6 +116,8 @@ class RunResult:
     stopped: bool  # stopped on request, after a checkpoint
     first_step: int  # the step this launch resumed from
     losses: tuple[float, ...] = ()
+    peak_tensors_bytes: int | None = None  # measured peak (see orchestrator.trainer.memory)
+    peak_reserved_bytes: int | None = None
 
 
 def numbered_losses(losses: Sequence[float], last_step: int,
@@ -287,74 +291,94 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
                         saved["data_fingerprint"], data.fingerprint)
     position = int(saved.get("data_position", step * cfg.global_batch))
     first = step
-    micro = cfg.global_batch // (cfg.dp * cfg.micro_batch)
-    scale = FP16_LOSS_SCALE if cfg.precision is Precision.FP16 else 1.0
     last_ckpt = step
     losses: list[float] = []
+    meter = PeakMeter(device, cfg.memory_cap_bytes)
     control.report(steps_done=step, checkpoint_step=last_ckpt, first_step=first, loss=None,
                    samples_per_s=None, rank=rank, tp=cfg.tp, dp=cfg.dp)
     stopped = False
     model.train()
-    while step < cfg.total_steps:
-        t0 = time.perf_counter()
-        if data is None:
-            inputs, targets = synthetic_batch(cfg, step, layout.dp_rank, device)
-        else:
-            inputs, targets = data_batch(cfg, data, step, position, layout.dp_rank, device)
-        lr = lr_at(cfg, step)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        total = torch.zeros((), device=device)
-        for mb in range(micro):
-            x = inputs[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
-            y = targets[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
-            with _autocast(cfg.precision, device):
-                logits = model(x)
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                   ignore_index=-100) / micro
-            (loss * scale).backward()
-            total += loss.detach()
-        allreduce_grads(params, layout)
-        if scale != 1.0:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.div_(scale)
-        nonfinite = float(any(p.grad is not None and not torch.isfinite(p.grad).all()
-                              for p in params))
-        flags = torch.tensor([float(total), float(control.stop.is_set()), nonfinite],
-                             device=device)
-        if dist.is_initialized():
-            dist.all_reduce(flags)
-        mean_loss = float(flags[0]) / cfg.world_size
-        grad_norm = None
-        if flags[2] == 0:
-            if cfg.grad_clip > 0:
-                grad_norm = clip_grads(model, layout, cfg.grad_clip)
-            opt.step()
-        else:
-            log.warning("job %s step %d: non-finite gradients, step skipped", cfg.job_id, step)
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        position += cfg.global_batch
-        stop_now = bool(flags[1] > 0)
-        losses.append(mean_loss)
-        if step == cfg.total_steps or stop_now or step % cfg.checkpoint_every == 0:
-            ckpt.save(cfg.checkpoint_dir, cfg.job_id, step, model, opt, layout,
-                      extra=checkpoint_extra(cfg, numerics, position, data))
-            last_ckpt = step
-        dt = time.perf_counter() - t0
-        control.report(steps_done=step, checkpoint_step=last_ckpt, loss=mean_loss,
-                       samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf,
-                       lr=lr, grad_norm=grad_norm,
-                       recent_losses=numbered_losses(losses, step, last=64))
-        if stop_now:
-            stopped = True
-            break
+    try:
+        while step < cfg.total_steps:
+            t0 = time.perf_counter()
+            if data is None:
+                inputs, targets = synthetic_batch(cfg, step, layout.dp_rank, device)
+            else:
+                inputs, targets = data_batch(cfg, data, step, position, layout.dp_rank, device)
+            lr = lr_at(cfg, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            with meter.step(live_tensors(model, opt, inputs, targets)):
+                mean_loss, stop_now, grad_norm = _step(cfg, model, opt, layout, inputs, targets,
+                                                       control.stop.is_set(), step)
+            step += 1
+            position += cfg.global_batch
+            losses.append(mean_loss)
+            if step == cfg.total_steps or stop_now or step % cfg.checkpoint_every == 0:
+                ckpt.save(cfg.checkpoint_dir, cfg.job_id, step, model, opt, layout,
+                          extra=checkpoint_extra(cfg, numerics, position, data))
+                last_ckpt = step
+            dt = time.perf_counter() - t0
+            peak = meter.peak()
+            control.report(**(peak.as_status() if peak else {}),
+                           steps_done=step, checkpoint_step=last_ckpt, loss=mean_loss,
+                           samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf,
+                           lr=lr, grad_norm=grad_norm,
+                           recent_losses=numbered_losses(losses, step, last=64))
+            if stop_now:
+                stopped = True
+                break
+    except torch.OutOfMemoryError as e:
+        raise rank_oom(e, device) from e
     if dist.is_initialized():
         dist.destroy_process_group()
+    peak = meter.peak()
     return RunResult(steps_done=step, checkpoint_step=last_ckpt,
                      finished=step >= cfg.total_steps, stopped=stopped, first_step=first,
-                     losses=tuple(losses))
+                     losses=tuple(losses),
+                     peak_tensors_bytes=peak.tensors_bytes if peak else None,
+                     peak_reserved_bytes=peak.reserved_bytes if peak else None)
+
+
+def _step(cfg: RunConfig, model: ParallelTransformer, opt: torch.optim.Optimizer,
+          layout: Layout, inputs: torch.Tensor, targets: torch.Tensor, stop: bool,
+          step: int) -> tuple[float, bool, float | None]:
+    """One optimizer step over this rank's rows (micro-batches, the dp all-reduce, the
+    world's agreement on loss / stop / overflow, clipping, the update); returns the mean
+    loss, whether any rank asked to stop, and the gradient norm when clipped."""
+    params = list(model.parameters())
+    device = inputs.device
+    micro = cfg.global_batch // (cfg.dp * cfg.micro_batch)
+    scale = FP16_LOSS_SCALE if cfg.precision is Precision.FP16 else 1.0
+    total = torch.zeros((), device=device)
+    for mb in range(micro):
+        x = inputs[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
+        y = targets[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
+        with _autocast(cfg.precision, device):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
+                               ignore_index=-100) / micro
+        (loss * scale).backward()
+        total += loss.detach()
+    allreduce_grads(params, layout)
+    if scale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(scale)
+    nonfinite = float(any(p.grad is not None and not torch.isfinite(p.grad).all()
+                          for p in params))
+    flags = torch.tensor([float(total), float(stop), nonfinite], device=device)
+    if dist.is_initialized():
+        dist.all_reduce(flags)
+    grad_norm = None
+    if flags[2] == 0:
+        if cfg.grad_clip > 0:
+            grad_norm = clip_grads(model, layout, cfg.grad_clip)
+        opt.step()
+    else:
+        log.warning("job %s step %d: non-finite gradients, step skipped", cfg.job_id, step)
+    opt.zero_grad(set_to_none=True)
+    return float(flags[0]) / cfg.world_size, bool(flags[1] > 0), grad_norm
 
 
 TRAINER_OPTIONS = ("lr", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay",

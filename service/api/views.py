@@ -14,6 +14,7 @@ from orchestrator.states import JobState
 from predictor.errors import SpecError
 from predictor.spec import ModelSpec, TrainingSpec
 from service.db.models import AllocationRow, Job
+from service.job_memory import memory_public
 from service.schemas import (
     AllocationPublic,
     JobPublic,
@@ -127,6 +128,7 @@ def job_public(
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=job.placed_at, started_at=job.started_at, finished_at=job.finished_at,
         metrics=metrics_public(getattr(job, "metrics", None)),
+        memory=memory_public(getattr(job, "memory", None)),
     )
 
 
@@ -235,4 +237,5 @@ def stored_job_public(
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=row.placed_at, started_at=row.started_at, finished_at=row.finished_at,
         metrics=metrics_public(row.metrics),
+        memory=memory_public(row.memory),
     )

@@ -153,6 +153,10 @@ class Job(Base):
     """The policy's note about the job (``scheduler.policy.PolicyNote.data``: e.g. admitted
     with a deadline guarantee), handed back to the policy after a restart (revision 0005);
     None when the policy keeps nothing about it."""
+    memory: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON, nullable=True)
+    """Measured peak memory beside the prediction of the plan that ran, and the correction
+    of the job's predicted tensors after an out-of-memory run (``service.job_memory``;
+    revision 0007); None before the first report."""
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", order_by="AllocationRow.id", cascade="all, delete-orphan",
         passive_deletes=True,

@@ -41,7 +41,8 @@ def test_progress_reports_show_as_the_jobs_metrics_block(env: Env) -> None:
         row = repo.get_job(session=s, job_id=job["id"], for_update=True)
         for to in (JobState.PLACED, JobState.STARTING, JobState.RUNNING):
             repo.transition_job(session=s, job=row, to=to, reason="test", now=env.clock())
-    alloc = SimpleNamespace(plan=SimpleNamespace(step_time_s=1.6, peak_memory_bytes=2e10),
+    alloc = SimpleNamespace(plan=SimpleNamespace(step_time_s=1.6, model_tensors_bytes=2e10,
+                                                 memory=SimpleNamespace(tensors=2e10)),
                             placement=())
     recorder = EventRecorder(env.factory)
     for step, loss in ((5, 4.0), (10, 3.0)):
