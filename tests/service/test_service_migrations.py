@@ -29,7 +29,7 @@ def test_upgrade_from_empty_matches_models_and_downgrades(db_url: str) -> None:
         with engine.connect() as conn:
             ctx = MigrationContext.configure(conn, opts={"compare_type": True})
             assert compare_metadata(ctx, Base.metadata) == []
-            assert ctx.get_current_revision() == "0005"
+            assert ctx.get_current_revision() == "0006"
         migrate(db_url)  # idempotent
         command.downgrade(alembic_config(db_url), "base")
         assert not set(sa.inspect(engine).get_table_names()) & TABLES
