@@ -292,7 +292,7 @@ class WaitingPublic(BaseModel):
     """Why a queued job waits: a typed reason and its numbers (``service.queue_reasons``)."""
 
     kind: str = Field(description="no_plan | larger_than_cluster | waiting_for_gpus | "
-                                  "behind_queue | next_round")
+                                  "behind_queue | next_round | user_gpu_quota")
     message: str
     gpu_type: str | None = None
     gpus_needed: int | None = None
