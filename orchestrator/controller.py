@@ -45,6 +45,15 @@ from orchestrator.backend import (
     Started,
 )
 from orchestrator.oom import replan_after_oom
+from orchestrator.quotas import (
+    QuotaHold,
+    hold_queue,
+    max_runtime_s,
+    over_quota,
+    owner_quota,
+    running_s,
+    runtime_limit_reason,
+)
 from orchestrator.states import HOLDING, JobEvent, JobState, submitted, transition
 from scheduler.cluster import Allocation, CapacityError, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
@@ -136,6 +145,15 @@ class JobRecord:
     allocated_at: float | None = None  # when the current allocation was granted
     first_start: float | None = None  # first time the job was granted GPUs (queue end)
     end_time: float | None = None
+    limit_s: float | None = None  # run-time limit (``orchestrator.quotas``); None: none
+    running_s: float = 0.0  # seconds RUNNING before the current run (closed runs)
+    running_since: float | None = None  # when the current run began (None: not RUNNING)
+
+    def running_time(self, now: float) -> float:
+        """Seconds the job has spent RUNNING by ``now``, over all its runs."""
+        if self.running_since is None:
+            return self.running_s
+        return self.running_s + max(0.0, now - self.running_since)
 
 
 RetireListener = Callable[[JobRecord], None]
@@ -226,6 +244,11 @@ class Controller:
         """Wall-clock seconds of the latest ``policy.decide`` calls (scheduling overhead)."""
         self.policy_calls: deque[tuple[int, int, float]] = deque(maxlen=keep_policy_calls)
         """(pending jobs, running jobs, wall seconds) of the latest ``policy.decide`` calls."""
+        self._limited: set[str] = set()  # live jobs with a run-time limit
+        self._quota_jobs = 0  # live jobs whose owner has a GPU quota
+        self.quota_holds: dict[str, QuotaHold] = {}
+        """Queued jobs the last round held back from the policy: their owner is at its GPU
+        quota (``orchestrator.quotas``)."""
         backend.connect(self.on_event)
 
     # -- queries ---------------------------------------------------------------------------
@@ -290,7 +313,13 @@ class Controller:
         if job.id in self._jobs or job.id in self._ended:
             raise ControllerError(f"job {job.id!r} submitted twice")
         now = self.clock.now()
-        self._jobs[job.id] = JobRecord(view=job, state=JobState.PENDING)
+        rec = self._jobs[job.id] = JobRecord(view=job, state=JobState.PENDING,
+                                             limit_s=max_runtime_s(job),
+                                             running_s=running_s(job))
+        if rec.limit_s is not None:
+            self._limited.add(job.id)
+        if owner_quota(job) is not None:
+            self._quota_jobs += 1
         self._emit(submitted(job.id, now))
         if not job.plans:
             self._move(job.id, JobState.FAILED, "no plan fits this cluster's GPU types")
@@ -311,6 +340,50 @@ class Controller:
         """A periodic scheduling round with no other cause (round-based policies)."""
         self._request_schedule()
 
+    # -- run-time limits ---------------------------------------------------------------------
+    def next_limit_time(self) -> float | None:
+        """When the next running job reaches its run-time limit (None: no job will)."""
+        due = None
+        for job_id in self._limited:
+            rec = self._jobs[job_id]
+            if rec.running_since is None or rec.limit_s is None:
+                continue
+            t = rec.running_since + max(0.0, rec.limit_s - rec.running_s)
+            due = t if due is None else min(due, t)
+        return due
+
+    def enforce_limits(self, now: float | None = None) -> list[str]:
+        """Stop every job whose running time has reached its run-time limit: checkpoint
+        (``Backend.stop``, the path a policy's stop takes), release its GPUs, end it FAILED
+        with ``orchestrator.quotas.runtime_limit_reason``. Returns the ids stopped."""
+        if not self._limited:
+            return []
+        now = self.clock.now() if now is None else now
+        hit = []
+        for job_id in self._limited:
+            rec = self._jobs[job_id]
+            if rec.limit_s is not None and rec.running_time(now) >= rec.limit_s - 1e-9:
+                hit.append(job_id)
+        for job_id in sorted(hit):
+            self._stop_at_limit(self._jobs[job_id], now)
+        if hit:
+            self._request_schedule()
+        return hit
+
+    def _stop_at_limit(self, rec: JobRecord, now: float) -> None:
+        assert rec.limit_s is not None
+        used = rec.running_time(now)
+        job_id = rec.view.id
+        reason = f"run-time limit of {rec.limit_s:.0f} s reached"
+        if rec.state in (JobState.STARTING, JobState.RUNNING, JobState.RESIZING):
+            steps = self.backend.stop(job_id, reason)
+        else:
+            steps = rec.view.steps_done
+        rec.view = replace(rec.view, steps_done=steps)
+        self._release(rec)
+        self._move(job_id, JobState.FAILED, runtime_limit_reason(rec.limit_s, used, steps),
+                   steps_done=steps, running_s=used, max_runtime_s=rec.limit_s)
+
     def on_event(self, event: BackendEvent) -> None:
         """Apply one backend report to the job's state, then schedule."""
         rec = self._jobs.get(event.job_id)
@@ -327,6 +400,8 @@ class Controller:
                 if event.peak_tensors_bytes is not None:
                     data["peak_tensors_bytes"] = event.peak_tensors_bytes
                     data["peak_reserved_bytes"] = event.peak_reserved_bytes
+                if rec.limit_s is not None:
+                    data["running_s"] = rec.running_time(self.clock.now())
                 self._emit(JobEvent(rec.view.id, event.time, JobState.RUNNING,
                                     JobState.RUNNING, "progress", rec.allocation, data))
             return
@@ -440,12 +515,16 @@ class Controller:
             return
         now = self.clock.now()
         t0 = time.perf_counter()
+        if self._quota_jobs:
+            pending, self.quota_holds = hold_queue(pending, running)
         try:
             decisions = self.policy.decide(self._state, pending, running, now)
             self.wake_at = policy_wake_at(self.policy)
             self.check(decisions)
         except Exception as exc:
             decisions = self._fail_safe(exc, pending, running, now)
+        if self._quota_jobs and decisions:
+            decisions = self._within_quotas(decisions, running)
         wall = time.perf_counter() - t0
         self.policy_call_count += 1
         self.policy_wall_s.append(wall)
@@ -488,6 +567,43 @@ class Controller:
             except Exception:
                 log.exception("alert listener failed")
         return decisions
+
+    def _within_quotas(self, decisions: list[Decision],
+                       running: list[RunningJob]) -> list[Decision]:
+        """``decisions`` without the starts and growing resizes that would take an owner
+        above its GPU quota (``orchestrator.quotas.over_quota``: elastic growth included);
+        if what is left no longer checks (a start needed GPUs a dropped resize would have
+        freed), later starts and resizes go too, so what is applied always checks."""
+        owners = {}
+        for job_id in {d.job_id for d in decisions}:
+            rec = self._jobs.get(job_id)
+            oq = owner_quota(rec.view) if rec is not None else None
+            if oq is not None:
+                owners[job_id] = oq
+        if not owners:
+            return decisions
+        held = {r.job.id: (oq[0], r.allocation.num_gpus) for r in running
+                if (oq := owner_quota(r.job)) is not None}
+        drop = over_quota(decisions, owners, held)
+        if not drop:
+            return decisions
+        for d in drop:
+            log.info("%s %s dropped: its owner %s would hold more than %d GPUs", d.kind.value,
+                     d.job_id, owners[d.job_id][0], owners[d.job_id][1])
+        dropped = {id(d) for d in drop}
+        kept = [d for d in decisions if id(d) not in dropped]
+        while True:
+            try:
+                self.check(kept)
+                return kept
+            except (ControllerError, CapacityError) as exc:
+                last = max((i for i, d in enumerate(kept)
+                            if d.kind in (DecisionKind.START, DecisionKind.RESIZE)), default=None)
+                if last is None:
+                    return []
+                log.info("%s %s dropped with the over-quota decisions: %s",
+                         kept[last].kind.value, kept[last].job_id, exc)
+                del kept[last]
 
     def check(self, decisions: Sequence[Decision]) -> None:
         """Raise ``ControllerError`` (or ``CapacityError``) unless ``apply`` can apply every
@@ -620,7 +736,15 @@ class Controller:
 
     def _move(self, job_id: str, dst: JobState, reason: str, **data: object) -> None:
         rec = self._jobs[job_id]
-        ev = transition(job_id, self.clock.now(), rec.state, dst, reason,
+        now = self.clock.now()
+        if rec.state is JobState.RUNNING and dst is not JobState.RUNNING:
+            rec.running_s = rec.running_time(now)
+            rec.running_since = None
+            if rec.limit_s is not None:
+                data.setdefault("running_s", rec.running_s)
+        elif dst is JobState.RUNNING:
+            rec.running_since = now
+        ev = transition(job_id, now, rec.state, dst, reason,
                         allocation=rec.allocation, data=data)
         rec.state = dst
         if dst.terminal:
@@ -634,6 +758,9 @@ class Controller:
         the latest ``keep_finished`` stay answerable by ``job``."""
         job_id = rec.view.id
         del self._jobs[job_id]
+        self._limited.discard(job_id)
+        if owner_quota(rec.view) is not None:
+            self._quota_jobs -= 1
         self.ended[rec.state] += 1
         forget = getattr(self.backend, "forget", None)
         if forget is not None:

@@ -7,9 +7,11 @@ A turn of the loop, at time ``now`` on its clock:
    submission (the database in the service, a trace in the simulator, a list in tests), and
    cancellations;
 2. let the backend deliver the events due by ``now`` (workers up, progress, finished, lost);
-3. sync the inventory from the backend: nodes that joined, left or changed (a node that left
+3. stop the jobs whose time RUNNING reached their run-time limit
+   (``Controller.enforce_limits``; ``run_virtual`` also wakes at that instant);
+4. sync the inventory from the backend: nodes that joined, left or changed (a node that left
    while a job holds GPUs on it stays until the backend reports that job lost);
-4. tick the policy when a periodic round is due (or the policy asked to be woken).
+5. tick the policy when a periodic round is due (or the policy asked to be woken).
 
 All of it runs inside one ``Controller.batch()``, so simultaneous inputs make one scheduling
 round, and ``Controller`` applies the decisions through the backend and emits the events to
@@ -257,6 +259,7 @@ class ControlLoop:
                         ctl.cancel(job_id, reason)
                         self.stats.cancelled += 1
             self.backend.poll(now)
+            ctl.enforce_limits(now)
             if now >= self._next_inventory:
                 self._next_inventory = now + self.inventory_every_s
                 self.sync_inventory()
@@ -328,6 +331,9 @@ class ControlLoop:
             t = min(math.inf if t_ev is None else t_ev, math.inf if t_arr is None else t_arr)
             if self.tick_s and ctl.active():
                 t = min(t, self._next_tick)
+            t_limit = ctl.next_limit_time()  # a job reaches its run-time limit
+            if t_limit is not None:
+                t = min(t, max(t_limit, clock.now()))
             wake = ctl.wake_at  # the policy asked to be called again then
             if wake is not None and wake > clock.now():
                 t = min(t, wake)

@@ -53,6 +53,7 @@ from orchestrator.backend import Clock
 from orchestrator.controller import Controller, ControllerError, PolicyAlert
 from orchestrator.loop import ControlLoop, DrivenBackend, Intake
 from orchestrator.oom import MEMORY_FACTOR, scale_plans
+from orchestrator.quotas import MAX_RUNTIME_KEY, OWNER_KEY, OWNER_MAX_GPUS_KEY, RUNNING_S_KEY
 from orchestrator.states import TERMINAL, JobState
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, CapacityError, ClusterState
@@ -181,12 +182,15 @@ class WakeRunner:
             self._wake()
 
 
-def stored_view(job: Job, *, max_pipeline: int | None = None) -> JobView | str:
+def stored_view(job: Job, *, max_pipeline: int | None = None,
+                max_owner_gpus: int = 0) -> JobView | str:
     """The loop's view of a stored job, with the ranked plans stored at its submission;
     or, when none of them can run here, the reason why.
 
     ``max_pipeline``: plans with a deeper pipeline are dropped unless the job brings its
-    own entrypoint (the built-in trainer on Ray runs none)."""
+    own entrypoint (the built-in trainer on Ray runs none). The limits the loop enforces
+    go in ``extra`` (``orchestrator.quotas``): the job's run-time limit with the seconds it
+    has run so far, and its owner with ``max_owner_gpus`` (``quota_max_gpus``; 0: none)."""
     try:
         model, train = specs_of(job)
         plans = tuple(Plan.from_dict(d) for d in job.plans or ())
@@ -206,6 +210,12 @@ def stored_view(job: Job, *, max_pipeline: int | None = None) -> JobView | str:
         plans = scale_plans(plans, factor, f"memory x{factor:.2f}: measured after an "
                                            "out-of-memory run (restored)")
         extra[MEMORY_FACTOR] = factor
+    if job.max_runtime_s:
+        extra[MAX_RUNTIME_KEY] = float(job.max_runtime_s)
+        extra[RUNNING_S_KEY] = float(job.running_s or 0.0)
+    if max_owner_gpus:
+        extra[OWNER_KEY] = job.owner
+        extra[OWNER_MAX_GPUS_KEY] = int(max_owner_gpus)
     if job.entrypoint and job.request and job.request.get("working_dir"):
         extra["working_dir"] = job.request["working_dir"]  # shipped by the Ray backend
     if job.request:
@@ -229,12 +239,15 @@ class DbJobSource:
     their stored plans), and jobs the API ended (cancelled, or failed when refused)."""
 
     def __init__(self, session_factory: sessionmaker[Session], *,
-                 max_pipeline: int | None = None, ranking_note: str | None = None) -> None:
+                 max_pipeline: int | None = None, ranking_note: str | None = None,
+                 max_owner_gpus: int = 0) -> None:
         """``ranking_note``: why the policy does not follow a job's ranked plan order
         (``service.ranking_note``; None: it does), written as a ``ranking`` event on each
-        new job that asked for a ranking."""
+        new job that asked for a ranking. ``max_owner_gpus``: ``quota_max_gpus``, the GPUs
+        one owner's jobs may hold together, enforced at placement (0: none)."""
         self._factory = session_factory
         self.max_pipeline = max_pipeline
+        self.max_owner_gpus = max_owner_gpus
         self.ranking_note = ranking_note
         self._seen_created: datetime | None = None
         self._seen_finished: datetime | None = None
@@ -248,7 +261,8 @@ class DbJobSource:
 
     def view(self, job: Job) -> JobView | None:
         """``stored_view`` of ``job``; a job that cannot run here is failed with the reason."""
-        view = stored_view(job, max_pipeline=self.max_pipeline)
+        view = stored_view(job, max_pipeline=self.max_pipeline,
+                           max_owner_gpus=self.max_owner_gpus)
         if isinstance(view, str):
             self.fail(job.id, f"cannot run on this cluster: {view}")
             return None
@@ -383,7 +397,8 @@ class Runtime:
         recorder = EventRecorder(self._factory)
         policy = make_policy(self._policy_name)
         self.source = DbJobSource(self._factory, max_pipeline=self.driver.max_pipeline,
-                                  ranking_note=ranking_note(policy))
+                                  ranking_note=ranking_note(policy),
+                                  max_owner_gpus=self.settings.quota_max_gpus)
         self.loop = ControlLoop(
             policy, self.driver.backend, self.source,
             self.driver.clock, listeners=[recorder],

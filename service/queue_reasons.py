@@ -9,6 +9,11 @@ ahead of it of that type, GPUs coming free when running jobs end at their predic
 remaining time. A policy that backfills, resizes or picks other plans may do better (or,
 with new arrivals of higher priority, worse): the figure is labelled "≈" for that reason.
 
+A job whose owner is at ``quota_max_gpus`` is held back by the control loop before the
+policy sees it (``orchestrator.quotas``); ``service.queue_view`` finds those jobs with the
+same rule and gives them ``USER_GPU_QUOTA`` (``quota_waiting``) instead of a place in the
+estimate.
+
 Pure: no I/O, no clock; ``service.queue_view`` gathers the inputs.
 """
 
@@ -19,6 +24,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from orchestrator.quotas import QuotaHold
 
 
 class WaitKind(StrEnum):
@@ -35,6 +42,9 @@ class WaitKind(StrEnum):
     NEXT_ROUND = "next_round"
     """Its GPUs are free even after the jobs ahead took theirs: it starts at the
     scheduler's next round."""
+    USER_GPU_QUOTA = "user_gpu_quota"
+    """Its owner's jobs hold (or, queued ahead of it, may take) as many GPUs as
+    ``quota_max_gpus`` allows: it is not placed until some of them end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,17 @@ class Waiting:
     jobs_ahead: int = 0
     earliest_start_s: float | None = None
     """Seconds from now by the predicted times; None when it cannot be estimated."""
+
+
+def quota_waiting(hold: QuotaHold) -> Waiting:
+    """The ``USER_GPU_QUOTA`` reason of a job the control loop holds back
+    (``orchestrator.quotas.owner_room``)."""
+    parts = [f"your jobs hold {hold.held_gpus} GPUs; quota_max_gpus is {hold.quota}"]
+    if hold.reserved_gpus:
+        parts.append(f"your jobs queued ahead of this one may take {hold.reserved_gpus} more")
+    parts.append(f"this job needs at least {hold.smallest_gpus}; it waits until some of "
+                 "your GPUs are released")
+    return Waiting(WaitKind.USER_GPU_QUOTA, "; ".join(parts), gpus_needed=hold.smallest_gpus)
 
 
 def _minutes(s: float) -> str:

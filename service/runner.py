@@ -107,7 +107,8 @@ class EventRecorder:
     """Persists the Controller's ``JobEvent`` values: ``controller.subscribe(recorder)``.
 
     * the submission event (``from_state`` None) is skipped: the API stored the job;
-    * progress (RUNNING → RUNNING, reason ``progress``) updates ``steps_done`` only;
+    * progress (RUNNING → RUNNING, reason ``progress``) updates ``steps_done`` only (and
+      ``running_s``, the time spent running, for a job with a run-time limit);
     * an event carrying an allocation that differs from the stored one replaces the
       job's allocation rows (one per node) and records the plan rank being run;
     * a state change is applied through the state machine; one it forbids (e.g. a late
@@ -218,6 +219,9 @@ class EventRecorder:
         steps = event.data.get("steps_done")
         if isinstance(steps, int | float):
             repo.record_progress(session=session, job=job, steps_done=float(steps), now=now)
+        ran = event.data.get("running_s")  # jobs with a run-time limit (orchestrator.quotas)
+        if isinstance(ran, int | float) and not isinstance(ran, bool):
+            job.running_s = max(float(job.running_s or 0.0), float(ran))
         same_state = event.to_state is job.state
         self._record_memory(job, event, now)
         if same_state and event.reason == "progress":

@@ -119,6 +119,11 @@ class JobCreate(_Create):
                                      description="seconds from submission; refused (422) "
                                                  "when no plan can finish in time, unless "
                                                  "best_effort")
+    max_runtime_s: float | None = Field(
+        None, gt=0, le=10 * 365 * 86400, strict=True, allow_inf_nan=False,
+        description="the most seconds the job may spend running (over restarts and "
+                    "resizes); then it is stopped at a checkpoint and ends failed. Default "
+                    "and maximum: the operator's max_runtime_s_default / max_runtime_s_max")
     best_effort: bool | None = Field(
         None, strict=True,
         description="true: accept a deadline_s no plan can meet; the job runs anyway and "
@@ -315,7 +320,7 @@ class WaitingPublic(BaseModel):
     """Why a queued job waits: a typed reason and its numbers (``service.queue_reasons``)."""
 
     kind: str = Field(description="no_plan | larger_than_cluster | waiting_for_gpus | "
-                                  "behind_queue | next_round")
+                                  "behind_queue | next_round | user_gpu_quota")
     message: str
     gpu_type: str | None = None
     gpus_needed: int | None = None
@@ -369,6 +374,11 @@ class JobPublic(JobSummary):
     training: TrainingPublic
     deadline_s: float | None
     entrypoint: str | None
+    max_runtime_s: float | None = Field(
+        None, description="the run-time limit it runs under (None: none)")
+    running_s: float = Field(
+        0.0, description="seconds spent running so far, as last recorded (kept for jobs "
+                         "with a run-time limit)")
     plans: list[PlanPublic] = Field(
         description="the best ranked plans (``?plans=N`` or ``?plans=all`` for more)")
     plans_total: int = Field(0, description="how many ranked plans the job has")

@@ -17,7 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_DATABASE_URL = "sqlite:///./var/frenzy.db"
 
@@ -68,6 +75,13 @@ class Settings(BaseModel):
         0, ge=0, description="per job: optimizer steps (0: none)")
     quota_max_job_time_s: float = Field(
         0.0, ge=0, description="per job: predicted run time of its fastest plan (0: none)")
+    max_runtime_s_default: float = Field(
+        0.0, ge=0, description="per job: seconds it may spend running when it asks for no "
+                               "max_runtime_s; then stopped at a checkpoint (0: none)")
+    max_runtime_s_max: float = Field(
+        0.0, ge=0, description="per job: the largest max_runtime_s a job may ask for; also "
+                               "the limit of a job that asks for none when "
+                               "max_runtime_s_default is 0 (0: any)")
     auto_migrate: bool = Field(False, description="run Alembic migrations when the app starts")
     default_page_size: int = Field(50, ge=1)
     max_page_size: int = Field(500, ge=1)
@@ -102,6 +116,13 @@ class Settings(BaseModel):
             pools[name.strip()] = int(count)
         return pools
 
+    @model_validator(mode="after")
+    def _runtime_default_within_max(self) -> Settings:
+        if (self.max_runtime_s_max and self.max_runtime_s_default > self.max_runtime_s_max):
+            raise ValueError(f"max_runtime_s_default ({self.max_runtime_s_default:g}) is above "
+                             f"max_runtime_s_max ({self.max_runtime_s_max:g})")
+        return self
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
@@ -129,7 +150,8 @@ class Settings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else "?"
-            var = "DATABASE_URL" if field == "database_url" else f"FRENZY_{field.upper()}"
+            var = ("DATABASE_URL" if field == "database_url"
+                   else f"FRENZY_{field.upper()}" if first["loc"] else "settings")
             raise SettingsError(f"{var}: {first['msg']}") from exc
 
 

@@ -1,17 +1,35 @@
-"""Per-user quotas, checked when a job is submitted (``Settings.quota_*``; 0 turns one off).
+"""Per-user quotas and per-job run-time limits (``Settings``; 0 turns one off).
+
+At submission:
 
 * ``quota_max_steps``: a job's optimizer steps (given, or derived from its tokens) — 422.
 * ``quota_max_job_time_s``: the predicted run time of the job's fastest plan — 422.
 * ``quota_max_gpus``: no plan of a job asks for more GPUs (the planner's cap), and the GPUs
   the user's jobs hold now plus the new job's smallest plan must fit — 429 otherwise.
 * ``quota_max_queued``: jobs of the user waiting for GPUs (PENDING) at once — 429.
+* ``max_runtime_s``: what the job asks for may not exceed ``max_runtime_s_max`` — 422; a job
+  that asks for none gets ``max_runtime_s_default`` (or, when that is 0, the maximum). The
+  limit is stored with the job.
 
-The last two read the user's usage (their held allocations; their PENDING jobs through the
-``(owner, state)`` index), only when they are set. They bound what a user can *submit*;
-the scheduler does not read them, so jobs queued while the user held few GPUs may later be
-placed together above ``quota_max_gpus`` (at most ``quota_max_queued`` such jobs), and
-concurrent submissions of one user are checked against the same usage. A run-time limit
-(stopping a job that runs longer than allowed) needs the control loop and is not here.
+The quota_max_gpus/queued checks read the user's usage (their held allocations; their PENDING
+jobs through the ``(owner, state)`` index), only when they are set; concurrent submissions of
+one user are checked against the same usage.
+
+While jobs run, the control loop enforces the rest (``orchestrator.quotas``; the service
+hands it the limits with each job, ``service.app_runtime.DbJobSource``):
+
+* ``quota_max_gpus`` at placement: before each scheduling round the queue is walked in order
+  and a job whose owner's held GPUs plus what the owner's earlier queued jobs may take leave
+  no room for its smallest plan is held back from the policy (its queue reason is
+  ``user_gpu_quota``); the jobs let through keep only the plans that fit. After the round, a
+  start or a resize that would still take an owner above the quota (a policy growing a
+  running job elastically) is dropped. So queued jobs of one user are never placed together
+  above the quota.
+* the run-time limit: the time a job spends RUNNING is accumulated over launches, restarts
+  and resizes and stored with the job (``jobs.running_s``, with each progress report and
+  when it stops running, so a restart loses at most one report interval); at the limit the
+  job is checkpointed and stopped and ends FAILED, its reason "run-time limit of N s reached
+  after M s running; last checkpoint step K".
 """
 
 from __future__ import annotations
@@ -44,12 +62,28 @@ class Quotas:
     max_queued: int = 0
     max_steps: int = 0
     max_job_time_s: float = 0.0
+    max_runtime_s_default: float = 0.0
+    max_runtime_s_max: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Quotas:
         return cls(max_gpus=settings.quota_max_gpus, max_queued=settings.quota_max_queued,
                    max_steps=settings.quota_max_steps,
-                   max_job_time_s=settings.quota_max_job_time_s)
+                   max_job_time_s=settings.quota_max_job_time_s,
+                   max_runtime_s_default=settings.max_runtime_s_default,
+                   max_runtime_s_max=settings.max_runtime_s_max)
+
+    def runtime_limit(self, requested: float | None) -> float | None:
+        """The run-time limit a job runs under: ``requested`` (``ApiError`` 422 above
+        ``max_runtime_s_max``), else the default, else the maximum; None: no limit."""
+        if requested is not None:
+            if self.max_runtime_s_max and requested > self.max_runtime_s_max:
+                raise ApiError(422, "max_runtime_s",
+                               f"at most {self.max_runtime_s_max:,.0f} s (the operator's "
+                               f"max_runtime_s_max), got {requested:,.0f}")
+            return float(requested)
+        limit = self.max_runtime_s_default or self.max_runtime_s_max
+        return float(limit) if limit else None
 
     @property
     def needs_usage(self) -> bool:

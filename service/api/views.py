@@ -124,6 +124,8 @@ def job_public(
         model=model_public(job.model_spec),
         training=training_public(job.training, int(job.total_steps)),
         deadline_s=job.deadline_s, entrypoint=job.entrypoint, plans=plan_models,
+        max_runtime_s=getattr(job, "max_runtime_s", None),
+        running_s=float(getattr(job, "running_s", None) or 0.0),
         plans_total=total, chosen_plan=chosen,
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=job.placed_at, started_at=job.started_at, finished_at=job.finished_at,
@@ -178,7 +180,8 @@ def submitted_public(row: Mapping[str, Any], planned: Any, shown: int | None) ->
         return template
     return template.model_copy(update={
         k: row[k] for k in ("id", "name", "owner", "state_reason", "priority", "deadline_at",
-                            "created_at", "updated_at", "deadline_s", "entrypoint")
+                            "created_at", "updated_at", "deadline_s", "entrypoint",
+                            "max_runtime_s")
     })
 
 
@@ -233,6 +236,7 @@ def stored_job_public(
         progress=progress_public(row), deadline_at=row.deadline_at,
         created_at=row.created_at, updated_at=row.updated_at,
         model=model, training=training, deadline_s=row.deadline_s, entrypoint=row.entrypoint,
+        max_runtime_s=row.max_runtime_s, running_s=float(row.running_s or 0.0),
         plans=plan_models, plans_total=total, chosen_plan=chosen,
         allocation=[AllocationPublic.model_validate(a) for a in allocations],
         placed_at=row.placed_at, started_at=row.started_at, finished_at=row.finished_at,

@@ -131,6 +131,13 @@ class Job(Base):
     deadline_s: Mapped[float | None] = mapped_column(sa.Float)
     deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     entrypoint: Mapped[str | None] = mapped_column(sa.String(1024))
+    max_runtime_s: Mapped[float | None] = mapped_column(sa.Float)
+    """The most seconds the job may spend RUNNING (asked for, or the operator's default;
+    revision 0006); None: no limit."""
+    running_s: Mapped[float] = mapped_column(sa.Float, default=0.0,
+                                             server_default=sa.text("0"))
+    """Seconds the job has spent RUNNING, as the control loop last reported (kept for jobs
+    with a run-time limit, so a restarted service goes on counting; revision 0006)."""
     total_steps: Mapped[int] = mapped_column(sa.BigInteger)
     steps_done: Mapped[float] = mapped_column(sa.Float, default=0.0)
     chosen_plan_rank: Mapped[int | None] = mapped_column(sa.Integer)

@@ -109,6 +109,7 @@ def create_job(
     deadline_s: float | None = None,
     entrypoint: str | None = None,
     reason: str = "queued: waiting for the scheduler",
+    max_runtime_s: float | None = None,
 ) -> Job:
     """Insert a PENDING job with its ranked plans (``Plan.to_dict()`` shapes, stored as one
     document with ranks 1..n) and a ``submitted`` event. Raises ``IntegrityError`` at flush
@@ -121,7 +122,8 @@ def create_job(
         priority=priority, deadline_s=deadline_s,
         deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
         entrypoint=entrypoint, total_steps=total_steps, steps_done=0.0,
-        created_at=now, updated_at=now, plans=ranked, plan_count=len(ranked),
+        max_runtime_s=max_runtime_s, running_s=0.0, created_at=now, updated_at=now,
+        plans=ranked, plan_count=len(ranked),
     )
     session.add(job)
     session.flush()  # the job row first: its event references it
@@ -158,7 +160,8 @@ JOB_INSERT_KEYS = (
     "id", "owner", "name", "state", "state_reason", "model_name", "model_spec", "training",
     "request", "request_hash", "idempotency_key", "priority", "deadline_s", "deadline_at",
     "entrypoint", "total_steps", "steps_done", "chosen_plan_rank", "created_at", "updated_at",
-    "placed_at", "started_at", "finished_at", "plans", "plan_count",
+    "placed_at", "started_at", "finished_at", "plans", "plan_count", "max_runtime_s",
+    "running_s",
 )
 """The columns a submission writes (the keys of ``job_insert_rows``' job rows)."""
 EVENT_INSERT_KEYS = ("job_id", "at", "kind", "state", "message")
@@ -184,6 +187,7 @@ def insert_job(
     deadline_s: float | None = None,
     entrypoint: str | None = None,
     reason: str = "queued: waiting for the scheduler",
+    max_runtime_s: float | None = None,
 ) -> dict[str, Any]:
     """``create_job`` as two Core INSERTs (the job row with its ranked plans, already as
     JSON text with ranks 1..n, and its ``submitted`` event) on the caller's connection and
@@ -196,6 +200,7 @@ def insert_job(
         "total_steps": total_steps, "plans_json": plans_json, "plan_count": plan_count,
         "now": now, "name": name, "idempotency_key": idempotency_key, "priority": priority,
         "deadline_s": deadline_s, "entrypoint": entrypoint, "reason": reason,
+        "max_runtime_s": max_runtime_s,
     }])[0]
 
 
@@ -222,6 +227,7 @@ def job_insert_rows(
             "steps_done": 0.0, "chosen_plan_rank": None, "created_at": now, "updated_at": now,
             "placed_at": None, "started_at": None, "finished_at": None,
             "plans": j["plans_json"], "plan_count": j["plan_count"],
+            "max_runtime_s": j.get("max_runtime_s"), "running_s": 0.0,
         })
         events.append({
             "job_id": j["job_id"], "at": now, "kind": "submitted",

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from security_helpers import Env, job_body
 
 from orchestrator.states import JobState
 from service.db import repositories as repo
 from service.db.engine import write_session
+from service.settings import Settings, SettingsError
 
 
 def _count(env: Env, who: str) -> int:
@@ -76,3 +78,45 @@ def test_max_gpus_held_per_user(make_env: Callable[..., Env]) -> None:
     assert r.json()["detail"] == ("quota: quota_max_gpus: alice holds 4 GPU(s) and this job "
                                   "needs at least 1; at most 4 may be held at once")
     env.submit("bob")
+
+
+def test_max_runtime_s_above_the_operators_maximum_or_malformed_is_a_422(
+        make_env: Callable[..., Env]) -> None:
+    env = make_env(max_runtime_s_max=3600)
+    r = env.client.post("/v1/jobs", json=job_body(max_runtime_s=7200),
+                        headers=env.headers("alice"))
+    assert r.status_code == 422
+    assert r.json()["errors"][0] == {
+        "field": "max_runtime_s",
+        "message": "at most 3,600 s (the operator's max_runtime_s_max), got 7,200"}
+    for bad in (-5, 0, True, "100", [100]):
+        r = env.client.post("/v1/jobs", json=job_body(max_runtime_s=bad),
+                            headers=env.headers("alice"))
+        assert r.status_code == 422, bad
+        assert r.json()["errors"][0]["field"] == "max_runtime_s", r.json()
+    assert _count(env, "alice") == 0
+    job = env.client.get(f"/v1/jobs/{env.submit(max_runtime_s=3600)}",
+                         headers=env.headers("alice")).json()
+    assert job["max_runtime_s"] == 3600 and job["running_s"] == 0
+    # no request: the maximum is the limit when there is no default
+    job = env.client.get(f"/v1/jobs/{env.submit()}", headers=env.headers("alice")).json()
+    assert job["max_runtime_s"] == 3600
+
+
+def test_max_runtime_s_default_and_no_limit(make_env: Callable[..., Env]) -> None:
+    env = make_env(max_runtime_s_default=600)
+    job = env.client.get(f"/v1/jobs/{env.submit()}", headers=env.headers("alice")).json()
+    assert job["max_runtime_s"] == 600
+    job = env.client.get(f"/v1/jobs/{env.submit(max_runtime_s=1e6)}",
+                         headers=env.headers("alice")).json()
+    assert job["max_runtime_s"] == 1e6  # no maximum: any limit may be asked for
+    env = make_env()
+    job = env.client.get(f"/v1/jobs/{env.submit()}", headers=env.headers("alice")).json()
+    assert job["max_runtime_s"] is None
+
+
+def test_a_default_above_the_maximum_is_refused() -> None:
+    with pytest.raises(SettingsError, match=r"settings: .*max_runtime_s_default \(7200\) is "
+                                            r"above max_runtime_s_max \(3600\)"):
+        Settings.from_env({"FRENZY_MAX_RUNTIME_S_DEFAULT": "7200",
+                           "FRENZY_MAX_RUNTIME_S_MAX": "3600"})

@@ -28,7 +28,7 @@ def _stored(value: Any) -> Any:
 def _row(plans: tuple[Any, ...], entrypoint: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
         id="j1", request={}, created_at=datetime.now(UTC), total_steps=10, steps_done=0,
-        deadline_at=None, priority=0, entrypoint=entrypoint,
+        deadline_at=None, priority=0, entrypoint=entrypoint, max_runtime_s=None, running_s=0.0,
         model_spec=_stored(dataclasses.asdict(MODEL)),
         training=_stored(dataclasses.asdict(TRAIN)),
         plans=_stored([p.to_dict() for p in plans]))

@@ -200,6 +200,7 @@ async def submit_job(
         planned = await run_in_threadpool(ctx.planning.plan_request, body, inventory,
                                           request_hash)
     t = body.training
+    max_runtime_s = ctx.quotas.runtime_limit(body.max_runtime_s)
     ctx.quotas.check_job(planned, steps_field="training.tokens"
                          if t.steps is None and t.tokens is not None else "training.steps")
     if ctx.quotas.needs_usage:
@@ -219,7 +220,7 @@ async def submit_job(
         request_json=json.dumps(request), request_hash=request_hash,
         idempotency_key=idempotency_key, total_steps=planned.train.num_steps,
         plans_json=plans_json, plan_count=len(planned.plan_dicts), now=now,
-        deadline_s=body.deadline_s, entrypoint=body.entrypoint,
+        deadline_s=body.deadline_s, entrypoint=body.entrypoint, max_runtime_s=max_runtime_s,
         **({"reason": late} if late else {}),
     )
     if late:
@@ -383,7 +384,8 @@ async def get_job(
         public = public.model_copy(update=accounting(row, used))
     if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
         view = as_view(ctx.cluster_provider())
-        waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id)
+        waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id,
+                                          ctx.settings.quota_max_gpus)
         public = public.model_copy(update={"waiting": waiting})
     return _respond(public)
 
