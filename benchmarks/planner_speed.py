@@ -1,10 +1,12 @@
 """Planner speed: wall time to rank every plan of a job against all catalog GPU types.
 
-    python -m benchmarks.planner_speed [--jobs 200] [--json]
+    python -m benchmarks.planner_speed [--jobs 200] [--runtime frenzy] [--json]
 
 Jobs are drawn (seeded) from the model catalog with varied global batch, sequence length,
 precision and optimizer. Reports p50 / p99 milliseconds per job (target: p99 <= 50 ms), wall
-time and the planning thread's CPU time, and the host's 1-minute load average.
+time and the planning thread's CPU time, and the host's 1-minute load average. Plans are
+priced for ``--runtime`` (default: the built-in trainer's, which the service plans for jobs
+that name none; ``reference`` searches every pipeline depth and ZeRO stage).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 
 from predictor.gpus import load_gpu_catalog
 from predictor.planner import plan_job
+from predictor.runtimes import DEFAULT_RUNTIME
 from predictor.spec import MODEL_CATALOG, TrainingSpec
 
 log = logging.getLogger("benchmarks.planner_speed")
@@ -51,15 +54,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def run(n_jobs: int, seed: int = 0) -> dict:
+def run(n_jobs: int, seed: int = 0, runtime: str = DEFAULT_RUNTIME) -> dict:
     load_before = os.getloadavg()[0]
     gpus = list(load_gpu_catalog().values())
     jobs = make_jobs(n_jobs, seed)
-    plan_job(MODEL_CATALOG["gpt2"], jobs[0][1], gpus)  # warm caches/imports
+    plan_job(MODEL_CATALOG["gpt2"], jobs[0][1], gpus, runtime=runtime)  # warm caches/imports
     times, cpu_times, feasible, counts = [], [], 0, []
     for i, (name, train) in enumerate(jobs, start=1):
         t0, c0 = time.perf_counter(), time.thread_time()
-        result = plan_job(MODEL_CATALOG[name], train, gpus)
+        result = plan_job(MODEL_CATALOG[name], train, gpus, runtime=runtime)
         times.append((time.perf_counter() - t0) * 1e3)
         cpu_times.append((time.thread_time() - c0) * 1e3)
         feasible += bool(result.plans)
@@ -68,6 +71,7 @@ def run(n_jobs: int, seed: int = 0) -> dict:
             log.info("%d/%d jobs planned", i, len(jobs))
     return {
         "jobs": len(jobs),
+        "runtime": runtime,
         "gpu_types": len(gpus),
         "ms_per_job_p50": round(statistics.median(times), 3),
         "ms_per_job_p99": round(percentile(times, 99), 3),
@@ -88,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runtime", default=DEFAULT_RUNTIME)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    res = run(args.jobs, args.seed)
+    res = run(args.jobs, args.seed, args.runtime)
     print(f"planner speed over {res['jobs']} jobs x {res['gpu_types']} GPU types")
     print(f"{'p50 ms/job':>12} {'p99 ms/job':>12} {'max ms':>10} {'feasible':>9}")
     print(f"{res['ms_per_job_p50']:>12.2f} {res['ms_per_job_p99']:>12.2f} "

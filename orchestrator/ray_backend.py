@@ -89,6 +89,7 @@ from orchestrator.trainer.memory import RankOutOfMemory
 from orchestrator.trainer.model import check_supported
 from orchestrator.trainer.worker import TrainingWorker
 from predictor.gpus import load_gpu_catalog
+from predictor.runtimes import FRENZY
 from scheduler.cluster import Allocation, ClusterState, Node
 from scheduler.job import JobView
 
@@ -449,9 +450,12 @@ class RayBackend:
             entrypoint = tuple(shlex.split(entry) if isinstance(entry, str) else map(str, entry))
         elif working_dir:
             raise ValueError("a working_dir is shipped for an entrypoint; this job has none")
-        elif par.pp != 1:
-            raise ValueError(f"pipeline parallelism (pp={par.pp}) is not supported by the "
-                             "built-in trainer; choose a pp=1 plan or give an entrypoint")
+        else:  # the built-in trainer: refuse what it would not run as priced (no silent
+            # fallback to an unsharded optimizer that needs far more memory than predicted)
+            why = FRENZY.unsupported(par.pp, par.zero_stage)
+            if why is not None:
+                raise ValueError(f"the built-in trainer cannot run this plan: {why}, or give "
+                                 "an entrypoint")
         if entrypoint is None and (job.model is None or job.train is None):
             raise ValueError("the built-in trainer needs the job's model and training spec")
         if job.model is not None and job.train is not None:

@@ -17,7 +17,7 @@ from predictor.errors import SpecError
 from predictor.gpus import GpuType, get_gpu
 from predictor.memory import MemoryBreakdown, estimate_memory
 from predictor.overhead import NON_TENSOR, NonTensorModel
-from predictor.runtimes import DEFAULT_RUNTIME, RuntimeProfile, get_runtime
+from predictor.runtimes import DEFAULT_RUNTIME, EXECUTION_FIELDS, RuntimeProfile, get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
 
 MODEL_FIELDS = ("name", "family", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
@@ -27,7 +27,7 @@ TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "optimizer")
 PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
                "sequence_parallel", "flash_attention")
 RUNTIME_OPTIONS = tuple(f.name for f in fields(RuntimeProfile)
-                        if f.name not in ("name", "description", "executes"))
+                        if f.name not in ("name", "description", *EXECUTION_FIELDS))
 SPEC_FIELDS = ("model", *TRAIN_FIELDS, *PLAN_FIELDS, "dropout", "activation",
                "layers_per_stage", "virtual_stages", "runtime", "runtime_options", "gpu",
                "stage")

@@ -81,6 +81,8 @@ _SAVERS: tuple[tuple[Recompute, int], ...] = (
 )
 
 _SAVERS_NO_ZERO = tuple(sv for sv in _SAVERS if sv[1] == 0)  # ZeRO needs dp > 1
+_FRUGAL = {zero: _SAVERS.index((Recompute.FULL, zero)) for zero in range(4)}
+"""The ``_SAVERS`` index of the most memory-saving saver when ZeRO goes up to a stage."""
 
 RankKey = Callable[[Plan], tuple[float, ...]]
 
@@ -118,6 +120,7 @@ class PlanResult:
     infeasible: str | None = None
     min_required_bytes: int | None = None
     considered: int = 0
+    notes: tuple[str, ...] = ()  # about the search itself (what the runtime excluded)
 
     @property
     def best(self) -> Plan:
@@ -273,8 +276,9 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     """``estimate_memory(...).tensors`` of every (layout, saver of ``_SAVERS``, micro-batch
     index), exact integers: per candidate stage the static bytes plus the larger of the
     activation peak (``peaks_in_flight``) and Adam's temporary, the worst stage (as
-    ``peak_tensor_curve``). Savers a layout cannot use (ZeRO at dp = 1) and micro-batch
-    indices past a layout's last are ``_NEVER``."""
+    ``peak_tensor_curve``). Savers a layout cannot use (ZeRO at dp = 1, a ZeRO stage the
+    runtime does not execute) and micro-batch indices past a layout's last are ``_NEVER``."""
+    runnable = table.runtime.zero_stages
     sizes = _divisors(table.train.global_batch)  # every micro-batch size of any dp
     column = {b: d for d, b in enumerate(sizes)}
     pad = len(sizes)  # the column of a missing micro-batch: no bytes per micro-batch, _NEVER
@@ -300,7 +304,7 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
         n_mbs.append([layout.per_replica // b for b in layout.mbs] + [1] * extra)
         f_z, a_z = [], []
         for zero in range(4):
-            if zero and dp == 1:
+            if zero and (dp == 1 or zero not in runnable):
                 f_z.append((_NEVER, _NEVER))
                 a_z.append((-1, -1))
                 continue
@@ -345,7 +349,8 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
     compared at once (``_memory_values``).
     """
     values = _memory_values(table, layouts)
-    frugal = np.array([11 if layout.dp > 1 else 8 for layout in layouts])  # _SAVERS index
+    most = _FRUGAL[max(table.runtime.zero_stages)]  # the runtime's most frugal saver
+    frugal = np.array([most if layout.dp > 1 else _FRUGAL[0] for layout in layouts])
     least = values[np.arange(len(layouts)), frugal, 0]
     table.floor = min(table.floor, int(least.min()))
     several = np.array([layout.tp * layout.pp * layout.dp > 1 for layout in layouts])
@@ -416,7 +421,9 @@ def plan_job(
     the whole catalog), ranked; ``keep_all`` keeps every fitting plan, not only the fastest
     per (GPU type, count). Memory is priced for ``runtime`` (a ``predictor.runtimes``
     profile or its name); a plan fits when its device figure (``non_tensor``'s slack and
-    outside terms on top of the tensors) is at most ``1 - margin`` of the GPU."""
+    outside terms on top of the tensors) is at most ``1 - margin`` of the GPU. Only plans
+    the runtime executes are searched (its ``max_pp`` caps ``max_pp``, its ``zero_stages``
+    the ZeRO stages); the result's ``notes`` say what it excluded."""
     profile = get_runtime(runtime)
     train.check_against(model)
     if not 0 <= margin < 1:
@@ -436,6 +443,9 @@ def plan_job(
     budgets = [(non_tensor.budget(gpu.memory_bytes, gpu, 1, margin),
                 non_tensor.budget(gpu.memory_bytes, gpu, 2, margin)) for gpu in gpu_list]
     bounds: dict[tuple[float, float, Precision], tuple[ComputeBound, dict[BoundKey, float]]] = {}
+    if profile.max_pp:
+        max_pp = min(max_pp, profile.max_pp)
+    search_notes = tuple(n for n in (profile.excluded_note(),) if n)
     shapes = [(tp, pp, dp) for tp in _tp_options(model, train, min(gpus_per_node, max_gpus))
               for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp))
               for dp in _divisors(train.global_batch, max_gpus // (tp * pp))]
@@ -485,20 +495,25 @@ def plan_job(
         need = min(
             non_tensor.fill(MemoryBreakdown(table.floor, 0, 0, 0, 0, 0), g, 2).device
             for g in gpu_list) / (1.0 - margin)
+        top_zero = max(profile.zero_stages)
+        frugal = (f"tp<={gpus_per_node}, pp<={max_pp}, "
+                  f"{f'ZeRO-{top_zero}' if top_zero else 'no ZeRO'}, full recomputation")
+        runtime_hint = (f"; runtime {profile.name} executes {profile.executes}, another "
+                        "runtime (or an entrypoint) may fit" if profile.executes else "")
         return PlanResult(
             model=model, train=train, plans=(), considered=considered, min_required_bytes=int(need),
             infeasible=(
                 f"{model.name} needs at least {need / GIB:.1f} GiB per GPU even with the most "
-                f"memory-saving plan within {max_gpus} GPUs (tp<={gpus_per_node}, ZeRO-3, full "
-                f"recomputation); the largest GPU considered, {largest.name}, has "
-                f"{largest.memory_gib:.1f} GiB. Use more GPUs (max_gpus), a shorter sequence "
-                "or a smaller global batch."
+                f"memory-saving plan within {max_gpus} GPUs ({frugal}); the largest GPU "
+                f"considered, {largest.name}, has {largest.memory_gib:.1f} GiB. Use more GPUs "
+                f"(max_gpus), a shorter sequence or a smaller global batch{runtime_hint}."
             ),
+            notes=search_notes,
         )
     ordered = sorted(candidates, key=rank_key)
     return PlanResult(
         model=model, train=train, plans=tuple(_with_reasons(ordered, ranking)),
-        considered=considered,
+        considered=considered, notes=search_notes,
     )
 
 

@@ -50,6 +50,12 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
+
+What a runtime can execute is part of its profile too: ``max_pp`` (the deepest pipeline it
+runs, 0 for any) and ``zero_stages`` (the ZeRO stages it runs; 0 always, since ZeRO at dp = 1
+is no sharding). The planner enumerates only those plans, so a plan priced with ZeRO-3 is never
+handed to a trainer that would run it without sharding (and need far more memory than
+predicted). ``unrestricted`` lifts both for hypothetical jobs (the simulator's traces).
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ from predictor.errors import SpecError
 
 STAGE_SPLITS = ("first_heavier", "even", "last_lighter")
 SHARDING = ("zero", "fsdp2")
+ZERO_STAGES = (0, 1, 2, 3)
+EXECUTION_FIELDS = ("max_pp", "zero_stages")
+"""Fields that say which plans a runtime runs, not what they cost: not per-job overrides (a
+job cannot make a trainer execute ZeRO or pipeline stages by asking)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +100,45 @@ class RuntimeProfile:
     dp_flat_allreduce: bool = False  # dp > 1: the gradients all-reduced as one flat copy
     ddp_grad_buckets: bool = False  # torch DDP's bucket copy of the gradients (dp > 1, no ZeRO)
     classification_head: bool = False  # a sequence-classification head: no vocabulary logits
-    executes: str = ""  # what the runtime can run, when narrower than the planner's space
+    max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
+    zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
+
+    @property
+    def executes(self) -> str:
+        """What the runtime runs, when narrower than the planner's space ("" when it runs
+        every plan the planner prices)."""
+        parts = []
+        if self.max_pp:
+            parts.append("pp=1" if self.max_pp == 1 else f"pp<={self.max_pp}")
+        if self.zero_stages != ZERO_STAGES:
+            stages = [z for z in self.zero_stages if z]
+            parts.append(f"ZeRO-{'/'.join(map(str, stages))} only" if stages else "no ZeRO")
+        return " and ".join(parts)
+
+    def excluded_note(self) -> str | None:
+        """The plan note saying which plan dimensions this runtime excludes, or None."""
+        if not self.executes:
+            return None
+        return (f"runtime {self.name} executes {self.executes}; plans needing more were not "
+                "considered (name another runtime, or give an entrypoint, to plan them)")
+
+    def unsupported(self, pp: int, zero_stage: int) -> str | None:
+        """Why this runtime cannot execute a plan of pipeline depth ``pp`` and ZeRO stage
+        ``zero_stage`` (naming the field and what would fit), or None when it can."""
+        if self.max_pp and pp > self.max_pp:
+            return (f"parallel.pp={pp}: runtime {self.name} executes pipelines of at most "
+                    f"{self.max_pp} stage{'s' if self.max_pp > 1 else ''}; choose a plan with "
+                    f"pp<={self.max_pp}")
+        if zero_stage not in self.zero_stages:
+            return (f"parallel.zero_stage={zero_stage}: runtime {self.name} executes ZeRO "
+                    f"stage{'s' if len(self.zero_stages) > 1 else ''} "
+                    f"{', '.join(map(str, self.zero_stages))}; choose a plan with one of those")
+        return None
+
+    def unrestricted(self) -> RuntimeProfile:
+        """The same memory terms over the planner's whole space (every pp and ZeRO stage):
+        for hypothetical jobs that no real trainer runs, such as the simulator's traces."""
+        return replace(self, max_pp=0, zero_stages=ZERO_STAGES)
 
     def with_overrides(self, **changes: Any) -> RuntimeProfile:
         """The profile with per-job overrides (``dropout``: both dropouts at once)."""
@@ -98,8 +146,14 @@ class RuntimeProfile:
         if dropout is not None:
             changes.setdefault("hidden_dropout", bool(dropout))
             changes.setdefault("attention_dropout", bool(dropout))
-        known = [f.name for f in fields(self) if f.name not in ("name", "description")]
+        known = [f.name for f in fields(self)
+                 if f.name not in ("name", "description", *EXECUTION_FIELDS)]
         for key, value in changes.items():
+            if key in EXECUTION_FIELDS:
+                raise SpecError(f"runtime.{key}",
+                                f"not a per-job override: it says what runtime {self.name} "
+                                f"executes ({self.executes or 'every plan'}); name another "
+                                "runtime instead")
             if key not in known:
                 raise SpecError(f"runtime.{key}", f"unknown override; one of {', '.join(known)}")
             want = type(getattr(self, key))
@@ -114,7 +168,11 @@ class RuntimeProfile:
         out.check()
         return out
 
+    def __post_init__(self) -> None:
+        self.check()
+
     def check(self) -> None:
+        """``SpecError`` naming the field whose value no runtime can have."""
         if self.stage_split not in STAGE_SPLITS:
             raise SpecError("runtime.stage_split",
                             f"{self.stage_split!r}; one of {', '.join(STAGE_SPLITS)}")
@@ -122,6 +180,16 @@ class RuntimeProfile:
             raise SpecError("runtime.sharding", f"{self.sharding!r}; one of {', '.join(SHARDING)}")
         if self.vocab_pad < 1:
             raise SpecError("runtime.vocab_pad", f"must be >= 1, got {self.vocab_pad}")
+        if isinstance(self.max_pp, bool) or not isinstance(self.max_pp, int) or self.max_pp < 0:
+            raise SpecError("runtime.max_pp", f"a non-negative integer (0: any), got "
+                                              f"{self.max_pp!r}")
+        stages = self.zero_stages
+        if (not isinstance(stages, tuple) or 0 not in stages
+                or any(isinstance(z, bool) or z not in ZERO_STAGES for z in stages)
+                or list(stages) != sorted(set(stages))):
+            raise SpecError("runtime.zero_stages",
+                            f"an ascending tuple of distinct stages from {ZERO_STAGES} that "
+                            f"includes 0, got {stages!r}")
 
     def padded_vocab(self, vocab: int, tp: int) -> int:
         """Vocabulary rows of the whole model after the runtime's padding."""
@@ -147,8 +215,7 @@ FRENZY = RuntimeProfile(
         "gradients: 10 bytes per logit forward, 14 at its backward), one flat dp all-reduce"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
     fp32_weights_autocast=True, dp_flat_allreduce=True,
-    executes="tp, dp and recompute; ZeRO and pp are priced but not executed by the trainer "
-             "(issue 11 item 3)",
+    max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
 
 MEGATRON = RuntimeProfile(

@@ -56,6 +56,7 @@ from orchestrator.oom import MEMORY_FACTOR, scale_plans
 from orchestrator.quotas import MAX_RUNTIME_KEY, OWNER_KEY, OWNER_MAX_GPUS_KEY, RUNNING_S_KEY
 from orchestrator.states import TERMINAL, JobState
 from predictor.plan import Plan
+from predictor.runtimes import FRENZY
 from scheduler.cluster import Allocation, CapacityError, ClusterState
 from scheduler.decision import start as start_decision
 from scheduler.job import JobView
@@ -187,10 +188,12 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
     """The loop's view of a stored job, with the ranked plans stored at its submission;
     or, when none of them can run here, the reason why.
 
-    ``max_pipeline``: plans with a deeper pipeline are dropped unless the job brings its
-    own entrypoint (the built-in trainer on Ray runs none). The limits the loop enforces
-    go in ``extra`` (``orchestrator.quotas``): the job's run-time limit with the seconds it
-    has run so far, and its owner with ``max_owner_gpus`` (``quota_max_gpus``; 0: none)."""
+    ``max_pipeline``: when not None the backend runs the built-in trainer; plans with a
+    deeper pipeline, or a ZeRO stage it does not execute (plans stored before the planner
+    searched only what a runtime executes), are dropped unless the job brings its own
+    entrypoint. The limits the loop enforces go in ``extra`` (``orchestrator.quotas``): the
+    job's run-time limit with the seconds it has run so far, and its owner with
+    ``max_owner_gpus`` (``quota_max_gpus``; 0: none)."""
     try:
         model, train = specs_of(job)
         plans = tuple(Plan.from_dict(d) for d in job.plans or ())
@@ -199,11 +202,14 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
     if not plans:
         return "it has no stored plan"
     if max_pipeline is not None and not job.entrypoint:
-        plans = tuple(p for p in plans if p.parallel.pp <= max_pipeline)
-        if not plans:
-            return (f"every plan of this job needs pipeline parallelism (pp > {max_pipeline}), "
-                    "which the built-in trainer does not run; give an entrypoint script, more "
-                    "GPUs or a smaller model")
+        trainer = replace(FRENZY, max_pp=max_pipeline)
+        why = [trainer.unsupported(p.parallel.pp, p.parallel.zero_stage) for p in plans]
+        kept = tuple(p for p, w in zip(plans, why, strict=True) if w is None)
+        if not kept:
+            return (f"every plan of this job needs pipeline parallelism (pp > {max_pipeline}) "
+                    f"or a ZeRO stage, which the built-in trainer does not run ({why[0]}); "
+                    "give an entrypoint script, more GPUs or a smaller model")
+        plans = kept
     extra: dict[str, Any] = {"entrypoint": job.entrypoint} if job.entrypoint else {}
     factor = stored_factor(job.memory)
     if factor != 1.0:  # an out-of-memory run corrected its predictions before a restart

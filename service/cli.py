@@ -195,6 +195,7 @@ def result_to_dict(result: PlanResult, top: int = 0) -> dict[str, Any]:
         "infeasible_reason": result.infeasible,
         "min_required_bytes": result.min_required_bytes,
         "num_plans": len(result.plans),
+        "notes": list(result.notes),
         "plans": [p.to_dict() for p in plans],
     }
 
@@ -205,8 +206,9 @@ def format_result(result: PlanResult, top: int = 10) -> str:
         f"{m.name}: {m.num_params() / 1e9:.2f}B params, global batch {t.global_batch} × "
         f"{t.seq_len} tokens, {t.precision.value}, {t.optimizer.value}, {t.num_steps} steps"
     )
+    notes = "".join(f"\nnote: {n}" for n in result.notes)
     if not result.plans:
-        return f"{head}\nNo plan fits: {result.infeasible}"
+        return f"{head}\nNo plan fits: {result.infeasible}{notes}"
     rows = [
         ("#", "GPUs", "tp", "pp", "dp", "mb", "recomp", "zero", "peak GiB", "of GiB",
          "params", "grads", "optim", "activ", "logits", "slack", "ovh", "step s", "job h",
@@ -226,7 +228,8 @@ def format_result(result: PlanResult, top: int = 10) -> str:
             f"{p.step_time_s:.3f}", f"{p.job_time_s / 3600:.2f}", f"{p.gpu_seconds / 3600:.1f}",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [head, f"{len(result.plans)} plans fit (showing {len(shown)}); ranked best first"]
+    lines = [head, *(f"note: {n}" for n in result.notes),
+             f"{len(result.plans)} plans fit (showing {len(shown)}); ranked best first"]
     for r in rows:
         lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
     lines.append("")

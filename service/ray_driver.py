@@ -18,6 +18,7 @@ from orchestrator.backend import WallClock
 from orchestrator.emulated import RayCluster, connect
 from orchestrator.ray_backend import RayBackend, RayBackendConfig
 from orchestrator.trainer.checkpoint import latest_step
+from predictor.runtimes import FRENZY
 
 if TYPE_CHECKING:
     from orchestrator.clusters import ClusterSpec
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 class RayDriver:
     """``RayBackend`` on a connected cluster (the loop polls it and reads its inventory)."""
 
-    max_pipeline = 1  # the built-in trainer runs tensor and data parallelism, no pipeline
+    max_pipeline = FRENZY.max_pp  # the built-in trainer's deepest pipeline (1: none)
 
     def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int) -> None:
         self.clock = WallClock()

@@ -252,6 +252,9 @@ class PlansPublic(BaseModel):
     max_gpus: int
     count: int
     plans: list[PlanPublic]
+    notes: list[str] = Field(default_factory=list, description=(
+        "About the search: e.g. the plan dimensions the job's runtime does not execute "
+        "(the built-in trainer: pipeline stages and ZeRO), which were not considered"))
 
 
 class AllocationPublic(_Public):

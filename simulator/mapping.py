@@ -30,11 +30,15 @@ from dataclasses import dataclass, replace
 from predictor.gpus import get_gpu
 from predictor.plan import Plan
 from predictor.planner import plan_job
+from predictor.runtimes import DEFAULT_RUNTIME, get_runtime
 from predictor.spec import ModelSpec, TrainingSpec
 from simulator.traces import TraceJob
 
 REFERENCE_GPU = "V100-32G"
 REFERENCE_MAX_GPUS = 64
+TRACE_RUNTIME = get_runtime(DEFAULT_RUNTIME).unrestricted()
+"""Trace jobs are hypothetical (no trainer runs them): priced with the built-in trainer's
+memory terms over the planner's whole space, every pipeline depth and ZeRO stage."""
 HOUR = 3600.0
 
 SIZE_CLASSES: tuple[tuple[str, float], ...] = (
@@ -119,7 +123,8 @@ def reference_plan(model_name: str, global_batch: int, seq_len: int) -> Plan:
     """Best plan (by GPU-seconds) of one step on the reference GPU."""
     model = ModelSpec.from_name(model_name)
     train = TrainingSpec(global_batch=global_batch, seq_len=seq_len, steps=1)
-    result = plan_job(model, train, [get_gpu(REFERENCE_GPU)], max_gpus=REFERENCE_MAX_GPUS)
+    result = plan_job(model, train, [get_gpu(REFERENCE_GPU)], max_gpus=REFERENCE_MAX_GPUS,
+                      runtime=TRACE_RUNTIME)
     return result.best
 
 

@@ -37,7 +37,7 @@ from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
 from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
 from simulator.error import ERROR_MODES, ErrorModel
-from simulator.mapping import MappedJob, map_jobs
+from simulator.mapping import TRACE_RUNTIME, MappedJob, map_jobs
 from simulator.metrics import MetricsCollector, RunMetrics, summarize
 from simulator.traces import load_trace, trace_files
 from simulator.workloads import new_workload
@@ -95,7 +95,8 @@ class PlanCache:
         base = self._cache.get(key)
         if base is None:
             self.misses += 1
-            result = plan_job(model, shape, self._gpus, max_gpus=self._max_gpus)
+            result = plan_job(model, shape, self._gpus, max_gpus=self._max_gpus,
+                              runtime=TRACE_RUNTIME)
             kept = [p for p in result.plans if p.num_gpus <= self._total[p.gpu_type]]
             base = tuple(replace(p, rank=i) for i, p in enumerate(kept, start=1))
             self._cache[key] = base

@@ -96,6 +96,8 @@ class Planned:
     stored_json: tuple[str, str, str] = ("", "", "")
     """``model_spec``, ``training`` and the ranked ``plans`` as the JSON text stored on a
     job row: serialised once per plan set, not per submission."""
+    notes: tuple[str, ...] = ()
+    """About the search (``PlanResult.notes``: what the runtime excluded)."""
 
 
 def spec_dict(spec: Any) -> dict[str, Any]:
@@ -327,4 +329,5 @@ class PlanningService:
             gpu_types=tuple(gpu_types), max_gpus=max_gpus, key=key, model_dict=model_dict,
             train_dict=train_dict,
             stored_json=(json.dumps(model_dict), json.dumps(train_dict), json.dumps(ranked)),
+            notes=tuple(getattr(result, "notes", ())),
         )

@@ -136,12 +136,12 @@ def test_compute_lower_bound_never_exceeds_the_step_time() -> None:
             assert lb <= estimate_step_time(m, t, par, gpu, topo).total_s * (1 + 1e-9)
 
 
-def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
+def _exhaustive_best_step_times(model, train, gpus, max_gpus: int, runtime=FRENZY) -> dict:
     """Reference search without any of the planner's shortcuts: every (tp, pp, dp,
     micro-batch) on each GPU type, the first memory saver in order of time cost whose
     ``estimate_memory`` fits (95%), and of those (largest micro-batch per saver without
     pipelining, as the planner's rule) the smallest ``estimate_step_time`` per (GPU type,
-    GPU count)."""
+    GPU count). Pipeline depths and ZeRO stages ``runtime`` does not execute are skipped."""
     from predictor.planner import _SAVERS, _tp_options
     from predictor.spec import ParallelConfig
     from predictor.step_time import default_topology, estimate_step_time
@@ -154,12 +154,14 @@ def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
         several = NON_TENSOR.budget(gpu.memory_bytes, gpu, 2, DEFAULT_MARGIN)
         for tp in _tp_options(model, train, min(8, max_gpus)):
             for pp in divisors(model.num_layers, min(8, max_gpus // tp)):
+                if runtime.max_pp and pp > runtime.max_pp:
+                    continue
                 for dp in divisors(train.global_batch, max_gpus // (tp * pp)):
                     chosen = []  # (saver index, micro-batch)
                     budget = several if tp * pp * dp > 1 else one
                     for mb in divisors(train.global_batch // dp):
                         for i, (rc, zero) in enumerate(_SAVERS):
-                            if zero and dp == 1:
+                            if (zero and dp == 1) or zero not in runtime.zero_stages:
                                 continue
                             par = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch=mb,
                                                  recompute=rc, zero_stage=zero,
@@ -181,19 +183,24 @@ def _exhaustive_best_step_times(model, train, gpus, max_gpus: int) -> dict:
     return best
 
 
+@pytest.mark.parametrize("restricted", [False, True])
 @pytest.mark.parametrize(("name", "batch", "seq", "gpu_names"), [
     ("gpt2-medium", 32, 1024, ("A100-40G", "RTX2080Ti", "V100-32G")),
     ("llama-2-7b", 16, 2048, ("A100-80G", "L40S")),
 ])
-def test_search_shortcuts_find_the_exhaustive_optimum(name, batch, seq, gpu_names) -> None:
+def test_search_shortcuts_find_the_exhaustive_optimum(name, batch, seq, gpu_names,
+                                                      restricted) -> None:
     # Bisection over memory curves, bound pruning and the cached step-time parts must keep,
-    # per (GPU type, count), a plan as fast as the best one an exhaustive search finds.
+    # per (GPU type, count), a plan as fast as the best one an exhaustive search finds; over
+    # the whole space and over what the built-in trainer executes (pp = 1, no ZeRO).
     model = ModelSpec.from_name(name)
     train = TrainingSpec(global_batch=batch, seq_len=seq, steps=10)
     gpus = [get_gpu(g) for g in gpu_names]
-    want = _exhaustive_best_step_times(model, train, gpus, max_gpus=16)
-    got = plan_job(model, train, gpus, max_gpus=16)
+    runtime = FRENZY if restricted else FRENZY.unrestricted()
+    want = _exhaustive_best_step_times(model, train, gpus, max_gpus=16, runtime=runtime)
+    got = plan_job(model, train, gpus, max_gpus=16, runtime=runtime)
     assert {(p.gpu_type, p.num_gpus): p.step_time_s for p in got.plans} == want
+    assert want  # both searches found plans
 
 
 @pytest.mark.parametrize(("name", "batch", "seq", "optimizer"), [
@@ -209,10 +216,16 @@ def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> Non
 
     model = ModelSpec.from_name(name)
     train = TrainingSpec(global_batch=batch, seq_len=seq, optimizer=optimizer, steps=10)
-    table = _MemoryTable(model, train)
+    table = _MemoryTable(model, train, FRENZY.unrestricted())
     layouts = [_Layout(table, tp, pp, dp) for tp in (1, 2, 4) for pp in divisors(24, 8)
                if model.num_layers % pp == 0 for dp in divisors(batch)]
     values = _memory_values(table, layouts)
+    # the built-in trainer runs no ZeRO: those savers never fit, the others are unchanged
+    plain = _memory_values(_MemoryTable(model, train, FRENZY), layouts)
+    zero = [si for si, (_, z) in enumerate(_SAVERS) if z]
+    assert (plain[:, zero] > 1 << 59).all()
+    rest = [si for si, (_, z) in enumerate(_SAVERS) if not z]
+    assert (plain[:, rest] == values[:, rest]).all()
     width = max(len(divisors(batch // layout.dp)) for layout in layouts)
     assert values.shape == (len(layouts), len(_SAVERS), width)
     for li, layout in enumerate(layouts):

@@ -182,3 +182,76 @@ def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> 
     # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
     per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
     assert tp2.gradients == 4 * per_rank == 4 * 172352
+
+
+def test_planner_offers_only_what_the_runtime_executes() -> None:
+    # gpt2-medium, batch 32 x 1024 on 8 A100-40G: the whole space has pipelined and ZeRO
+    # plans; the built-in trainer runs neither, so none of its plans has them, and the
+    # result says so. Megatron (and the reference build) keep them.
+    model = ModelSpec.from_name("gpt2-medium")
+    train = _train(s=1024, B=32, steps=10)
+    gpus = [get_gpu("A100-40G"), get_gpu("RTX2080Ti")]
+    frenzy = plan_job(model, train, gpus, max_gpus=8, keep_all=True)
+    assert frenzy.plans
+    assert {(p.parallel.pp, p.parallel.zero_stage) for p in frenzy.plans} == {(1, 0)}
+    assert frenzy.notes == ("runtime frenzy executes pp=1 and no ZeRO; plans needing more "
+                            "were not considered (name another runtime, or give an "
+                            "entrypoint, to plan them)",)
+    for name in ("megatron", "reference"):
+        other = plan_job(model, train, gpus, max_gpus=8, keep_all=True, runtime=name)
+        assert {p.parallel.pp for p in other.plans} > {1}
+        assert {p.parallel.zero_stage for p in other.plans} > {0}
+        assert other.notes == ()
+    # the unrestricted built-in profile searches the whole space with the same memory terms
+    whole = plan_job(model, train, gpus, max_gpus=8, keep_all=True, runtime=FRENZY.unrestricted())
+    assert {p.parallel.pp for p in whole.plans} > {1} and whole.notes == ()
+    assert all(p.runtime == "frenzy" for p in whole.plans)
+
+
+def test_a_model_that_needs_zero_is_infeasible_for_the_built_in_trainer() -> None:
+    # llama-2-7b in fp32 AdamW on 11 GiB cards: 7e9 x 18 B/param / 8 tp ranks is > 11 GiB,
+    # so only ZeRO over dp or a pipeline could fit it; the trainer runs neither, and the
+    # reason names the runtime.
+    model = ModelSpec.from_name("llama-2-7b")
+    train = _train(s=512, B=16, steps=10)
+    gpus = [get_gpu("RTX2080Ti")]
+    result = plan_job(model, train, gpus, max_gpus=64)
+    assert not result.plans
+    assert "no ZeRO" in result.infeasible and "runtime frenzy executes pp=1" in result.infeasible
+    assert plan_job(model, train, gpus, max_gpus=64, runtime="reference").plans
+
+
+def test_execution_fields_are_validated_and_not_overridable() -> None:
+    assert FRENZY.max_pp == 1 and FRENZY.zero_stages == (0,)
+    assert REFERENCE.executes == "" and FRENZY.executes == "pp=1 and no ZeRO"
+    assert replace(REFERENCE, max_pp=4, zero_stages=(0, 1)).executes == "pp<=4 and ZeRO-1 only"
+    for key, value in (("zero_stages", [0, 1]), ("max_pp", 2)):
+        with pytest.raises(SpecError) as e:
+            FRENZY.with_overrides(**{key: value})
+        assert e.value.field == f"runtime.{key}" and "not a per-job override" in e.value.reason
+    for bad in ((1, 2), (0, 0), (0, 4), (2, 0), [0]):
+        with pytest.raises(SpecError) as e:
+            replace(REFERENCE, zero_stages=bad)
+        assert e.value.field == "runtime.zero_stages" and "includes 0" in e.value.reason
+    for bad in (-1, True, 1.5):
+        with pytest.raises(SpecError) as e:
+            replace(REFERENCE, max_pp=bad)
+        assert e.value.field == "runtime.max_pp"
+
+
+def test_unsupported_names_the_field_and_what_would_fit() -> None:
+    assert FRENZY.unsupported(1, 0) is None and REFERENCE.unsupported(8, 3) is None
+    assert FRENZY.unsupported(2, 0) == ("parallel.pp=2: runtime frenzy executes pipelines of "
+                                        "at most 1 stage; choose a plan with pp<=1")
+    assert FRENZY.unsupported(1, 3) == ("parallel.zero_stage=3: runtime frenzy executes ZeRO "
+                                        "stage 0; choose a plan with one of those")
+
+
+def test_memory_spec_rejects_execution_fields_as_runtime_options() -> None:
+    from predictor.memory_spec import RUNTIME_OPTIONS, parse_memory_spec
+
+    assert "max_pp" not in RUNTIME_OPTIONS and "zero_stages" not in RUNTIME_OPTIONS
+    with pytest.raises(SpecError) as e:
+        parse_memory_spec({"model": "gpt2", "global_batch": 2, "seq_len": 128,
+                    "runtime_options": {"zero_stages": [0, 1]}})
+    assert e.value.field == "runtime_options.zero_stages"

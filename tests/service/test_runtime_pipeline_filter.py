@@ -1,7 +1,8 @@
 """The loop's view of a stored job (``stored_view``): the ranked plans stored at submission,
-read back exactly; plans the backend's built-in trainer cannot run (pp > 1 on Ray) kept away
-from the scheduler unless the job brings its own entrypoint; a job left with no plan gets the
-reason instead."""
+read back exactly; plans the backend's built-in trainer cannot run (pp > 1 or ZeRO on Ray:
+plans stored before the planner searched only what the runtime executes) kept away from the
+scheduler unless the job brings its own entrypoint; a job left with no plan gets the reason
+instead."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from predictor.gpus import get_gpu
 from predictor.planner import plan_job
+from predictor.runtimes import FRENZY
 from predictor.spec import ModelSpec, TrainingSpec
 from service.app_runtime import stored_view
 
@@ -35,10 +37,16 @@ def _row(plans: tuple[Any, ...], entrypoint: str | None = None) -> SimpleNamespa
 
 
 def _plans() -> tuple[Any, ...]:
-    result = plan_job(MODEL, TRAIN, [get_gpu("A100-80G")], max_gpus=8, keep_all=True)
+    # as stored before the planner searched only what the built-in trainer executes
+    result = plan_job(MODEL, TRAIN, [get_gpu("A100-80G")], max_gpus=8, keep_all=True,
+                      runtime=FRENZY.unrestricted())
     plans = result.plans
     assert {p.parallel.pp for p in plans} > {1}  # the search has pipelined plans too
-    return plans
+    # gpt2-medium needs no ZeRO on 80 GB: restamp the data-parallel ones as ZeRO-1 plans
+    zero = tuple(dataclasses.replace(p, parallel=dataclasses.replace(p.parallel, zero_stage=1))
+                 for p in plans if p.parallel.dp > 1 and p.parallel.pp == 1)
+    assert zero
+    return plans + zero
 
 
 def test_stored_plans_come_back_exactly() -> None:
@@ -49,12 +57,14 @@ def test_stored_plans_come_back_exactly() -> None:
     assert view.model == MODEL and view.train == TRAIN
 
 
-def test_ray_trainer_sees_only_unpipelined_plans() -> None:
+def test_ray_trainer_sees_only_unpipelined_plans_without_zero() -> None:
     plans = _plans()
     view = stored_view(_row(plans), max_pipeline=1)  # type: ignore[arg-type]
     assert not isinstance(view, str)
-    assert view.plans and all(p.parallel.pp == 1 for p in view.plans)
-    assert len(view.plans) == sum(p.parallel.pp == 1 for p in plans)
+    assert view.plans and all(p.parallel.pp == 1 and p.parallel.zero_stage == 0
+                              for p in view.plans)
+    assert len(view.plans) == sum(p.parallel.pp == 1 and p.parallel.zero_stage == 0
+                                  for p in plans)
 
 
 def test_entrypoint_jobs_and_simulation_keep_every_plan() -> None:
@@ -70,3 +80,10 @@ def test_job_with_only_pipelined_plans_fails_with_reason() -> None:
     reason = stored_view(_row(pipelined), max_pipeline=1)  # type: ignore[arg-type]
     assert isinstance(reason, str)
     assert "pipeline parallelism" in reason and "entrypoint" in reason
+
+
+def test_job_with_only_zero_plans_fails_with_the_field() -> None:
+    sharded = tuple(p for p in _plans() if p.parallel.zero_stage == 1)
+    reason = stored_view(_row(sharded), max_pipeline=1)  # type: ignore[arg-type]
+    assert isinstance(reason, str)
+    assert "parallel.zero_stage=1" in reason and "entrypoint" in reason

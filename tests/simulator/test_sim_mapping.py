@@ -9,6 +9,7 @@ from predictor.planner import plan_job
 from simulator.mapping import (
     CLASS_GPU_HOURS,
     REFERENCE_GPU,
+    TRACE_RUNTIME,
     MappingError,
     map_job,
     size_class,
@@ -44,7 +45,8 @@ def test_application_picks_class_and_model(app: str, cls: str, model: str) -> No
 def test_steps_reproduce_gpu_time_on_reference_gpu(app: str, gpu_h: float | None) -> None:
     m = map_job(tj(app, gpu_h * 3600 if gpu_h else None))
     # independently re-plan on the reference GPU and price the job's steps
-    best = plan_job(m.model, m.train, [get_gpu(REFERENCE_GPU)], max_gpus=64).best
+    best = plan_job(m.model, m.train, [get_gpu(REFERENCE_GPU)], max_gpus=64,
+                    runtime=TRACE_RUNTIME).best
     per_step = best.step_time_s * best.num_gpus
     assert best.gpu_seconds == pytest.approx(m.steps * per_step)
     assert abs(best.gpu_seconds - m.gpu_time_s) <= per_step / 2 + 1e-6

@@ -28,4 +28,5 @@ def preview_plans(body: JobCreate, ctx: ContextDep, _user: CurrentUser) -> Plans
         gpu_types=list(planned.gpu_types), max_gpus=planned.max_gpus,
         count=len(planned.plan_dicts),
         plans=[PlanPublic.model_validate(d) for d in planned.plan_dicts],
+        notes=list(planned.notes),
     )
