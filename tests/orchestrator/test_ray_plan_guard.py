@@ -35,7 +35,9 @@ def _config(plan: Plan, tmp_path, entrypoint: str | None = None):
     job = JobView(id="j", submit_time=0.0, plans=(plan,), total_steps=4, model=TINY,
                   train=TRAIN, extra={"entrypoint": entrypoint} if entrypoint else {})
     alloc = Allocation("j", plan, (("n0", plan.parallel.num_gpus),))
-    backend = SimpleNamespace(config=RayBackendConfig(checkpoint_dir=str(tmp_path)))
+    backend = SimpleNamespace(config=RayBackendConfig(checkpoint_dir=str(tmp_path)),
+                              _state=None)  # no inventory: no emulated memory cap
+    backend._tensor_cap = lambda a: RayBackend._tensor_cap(backend, a)  # type: ignore[arg-type]
     return RayBackend._run_config(backend, job, alloc)  # type: ignore[arg-type]
 
 
