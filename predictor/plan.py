@@ -11,11 +11,18 @@ from predictor.runtimes import DEFAULT_RUNTIME
 from predictor.spec import ParallelConfig, Precision
 from predictor.step_time import StepTime
 
-_TENSOR_TERMS = ("parameters", "gradients", "optimizer_states", "activations", "logits",
-                 "transient", "slack")
+_COUNTED_TERMS = ("parameters", "gradients", "optimizer_states", "activations", "logits",
+                  "transient")
+_TENSOR_TERMS = (*_COUNTED_TERMS, "slack")
 """``MemoryBreakdown`` terms a measured tensor peak scales: the model's tensors and the
 allocator's slack over them (not the fixed cuBLAS workspaces, nor what lives outside the
 allocator)."""
+
+
+def scale_counted(mem: MemoryBreakdown, factor: float) -> MemoryBreakdown:
+    """``mem``'s counted model tensors multiplied by ``factor`` (workspace, slack and the
+    memory outside the allocator as they are)."""
+    return replace(mem, **{name: round(getattr(mem, name) * factor) for name in _COUNTED_TERMS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,9 @@ class Plan:
     reason: str = ""
     notes: tuple[str, ...] = field(default=())
     runtime: str = DEFAULT_RUNTIME
+    memory_factor: float = 1.0
+    """The measured correction already in ``memory``'s tensor terms (an online residual, an
+    out-of-memory run): the model's own prediction is the tensors divided by it."""
 
     @property
     def num_gpus(self) -> int:
@@ -74,7 +84,7 @@ class Plan:
         scaled = replace(m, **{name: round(getattr(m, name) * factor) for name in _TENSOR_TERMS})
         required = -(-self.required_bytes * scaled.device // max(m.device, 1))
         return replace(self, memory=scaled, required_bytes=required,
-                       notes=(*self.notes, note))
+                       notes=(*self.notes, note), memory_factor=self.memory_factor * factor)
 
     @property
     def model_tensors_bytes(self) -> int:
@@ -117,6 +127,7 @@ class Plan:
             "gpu_seconds": self.gpu_seconds,
             "reason": self.reason,
             "notes": list(self.notes),
+            **({"memory_factor": self.memory_factor} if self.memory_factor != 1.0 else {}),
         }
 
     @classmethod
@@ -141,4 +152,6 @@ class Plan:
             num_steps=int(d["num_steps"]), required_bytes=int(d["required_bytes"]),
             rank=int(d.get("rank", 0)), reason=str(d.get("reason", "")),
             notes=tuple(d.get("notes", ())),
+            runtime=str(d.get("runtime", DEFAULT_RUNTIME)),
+            memory_factor=float(d.get("memory_factor", 1.0)),
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import mul
 
@@ -38,7 +38,7 @@ from predictor.memory import (
     static_terms,
 )
 from predictor.overhead import FIT_MARGIN, NON_TENSOR, NonTensorModel
-from predictor.plan import Plan
+from predictor.plan import Plan, scale_counted
 from predictor.runtimes import DEFAULT_RUNTIME, RuntimeProfile, get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
 from predictor.step_time import (
@@ -390,16 +390,20 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
 
 def _plan(table: _MemoryTable, gpu: GpuType, step_model: StepTimeModel, cfg: Config,
           precision: Precision, notes: tuple[str, ...], margin: float,
-          non_tensor: NonTensorModel) -> Plan:
+          non_tensor: NonTensorModel, factor: float = 1.0) -> Plan:
     """The ``Plan`` of a search point: its full memory breakdown (tensors, allocator slack,
     memory outside the allocator) and step time; it needs its device figure plus the
-    margin."""
+    margin. ``factor`` multiplies the counted tensors (a measured residual)."""
     par = table.par(*cfg)
-    mem: MemoryBreakdown = non_tensor.fill(table.get(*cfg), gpu, par.num_gpus)
+    counted = table.get(*cfg)
+    if factor != 1.0:
+        counted = scale_counted(counted, factor)
+    mem: MemoryBreakdown = non_tensor.fill(counted, gpu, par.num_gpus)
     return Plan(
         gpu_type=gpu.name, parallel=par, precision=precision, memory=mem,
         step=step_model.estimate(par), num_steps=table.train.num_steps, notes=notes,
         required_bytes=int(mem.device / (1.0 - margin)), runtime=table.runtime.name,
+        memory_factor=factor,
     )
 
 
@@ -416,6 +420,7 @@ def plan_job(
     keep_all: bool = False,
     runtime: str | RuntimeProfile = DEFAULT_RUNTIME,
     non_tensor: NonTensorModel = NON_TENSOR,
+    memory_factors: Mapping[str, tuple[float, str]] | None = None,
 ) -> PlanResult:
     """All plans of ``model`` trained as ``train`` on each GPU type of ``gpus`` (default:
     the whole catalog), ranked; ``keep_all`` keeps every fitting plan, not only the fastest
@@ -423,7 +428,10 @@ def plan_job(
     profile or its name); a plan fits when its device figure (``non_tensor``'s slack and
     outside terms on top of the tensors) is at most ``1 - margin`` of the GPU. Only plans
     the runtime executes are searched (its ``max_pp`` caps ``max_pp``, its ``zero_stages``
-    the ZeRO stages); the result's ``notes`` say what it excluded."""
+    the ZeRO stages); the result's ``notes`` say what it excluded. ``memory_factors`` maps
+    a GPU type to a measured correction of the counted tensors and why (an online
+    residual, ``predictor.residual``): the fit and every plan of that type use the
+    corrected tensors, and the plans' notes say why."""
     profile = get_runtime(runtime)
     train.check_against(model)
     if not 0 <= margin < 1:
@@ -440,8 +448,10 @@ def plan_job(
     best: dict[tuple[str, int], Plan] = {}  # the fastest plan per (GPU type, count)
     every: list[Plan] = []
     table = _MemoryTable(model, train, profile)
-    budgets = [(non_tensor.budget(gpu.memory_bytes, gpu, 1, margin),
-                non_tensor.budget(gpu.memory_bytes, gpu, 2, margin)) for gpu in gpu_list]
+    factors = {g.name: (memory_factors or {}).get(g.name, (1.0, "")) for g in gpu_list}
+    budgets = [(non_tensor.budget(gpu.memory_bytes, gpu, 1, margin) / factors[gpu.name][0],
+                non_tensor.budget(gpu.memory_bytes, gpu, 2, margin) / factors[gpu.name][0])
+               for gpu in gpu_list]
     bounds: dict[tuple[float, float, Precision], tuple[ComputeBound, dict[BoundKey, float]]] = {}
     if profile.max_pp:
         max_pp = min(max_pp, profile.max_pp)
@@ -456,6 +466,9 @@ def plan_job(
     considered = 0
     for gpu, budget in zip(gpu_list, budgets, strict=True):
         precision, notes = _precision_for(gpu, train.precision)
+        factor, why = factors[gpu.name]
+        if why:
+            notes = (*notes, why)
         gtrain = train if precision is train.precision else replace(train, precision=precision)
         groups, all_keys = fitting[budget]
         # the lower bound's dp-free part depends on the GPU only through its rates
@@ -482,12 +495,12 @@ def plan_job(
                 total = step_model.total_s(*cfg, sp_knob, flash)
                 if keep_all:
                     every.append(_plan(table, gpu, step_model, cfg, precision, notes, margin,
-                                       non_tensor))
+                                       non_tensor, factor))
                 if best_cfg is None or total < best_total:
                     best_total, best_cfg = total, cfg
             if best_cfg is not None and not keep_all:  # built once, for the fastest only
                 best[(gpu.name, n)] = _plan(table, gpu, step_model, best_cfg, precision, notes,
-                                            margin, non_tensor)
+                                            margin, non_tensor, factor)
 
     candidates = every if keep_all else list(best.values())
     if not candidates:

@@ -19,9 +19,13 @@ from service.schemas import MemoryPublic
 
 
 def with_peak(doc: Mapping[str, Any] | None, *, plan: Plan | None, tensors_bytes: int,
-              reserved_bytes: int | None, at: str) -> dict[str, Any]:
+              reserved_bytes: int | None, at: str, family: str | None = None
+              ) -> dict[str, Any]:
     """``doc`` after a progress report with a measured peak on ``plan`` (a new plan starts
-    a new measurement; the same plan keeps the largest peak seen)."""
+    a new measurement; the same plan keeps the largest peak seen). With the job's model
+    ``family`` the document also keeps what the online residual pools (``kind``: runtime,
+    GPU type, family; ``raw_predicted_bytes``: the model's own prediction, before any
+    correction)."""
     out = dict(doc or {})
     label = plan.label() if plan is not None else None
     old = out.get("measured") or {}
@@ -39,6 +43,9 @@ def with_peak(doc: Mapping[str, Any] | None, *, plan: Plan | None, tensors_bytes
         out["predicted"] = {"tensors_bytes": same, "reserved_bytes": mem.reserved,
                             "device_bytes": mem.device}
         out["error_pct"] = 100.0 * (tensors_bytes - same) / same if same else None
+        if family:
+            out["kind"] = [plan.runtime, plan.gpu_type, family]
+            out["raw_predicted_bytes"] = round(same / plan.memory_factor)
     return out
 
 
@@ -51,6 +58,20 @@ def with_oom(doc: Mapping[str, Any] | None, *, held_bytes: int, cap_bytes: int,
                             "count": count}
     out["memory_factor"] = memory_factor
     return out
+
+
+def residual_sample(doc: Mapping[str, Any] | None) -> tuple[tuple[str, str, str], int, int] | None:
+    """(kind, measured, predicted) of a stored document for ``predictor.residual``; None
+    when it holds no complete measurement."""
+    if not doc:
+        return None
+    kind = doc.get("kind")
+    measured = (doc.get("measured") or {}).get("tensors_bytes")
+    raw = doc.get("raw_predicted_bytes")
+    if (not isinstance(kind, list) or len(kind) != 3 or not isinstance(measured, int)
+            or not isinstance(raw, int)):
+        return None
+    return (str(kind[0]), str(kind[1]), str(kind[2])), measured, raw
 
 
 def stored_factor(doc: Mapping[str, Any] | None) -> float:

@@ -194,9 +194,10 @@ class EventRecorder:
         if isinstance(peak, int):
             reserved = data.get("peak_reserved_bytes")
             plan = event.allocation.plan if event.allocation is not None else None
+            spec = job.model_spec if isinstance(job.model_spec, dict) else {}
             job.memory = with_peak(job.memory, plan=plan, tensors_bytes=peak,
                                    reserved_bytes=reserved if isinstance(reserved, int) else None,
-                                   at=now.isoformat())
+                                   at=now.isoformat(), family=spec.get("family"))
         held, factor = data.get("held_bytes"), data.get("memory_factor")
         if isinstance(held, int) and isinstance(factor, float):
             cap = data.get("cap_bytes")

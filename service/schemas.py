@@ -205,6 +205,9 @@ class PlanPublic(_Public):
     reserved_bytes: int | None = None  # max_memory_reserved
     device_bytes: int | None = None  # nvidia-smi (= peak_memory_bytes)
     runtime: str = "frenzy"  # the runtime profile the memory was priced for
+    memory_factor: float = Field(
+        1.0, description="measured correction in the memory figures (online residual, an "
+                         "out-of-memory run; the notes say which); 1: the model's own")
     memory: dict[str, Any]
     step_time_s: float
     step: dict[str, Any]

@@ -57,6 +57,12 @@ class Settings(BaseModel):
     inventory_ttl_s: float = Field(
         1.0, ge=0, description="how long submissions reuse the cluster's GPU-type inventory"
     )
+    memory_residual_ttl_s: float = Field(
+        30.0, ge=0, description="how long submissions reuse the measured memory corrections "
+                                "of recent jobs (predictor.residual) before rereading them")
+    memory_residual: bool = Field(
+        True, description="plan with the online memory residual (measured peaks of recent "
+                          "jobs of the same runtime, GPU type and model family)")
     extra_gpu_pools: dict[str, int] = Field(
         default_factory=dict,
         description="GPU pools the cluster may gain (e.g. an autoscaler's node groups), as "

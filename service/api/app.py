@@ -29,6 +29,7 @@ from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
 from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.writer import JobWriter
+from service.memory_residual import ResidualCache
 from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from service.metrics import Tally, render_metrics
 from service.runner import JobRunner, PendingRunner
@@ -66,6 +67,8 @@ def create_app(
             planner or default_planner, cache_size=settings.plan_cache_size,
             default_max_gpus=settings.max_gpus, default_ranking=settings.ranking,
             max_plans=settings.max_plans_per_job, hard_max_gpus=settings.quota_max_gpus,
+            residual=(ResidualCache(factory, settings.memory_residual_ttl_s)
+                      if settings.memory_residual else None),
         ),
         inventory=InventoryCache(provider, settings.inventory_ttl_s,
                                  extra=settings.extra_gpu_pools),

@@ -54,14 +54,16 @@ def default_planner(
     max_gpus: int,
     ranking: str,
     runtime: str = "frenzy",
+    memory_factors: dict[str, tuple[float, str]] | None = None,
 ) -> PlanResult:
     """The predictor's planner over the catalog entries of ``gpu_types``, pricing memory for
-    the runtime profile ``runtime``."""
+    the runtime profile ``runtime`` with the measured ``memory_factors`` per GPU type."""
     from predictor.gpus import get_gpu
     from predictor.planner import plan_job
 
     gpus = [get_gpu(t) for t in gpu_types] if gpu_types else None
-    return plan_job(model, train, gpus, max_gpus=max_gpus, ranking=ranking, runtime=runtime)
+    return plan_job(model, train, gpus, max_gpus=max_gpus, ranking=ranking, runtime=runtime,
+                    memory_factors=memory_factors)
 
 
 def known_gpu_types(names: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -184,6 +186,17 @@ def _check_limits(model: ModelSpec, train: TrainingSpec, source: str) -> None:
         raise ApiError(422, "training.global_batch", problem)
 
 
+class Residual(Protocol):
+    """Measured corrections of predicted memory per GPU type (``ResidualCache``)."""
+
+    def factors(self, runtime: str, family: str,
+                gpu_types: Sequence[str]) -> dict[str, tuple[float, str]]: ...
+
+    def refresh(self) -> int:
+        """Reread if due; a version that changes with the corrections."""
+        ...
+
+
 class PlanningService:
     """Plans bodies against the cluster's GPU types, through an LRU cache."""
 
@@ -196,26 +209,33 @@ class PlanningService:
         default_ranking: str,
         max_plans: int,
         hard_max_gpus: int = 0,
+        residual: Residual | None = None,
     ) -> None:
         """``hard_max_gpus`` (0: none) caps every plan's GPUs whatever the body asks for
-        (the ``quota_max_gpus`` setting)."""
+        (the ``quota_max_gpus`` setting); ``residual`` gives the measured corrections of
+        the predicted memory (``service.memory_residual``; None: none)."""
         self._planner = planner
+        self._residual = residual
         self._hard_max_gpus = hard_max_gpus
         self._cache_size = cache_size
         self._default_max_gpus = default_max_gpus
         self._default_ranking = default_ranking
         self._max_plans = max_plans
         self._cache: OrderedDict[str, Planned] = OrderedDict()
-        self._by_request: OrderedDict[tuple[str, tuple[tuple[str, int], ...]], Planned] = (
-            OrderedDict())
+        self._by_request: OrderedDict[tuple[Any, ...], Planned] = OrderedDict()
         self._lock = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
         self.hits = 0
         self.misses = 0
 
+    def _request_key(self, inventory: Inventory, request_hash: str) -> tuple[Any, ...]:
+        """The whole-body cache's key: the body, the inventory and the corrections' version."""
+        version = self._residual.refresh() if self._residual is not None else 0
+        return (request_hash, tuple(sorted(inventory.total_by_type.items())), version)
+
     def cached_request(self, inventory: Inventory, request_hash: str) -> Planned | None:
         """What ``plan_request`` would return if it is cached (else None: plan it)."""
-        key = (request_hash, tuple(sorted(inventory.total_by_type.items())))
+        key = self._request_key(inventory, request_hash)
         with self._lock:
             hit = self._by_request.get(key)
             if hit is not None:
@@ -229,7 +249,7 @@ class PlanningService:
         hit = self.cached_request(inventory, request_hash)
         if hit is not None:
             return hit
-        key = (request_hash, tuple(sorted(inventory.total_by_type.items())))
+        key = self._request_key(inventory, request_hash)
         planned = self.plan(body, inventory)
         if self._cache_size:
             with self._lock:
@@ -258,9 +278,12 @@ class PlanningService:
             cap = min(cap, max(inventory.total_by_type[t] for t in known))
         ranking = body.ranking or self._default_ranking
         runtime = job_runtime(body)
+        factors = (self._residual.factors(runtime, model.family.value, sorted(known.values()))
+                   if self._residual is not None else {})
         key = canonical_hash(
             {"m": spec_dict(model), "t": spec_dict(train), "g": sorted(known.values()), "n": cap,
-             "r": ranking, **({"rt": runtime} if runtime != DEFAULT_RUNTIME else {})}
+             "r": ranking, **({"rt": runtime} if runtime != DEFAULT_RUNTIME else {}),
+             **({"mf": sorted((g, f) for g, (f, _) in factors.items())} if factors else {})}
         )
         with self._lock:
             hit = self._cache.get(key)
@@ -282,7 +305,7 @@ class PlanningService:
                 return hit if hit.source == source else dataclasses.replace(hit, source=source)
             try:
                 planned = self._compute(model, train, source, sorted(known.values()), cap,
-                                        ranking, key, runtime)
+                                        ranking, key, runtime, factors)
                 with self._lock:
                     self.misses += 1
                     if self._cache_size:
@@ -304,10 +327,13 @@ class PlanningService:
         ranking: str,
         key: str = "",
         runtime: str = DEFAULT_RUNTIME,
+        factors: dict[str, tuple[float, str]] | None = None,
     ) -> Planned:
-        # the runtime goes to the planner only when it is not the default, so planners
-        # written before runtime profiles keep working for built-in jobs
-        extra = {"runtime": runtime} if runtime != DEFAULT_RUNTIME else {}
+        # the runtime (and corrections) go to the planner only when there are any, so
+        # planners written before them keep working for built-in jobs
+        extra: dict[str, Any] = {"runtime": runtime} if runtime != DEFAULT_RUNTIME else {}
+        if factors:
+            extra["memory_factors"] = factors
         try:
             result = self._planner(
                 model, train, gpu_types or None, max_gpus=max_gpus, ranking=ranking, **extra

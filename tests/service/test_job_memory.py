@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from service_builders import Env, job_body
 
 from orchestrator.oom import MEMORY_FACTOR
@@ -15,6 +16,7 @@ from service.app_runtime import stored_view
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.runner import EventRecorder
+from service.settings import Settings
 
 
 def _running(env: Env) -> dict:
@@ -73,3 +75,37 @@ def test_an_out_of_memory_correction_is_shown_and_restored_after_a_restart(env: 
         assert after.memory.overhead == before.memory.overhead  # outside the allocator
         assert after.required_bytes > before.required_bytes
         assert "out-of-memory" in after.notes[-1]
+
+
+@pytest.fixture
+def settings(migrated_url: str) -> Settings:
+    """Corrections reread on every submission (the default rereads every 30 s)."""
+    return Settings(database_url=migrated_url, inventory_ttl_s=0, memory_residual_ttl_s=0)
+
+
+def test_measured_peaks_correct_later_plans_of_the_same_kind(env: Env) -> None:
+    recorder = EventRecorder(env.factory)
+    first = None
+    for k in range(2):  # two runs measured 20 % above the prediction (MIN_RUNS = 2)
+        job = _running(env)
+        plan = Plan.from_dict(job["plans"][0])
+        first = first or plan
+        peak = plan.model_tensors_bytes * 6 // 5
+        recorder(JobEvent(job["id"], 1000.0 + k, JobState.RUNNING, JobState.RUNNING,
+                          "progress", SimpleNamespace(plan=plan, placement=()),  # type: ignore[arg-type]
+                          {"steps_done": 1, "loss": 3.0, "samples_per_s": 16.0,
+                           "peak_tensors_bytes": peak, "peak_reserved_bytes": None}))
+    assert first is not None
+    later = env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice")).json()
+    plans = [Plan.from_dict(p) for p in later["plans"]]
+    same = [p for p in plans if p.gpu_type == first.gpu_type]
+    other = [p for p in plans if p.gpu_type != first.gpu_type]
+    assert same and other
+    ratio = (first.model_tensors_bytes * 6 // 5) / first.model_tensors_bytes
+    for p in same:
+        assert p.memory_factor == pytest.approx(ratio)
+        assert "online residual" in p.notes[-1] and "gpt2" in p.notes[-1]
+    again = next(p for p in same if p.label() == first.label())
+    assert again.memory.activations == round(first.memory.activations * ratio)
+    assert again.required_bytes > first.required_bytes
+    assert all(p.memory_factor == 1.0 for p in other)  # measured on one GPU type only

@@ -31,6 +31,7 @@ def _row(plans: tuple[Any, ...], entrypoint: str | None = None) -> SimpleNamespa
     return SimpleNamespace(
         id="j1", request={}, created_at=datetime.now(UTC), total_steps=10, steps_done=0,
         deadline_at=None, priority=0, entrypoint=entrypoint, max_runtime_s=None, running_s=0.0,
+        memory=None,
         model_spec=_stored(dataclasses.asdict(MODEL)),
         training=_stored(dataclasses.asdict(TRAIN)),
         plans=_stored([p.to_dict() for p in plans]))

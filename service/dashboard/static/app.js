@@ -241,6 +241,22 @@ function drawLoss(metrics) {
       `${w.predicted_memory_bytes === null ? "–" : gib(w.predicted_memory_bytes)})`);
 }
 
+function memoryLine(m) {
+  if (!m) return "";
+  const size = (b) => (b >= 2 ** 30 ? gib(b) : (b / 2 ** 20).toFixed(1) + " MiB");
+  const parts = [];
+  if (m.measured_tensors_bytes !== null) {
+    parts.push(`memory per rank: measured ${size(m.measured_tensors_bytes)} (${m.source}), ` +
+      `predicted ${m.predicted_tensors_bytes === null ? "–" : size(m.predicted_tensors_bytes)}` +
+      (m.error_pct === null ? "" : ` (${m.error_pct >= 0 ? "+" : ""}${m.error_pct.toFixed(1)} %)`));
+  }
+  if (m.out_of_memory_runs) {
+    parts.push(`${m.out_of_memory_runs} out-of-memory run(s), memory ×${m.memory_factor.toFixed(2)} ` +
+      `since: ${m.last_out_of_memory}`);
+  }
+  return parts.join("; ");
+}
+
 async function refreshJob() {
   const id = location.pathname.split("/").pop();
   document.getElementById("job-id").textContent = short(id);
@@ -256,6 +272,7 @@ async function refreshJob() {
     el("p", {}, progressBar(job.progress)),
     el("p", { id: "waiting" }, job.waiting ?
       `waiting [${job.waiting.kind}]: ${job.waiting.message}` : ""),
+    el("p", { id: "job-memory" }, memoryLine(job.memory)),
     el("p", {}, `owner ${job.owner}; batch ${job.training.global_batch} × ` +
       `${job.training.seq_len} tokens, ${job.training.precision}; ` +
       (job.chosen_plan ? `running plan #${job.chosen_plan.rank}` : "no plan chosen yet") +
