@@ -63,6 +63,12 @@ class ResidualCache:
         with self._lock:
             return self._residual.factors(runtime, family, tuple(gpu_types))
 
+    def due(self) -> bool:
+        """Whether the next ``refresh`` rereads the database (no I/O here: callers on an
+        event loop ask this and leave the reread to a worker thread)."""
+        with self._lock:
+            return self._read_at is None or self._clock() - self._read_at >= self._ttl_s
+
     def refresh(self) -> int:
         """Reread the measurements when ``ttl_s`` has passed; the current ``version``."""
         now = self._clock()

@@ -192,8 +192,15 @@ class Residual(Protocol):
     def factors(self, runtime: str, family: str,
                 gpu_types: Sequence[str]) -> dict[str, tuple[float, str]]: ...
 
+    version: int
+    """Changes with the corrections."""
+
+    def due(self) -> bool:
+        """Whether ``refresh`` would reread (no I/O)."""
+        ...
+
     def refresh(self) -> int:
-        """Reread if due; a version that changes with the corrections."""
+        """Reread if due; the version."""
         ...
 
 
@@ -228,14 +235,12 @@ class PlanningService:
         self.hits = 0
         self.misses = 0
 
-    def _request_key(self, inventory: Inventory, request_hash: str) -> tuple[Any, ...]:
+    def _request_key(self, inventory: Inventory, request_hash: str,
+                     version: int) -> tuple[Any, ...]:
         """The whole-body cache's key: the body, the inventory and the corrections' version."""
-        version = self._residual.refresh() if self._residual is not None else 0
         return (request_hash, tuple(sorted(inventory.total_by_type.items())), version)
 
-    def cached_request(self, inventory: Inventory, request_hash: str) -> Planned | None:
-        """What ``plan_request`` would return if it is cached (else None: plan it)."""
-        key = self._request_key(inventory, request_hash)
+    def _lookup_request(self, key: tuple[Any, ...]) -> Planned | None:
         with self._lock:
             hit = self._by_request.get(key)
             if hit is not None:
@@ -243,13 +248,24 @@ class PlanningService:
                 self.hits += 1
             return hit
 
+    def cached_request(self, inventory: Inventory, request_hash: str) -> Planned | None:
+        """What ``plan_request`` would return if it is cached (else None: plan it). Does no
+        I/O (the API calls it on its event loop): when the measured corrections are due a
+        reread, it answers None and ``plan_request`` rereads them on a worker thread."""
+        residual = self._residual
+        if residual is not None and residual.due():
+            return None
+        return self._lookup_request(self._request_key(
+            inventory, request_hash, residual.version if residual is not None else 0))
+
     def plan_request(self, body: JobCreate, inventory: Inventory, request_hash: str) -> Planned:
         """``plan`` through a second cache keyed by the canonical hash of the whole body and
         the inventory: an identical submission skips resolving and hashing its specs."""
-        hit = self.cached_request(inventory, request_hash)
+        version = self._residual.refresh() if self._residual is not None else 0
+        key = self._request_key(inventory, request_hash, version)
+        hit = self._lookup_request(key)
         if hit is not None:
             return hit
-        key = self._request_key(inventory, request_hash)
         planned = self.plan(body, inventory)
         if self._cache_size:
             with self._lock:
