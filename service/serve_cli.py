@@ -453,17 +453,35 @@ def format_job(job: dict[str, Any]) -> list[str]:
                      f"{_num(w['tokens_per_s'], ',.0f')} tokens/s  step "
                      f"{_num(w['step_time_s'], '.3f', ' s')} (predicted "
                      f"{_num(w['predicted_step_time_s'], '.3f', ' s')})")
-        if w.get("memory_bytes") is not None:
-            pred = w.get("predicted_memory_bytes")
-            lines.append(f"  memory    {_gib(w['memory_bytes'])} (predicted "
-                         f"{_gib(pred) if pred is not None else '-'})")
         losses = [x["loss"] for x in m["windows"] if x.get("loss") is not None]
         if losses:
             lines.append(f"  loss      {sparkline(losses[-60:])}  "
                          f"{losses[max(0, len(losses) - 60)]:.4f} -> {losses[-1]:.4f}")
+    lines += _memory_lines(job.get("memory"))
     for note in job.get("notes") or []:
         lines.append(f"  {note}")
     return lines
+
+
+def _size(n: float) -> str:
+    return _gib(n) if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _memory_lines(mem: dict[str, Any] | None) -> list[str]:
+    """The job's measured memory beside the prediction, and its out-of-memory runs."""
+    if not mem:
+        return []
+    out = []
+    measured, pred = mem.get("measured_tensors_bytes"), mem.get("predicted_tensors_bytes")
+    if measured is not None:
+        err = mem.get("error_pct")
+        out.append(f"  memory    {_size(measured)}/rank measured ({mem.get('source')}), "
+                   f"predicted {_size(pred) if pred is not None else '-'}"
+                   + (f" ({err:+.1f} %)" if err is not None else ""))
+    if mem.get("out_of_memory_runs"):
+        out.append(f"  oom       {mem['out_of_memory_runs']} run(s), memory "
+                   f"x{mem.get('memory_factor', 1.0):.2f} since: {mem.get('last_out_of_memory')}")
+    return out
 
 
 @_guard

@@ -98,3 +98,16 @@ def test_submit_follow_prints_new_windows_until_the_job_ends(
     assert out[0] == "[PENDING] r" and out[1] == "[RUNNING] r"
     assert [ln.split()[1] for ln in out if ln.startswith("  step")] == ["5/100", "10/100"]
     assert out[-1] == "[FAILED] r"
+
+
+def test_frenzy_jobs_id_shows_measured_memory_and_out_of_memory_runs() -> None:
+    from service.serve_cli import format_job
+
+    job = _job("PENDING", [])
+    job["memory"] = {"measured_tensors_bytes": 3 * 2**20, "source": "cpu-tracker",
+                     "predicted_tensors_bytes": 2 * 2**20, "error_pct": 50.0,
+                     "out_of_memory_runs": 1, "memory_factor": 1.65,
+                     "last_out_of_memory": "t: a rank held 3,145,728 bytes"}
+    text = "\n".join(format_job(job))
+    assert "memory    3.0 MiB/rank measured (cpu-tracker), predicted 2.0 MiB (+50.0 %)" in text
+    assert "oom       1 run(s), memory x1.65 since: t: a rank held 3,145,728 bytes" in text
