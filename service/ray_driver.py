@@ -5,7 +5,8 @@ whose GPU nodes carry the ``frenzy.io/*`` labels) and otherwise starts the emula
 heterogeneous cluster described by the cluster file (``orchestrator.emulated``). The nodes
 the service schedules on are then read from Ray, not from the file. Training runs for real in
 Ray actors (``orchestrator.trainer``); checkpoints go under ``$FRENZY_CHECKPOINT_DIR``
-(default ``./var/checkpoints``), which every node must see.
+(default: ``checkpoints`` in the per-user state directory, ``service.settings.state_dir``),
+which every node must see.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from orchestrator.emulated import RayCluster, connect
 from orchestrator.ray_backend import RayBackend, RayBackendConfig
 from orchestrator.trainer.checkpoint import latest_step
 from predictor.runtimes import FRENZY
+from service.settings import default_checkpoint_dir
 
 if TYPE_CHECKING:
     from orchestrator.clusters import ClusterSpec
@@ -61,7 +63,8 @@ class RayDriver:
 
 def ray_driver_factory(spec: ClusterSpec) -> RayDriver:
     """The Ray driver with checkpoints under ``$FRENZY_CHECKPOINT_DIR``."""
-    ckpt = os.path.abspath(os.environ.get("FRENZY_CHECKPOINT_DIR", "var/checkpoints"))
+    ckpt = os.path.abspath(os.environ.get("FRENZY_CHECKPOINT_DIR")
+                           or default_checkpoint_dir())
     os.makedirs(ckpt, exist_ok=True)
     every = int(os.environ.get("FRENZY_CHECKPOINT_EVERY", "20"))
     log.info("starting the Ray backend (checkpoints in %s every %d steps)", ckpt, every)

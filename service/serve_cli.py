@@ -177,6 +177,18 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _note_legacy_state(database_url: str) -> None:
+    """Say so when ``./var/frenzy.db`` (where earlier versions kept the state) is here but
+    the service uses the per-user state directory: nothing is moved behind the user's back."""
+    from service.settings import LEGACY_DATABASE, default_database_url
+
+    if database_url == default_database_url() and LEGACY_DATABASE.is_file():
+        log.warning("%s is the database of an earlier version (jobs kept in the working "
+                    "directory); this service uses %s. To keep using the old one: "
+                    "DATABASE_URL=sqlite:///%s (or move it there)", LEGACY_DATABASE,
+                    database_url.removeprefix("sqlite:///"), LEGACY_DATABASE.absolute())
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Migrate, start the runtime (recovering live jobs), then serve until interrupted."""
     import uvicorn
@@ -191,7 +203,9 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.database_url:
         overrides["database_url"] = args.database_url
     settings = Settings.from_env(**overrides)
+    _note_legacy_state(settings.database_url)
     os.environ["DATABASE_URL"] = settings.database_url  # for worker processes
+    os.environ.setdefault("FRENZY_CHECKPOINT_DIR", settings.checkpoint_dir)
     migrate(settings.database_url)
     cluster = load_cluster(args.cluster)
     token_path = Path(args.token_file) if args.token_file else token_file()

@@ -26,7 +26,32 @@ from pydantic import (
     model_validator,
 )
 
-DEFAULT_DATABASE_URL = "sqlite:///./var/frenzy.db"
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where Frenzy keeps its state unless told otherwise (the SQLite database, checkpoints,
+    job logs): ``$FRENZY_HOME``, else ``$XDG_DATA_HOME/frenzy``, else
+    ``~/.local/share/frenzy`` — one absolute folder per user, so every command finds the same
+    state from any directory."""
+    env = os.environ if environ is None else environ
+    if env.get("FRENZY_HOME"):
+        return Path(env["FRENZY_HOME"]).expanduser().absolute()
+    data = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local"
+                                           / "share")
+    return Path(data).expanduser().absolute() / "frenzy"
+
+
+def default_database_url(environ: Mapping[str, str] | None = None) -> str:
+    """The embedded database: ``frenzy.db`` in ``state_dir``."""
+    return f"sqlite:///{state_dir(environ) / 'frenzy.db'}"
+
+
+def default_checkpoint_dir(environ: Mapping[str, str] | None = None) -> str:
+    """Checkpoints (and the job logs beside them): ``checkpoints`` in ``state_dir``."""
+    return str(state_dir(environ) / "checkpoints")
+
+
+LEGACY_DATABASE = Path("var") / "frenzy.db"
+"""Where the database lived before ``state_dir`` (relative to the working directory)."""
 
 
 class SettingsError(ValueError):
@@ -39,7 +64,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     database_url: str = Field(
-        DEFAULT_DATABASE_URL,
+        default_factory=default_database_url,
         description="SQLAlchemy URL; postgresql:// is read as postgresql+psycopg://",
     )
     sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout")
@@ -93,8 +118,9 @@ class Settings(BaseModel):
     max_page_size: int = Field(500, ge=1)
     api_title: str = "Frenzy"
     checkpoint_dir: str = Field(
-        "var/checkpoints", min_length=1,
-        description="where the built-in trainer writes checkpoints (shared by every node)")
+        default_factory=default_checkpoint_dir, min_length=1,
+        description="where the built-in trainer writes checkpoints (shared by every node); "
+                    "default: checkpoints in the state directory (state_dir)")
 
     @field_validator("database_url")
     @classmethod
@@ -140,12 +166,13 @@ class Settings(BaseModel):
         Raises ``SettingsError`` naming the variable when a value does not validate.
         """
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {"database_url": default_database_url(env),
+                                  "checkpoint_dir": default_checkpoint_dir(env)}
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
         if env.get("DATABASE_PASSWORD_FILE"):
             values["database_url"] = _with_password_file(
-                values.get("database_url", DEFAULT_DATABASE_URL), env["DATABASE_PASSWORD_FILE"])
+                values["database_url"], env["DATABASE_PASSWORD_FILE"])
         for name in cls.model_fields:
             key = f"FRENZY_{name.upper()}"
             if key in env:

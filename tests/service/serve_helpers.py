@@ -85,7 +85,7 @@ def serve(tmp: Path, db_url: str, *, port: int | None = None, backend: str = "si
     token_file = tmp / "admin-token"
     log_path = tmp / f"serve-{port}-{time.monotonic_ns()}.log"
     env = {**os.environ, "FRENZY_TOKEN_FILE": str(token_file), "PYTHONUNBUFFERED": "1",
-           **(env_extra or {})}
+           "FRENZY_HOME": str(tmp / "frenzy-home"), **(env_extra or {})}
     env.pop("DATABASE_URL", None)
     with log_path.open("wb") as out:
         proc = subprocess.Popen(

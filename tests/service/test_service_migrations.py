@@ -85,7 +85,15 @@ def test_token_cli_creates_hashed_admin_token(
 def test_settings_from_env() -> None:
     s = Settings.from_env({"DATABASE_URL": "postgresql://u@h/db", "FRENZY_PLAN_CACHE_SIZE": "7"})
     assert s.database_url == "postgresql+psycopg://u@h/db" and s.plan_cache_size == 7
-    assert Settings.from_env({}).database_url == "sqlite:///./var/frenzy.db"
+    # the state lives in one folder per user, whatever the working directory
+    home = Settings.from_env({"HOME": "/home/ann"})
+    assert home.database_url == "sqlite:////home/ann/.local/share/frenzy/frenzy.db"
+    assert home.checkpoint_dir == "/home/ann/.local/share/frenzy/checkpoints"
+    xdg = Settings.from_env({"HOME": "/home/ann", "XDG_DATA_HOME": "/data"})
+    assert xdg.database_url == "sqlite:////data/frenzy/frenzy.db"
+    own = Settings.from_env({"FRENZY_HOME": "/srv/frenzy", "FRENZY_CHECKPOINT_DIR": "/nfs/c"})
+    assert own.database_url == "sqlite:////srv/frenzy/frenzy.db"
+    assert own.checkpoint_dir == "/nfs/c"
     with pytest.raises(ValueError, match="FRENZY_MAX_GPUS"):
         Settings.from_env({"FRENZY_MAX_GPUS": "0"})
 
