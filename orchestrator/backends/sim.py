@@ -22,8 +22,9 @@ Prediction error (``step_factor`` / ``memory_factor``, see ``simulator.error``):
 runs at ``step_time × step_factor(job id, GPU type)`` instead of the predicted step time, and
 its true peak memory is the predicted peak × ``memory_factor(job id)``. Only the backend knows
 these factors: the controller and the policy see the plans (predictions), the progress and the
-finish, as they would on real GPUs. A run whose true peak exceeds its GPU's memory is counted
-in ``over_memory`` (it keeps running: the simulator has no OOM failure mode).
+finish, as they would on real GPUs. A launch whose true peak exceeds its GPU's memory fails at
+its first step with ``OutOfMemory`` (the controller re-plans the job, ``orchestrator.oom``)
+and is counted in ``over_memory``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from orchestrator.backend import (
     Clock,
     EventSink,
     Finished,
+    OutOfMemory,
     Preempted,
     Progress,
     Started,
@@ -214,7 +216,7 @@ class SimBackend:
             run = self._runs.get(ev.job_id)
             if run is None or run.gen != gen:
                 continue
-            if isinstance(ev, Finished):
+            if isinstance(ev, Finished | OutOfMemory):
                 del self._runs[ev.job_id]
             out.append(ev)
         return out
@@ -234,16 +236,41 @@ class SimBackend:
         step_s = placed.step_time_s
         if self.step_factor is not None:
             step_s *= self.step_factor(job.id, placed.gpu_type)
-        if self.memory_factor is not None and placed.peak_memory_bytes * self.memory_factor(
-                job.id) > get_gpu(placed.gpu_type).memory_bytes:
-            self.over_memory.add(job.id)
+        oom = self._out_of_memory(job, allocation, placed, now + delay)
         run = _Run(job=job, allocation=allocation, placed=placed, gen=next(self._gen),
                    launched_at=now, steps_from=job.steps_done, run_start=now + delay,
                    step_time=step_s)
         self._runs[job.id] = run
         self.step_time_by_job.setdefault(job.id, []).append(step_s)
+        if oom is not None:  # the first step fails: nothing else of this launch happens
+            self._push(run.run_start, run.gen, oom)
+            return
         self._push(run.run_start, run.gen, Started(job.id, run.run_start))
         self._push(run.finish_time, run.gen, Finished(job.id, run.finish_time))
+
+    def _out_of_memory(self, job: JobView, allocation: Allocation, placed: Plan,
+                       at: float) -> OutOfMemory | None:
+        """The failure of a launch whose true peak (the model's own prediction × the job's
+        ``memory_factor``; a correction already in the plan is the controller's, not the
+        truth's) exceeds the memory of its smallest GPU, as a real rank would report it: the
+        model's tensors it held (the true ones) against what the GPU leaves for them."""
+        if self.memory_factor is None:
+            return None
+        factor = self.memory_factor(job.id)
+        nodes = self._topology.by_id
+        capacity = min((nodes[n].gpu_memory if n in nodes else get_gpu(placed.gpu_type)
+                        .memory_bytes) for n, _ in allocation.placement)
+        mem = placed.memory
+        outside = mem.device - placed.model_tensors_bytes - mem.slack
+        raw = outside + (placed.model_tensors_bytes + mem.slack) / placed.memory_factor
+        if raw * factor <= capacity:
+            return None
+        self.over_memory.add(job.id)
+        held = round(placed.model_tensors_bytes / placed.memory_factor * factor)
+        cap = max(1, capacity - outside)
+        return OutOfMemory(job.id, at, job.steps_done, held, cap,
+                           f"out of memory on {placed.gpu_type}: the true peak is "
+                           f"{factor:.2f}x the predicted")
 
     def _push(self, t: float, gen: int, ev: BackendEvent) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), gen, ev))

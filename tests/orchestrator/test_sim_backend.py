@@ -70,3 +70,42 @@ def test_control_loop_over_sim_backend_runs_a_queue_to_completion() -> None:
     assert ends == [10.0, 20.0, 30.0]  # one at a time on the 2 GPUs
     assert all(r.state is JobState.SUCCEEDED for r in ctl.jobs.values())
     assert ctl.cluster.free_gpus == 2
+
+
+def test_a_launch_whose_true_peak_exceeds_the_gpu_fails_and_is_replanned() -> None:
+    """Prediction error on memory: the 1-GPU plan's true peak is 2x its prediction and does
+    not fit the 40 GiB node, so its first step fails at 10 s (the launch delay); the job is
+    re-planned with the measured ratio and runs its 2-GPU plan, whose corrected need fits."""
+    from dataclasses import replace
+
+    from orch_fakes import GIB, plan
+
+    from predictor.memory import MemoryBreakdown
+    from scheduler.job import JobView
+
+    def sized(gpus: int, tensors_gib: int, rank: int):  # type: ignore[no-untyped-def]
+        mem = MemoryBreakdown(parameters=tensors_gib * GIB, gradients=0, optimizer_states=0,
+                              activations=0, logits=0, overhead=1 * GIB)
+        return replace(plan("A100-40G", gpus, step_s=2.0, steps=10), rank=rank, memory=mem,
+                       required_bytes=(tensors_gib + 1) * GIB * 10 // 9)
+
+    # 1 GPU: 30 GiB + 1, true 62 GiB > 40; 2 GPUs: 15 GiB + 1, true 32 GiB <= 40
+    j = JobView(id="a", submit_time=0.0, plans=(sized(1, 30, 1), sized(2, 15, 2)),
+                total_steps=10)
+    clock = VirtualClock()
+    be = SimBackend(clock, IdentityPerf(), cluster(4), launch_delay_s=10, restart_delay_s=60,
+                    memory_factor=lambda job_id: 2.0)
+    seen: list = []  # type: ignore[type-arg]
+    loop = ControlLoop(FifoPolicy(), be, ListJobSource([j]), clock, tick_s=None,
+                       listeners=[seen.append])
+    loop.run_virtual()
+    rec = loop.controller.job("a")
+    assert rec.state is JobState.SUCCEEDED and be.over_memory == {"a"}
+    (oom,) = [e for e in seen if e.to_state is JobState.PENDING and e.from_state is not None]
+    assert oom.time == 10.0 and oom.reason.startswith("out of memory, re-planned")
+    assert oom.data["held_bytes"] == 60 * GIB  # the true tensors: 30 GiB x 2
+    assert oom.data["memory_factor"] == pytest.approx(2.0 * 1.1)
+    # the 2-GPU plan starts at once: 10 + 10 launch (no checkpoint to restore) + 10 x 2 s
+    assert rec.end_time == pytest.approx(40.0)
+    assert [n for e in seen if e.to_state is JobState.PLACED and e.allocation
+            for _, n in e.allocation.placement] == [1, 2]
