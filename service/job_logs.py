@@ -10,6 +10,7 @@ files and reads them in chunks from an offset, which is all following a log need
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -46,18 +47,23 @@ def read_from(path: Path, offset: int, limit: int = CHUNK_BYTES) -> tuple[bytes,
 
 async def follow_log(checkpoint_dir: str | Path, job_id: str, rank: int,
                      finished: Callable[[], bool] | None, poll_s: float = POLL_S,
-                     ) -> AsyncIterator[bytes]:
-    """The log's bytes so far; with ``finished`` (None: no following), then whatever is
-    appended, polled every ``poll_s``, until ``finished()`` is true and the file is drained.
-    ``finished`` reads the database: it is run in a thread, off the event loop."""
+                     offset: int = 0, max_s: float | None = None,
+                     clock: Callable[[], float] = time.monotonic) -> AsyncIterator[bytes]:
+    """The log's bytes from ``offset``; with ``finished`` (None: no following), then
+    whatever is appended, polled every ``poll_s``, until ``finished()`` is true and the file
+    is drained — or, at the latest, ``max_s`` seconds after the start (a client that wants
+    more reconnects from the offset it reached: no connection is held for ever). ``finished``
+    reads the database: it is run in a thread, off the event loop."""
     path = log_path(checkpoint_dir, job_id, rank)
-    offset = 0
+    until = None if max_s is None else clock() + max_s
     while True:
         data, offset = read_from(path, offset)
         if data:
             yield data
             continue
         if finished is None:
+            return
+        if until is not None and clock() >= until:
             return
         if await asyncio.to_thread(finished):
             finished = None  # drain what the last moments wrote, then stop

@@ -306,25 +306,33 @@ def resolve_job_id(given: str) -> str:
 
 
 def stream_logs(job_id: str, rank: int, follow: bool, out: Any) -> None:
-    """Copy ``GET /v1/jobs/{id}/logs`` to ``out`` (a binary stream) as it arrives."""
+    """Copy ``GET /v1/jobs/{id}/logs`` to ``out`` (a binary stream) as it arrives; when
+    following, reconnect from the bytes received whenever the server ends a stream (its
+    ``logs_follow_max_s``) before the job has ended."""
     import httpx
 
-    params = {"rank": rank, "follow": "true" if follow else "false"}
-    try:
-        with _client() as client, client.stream("GET", f"/v1/jobs/{job_id}/logs",
-                                                 params=params, timeout=None) as r:
-            if r.status_code >= 400:
-                r.read()
-                try:
-                    detail = r.json().get("detail", r.text)
-                except ValueError:
-                    detail = r.text
-                raise ClientError(f"{r.status_code}: {detail}")
-            for chunk in r.iter_bytes():
-                out.write(chunk)
-                out.flush()
-    except httpx.HTTPError as exc:
-        raise ClientError(f"the log stream broke off ({exc})") from None
+    offset = 0
+    while True:
+        params = {"rank": rank, "follow": "true" if follow else "false", "offset": offset}
+        try:
+            with _client() as client, client.stream("GET", f"/v1/jobs/{job_id}/logs",
+                                                     params=params, timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    try:
+                        detail = r.json().get("detail", r.text)
+                    except ValueError:
+                        detail = r.text
+                    raise ClientError(f"{r.status_code}: {detail}")
+                for chunk in r.iter_bytes():
+                    out.write(chunk)
+                    out.flush()
+                    offset += len(chunk)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"the log stream broke off ({exc})") from None
+        if not follow or _call("GET", f"/v1/jobs/{job_id}",
+                               params={"plans": "0"})["state"].lower() in TERMINAL:
+            return
 
 
 def load_job_file(path: str | Path) -> dict[str, Any]:
@@ -397,7 +405,8 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 FOLLOW_POLL_S = 2.0
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL = ("succeeded", "failed", "cancelled")
+"""The API's terminal states (``JobState`` values; compared without regard to case)."""
 
 
 def follow_job(job_id: str, poll_s: float = FOLLOW_POLL_S,
@@ -419,8 +428,8 @@ def follow_job(job_id: str, poll_s: float = FOLLOW_POLL_S,
                 print(f"  step {_num(w['step'], '.0f')}/{job['progress']['total_steps']}  "
                       f"loss {_num(w['loss'], '.4f')}  {_num(w['tokens_per_s'], ',.0f')} "
                       f"tokens/s  {_num(w['step_time_s'], '.3f', ' s')}/step", flush=True)
-        if job["state"] in TERMINAL:
-            return 0 if job["state"] == "SUCCEEDED" else 1
+        if job["state"].lower() in TERMINAL:
+            return 0 if job["state"].lower() == "succeeded" else 1
         sleep(poll_s)
 
 

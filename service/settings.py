@@ -82,6 +82,9 @@ class Settings(BaseModel):
     inventory_ttl_s: float = Field(
         1.0, ge=0, description="how long submissions reuse the cluster's GPU-type inventory"
     )
+    logs_follow_max_s: float = Field(
+        3600.0, gt=0, description="a followed log stream (GET /v1/jobs/{id}/logs?follow=true) "
+                                  "ends after this long; clients reconnect with offset")
     memory_residual_ttl_s: float = Field(
         30.0, ge=0, description="how long submissions reuse the measured memory corrections "
                                 "of recent jobs (predictor.residual) before rereading them")

@@ -1,8 +1,9 @@
 """Schema-driven fuzzing: schemathesis generates requests from /openapi.json against a running
 ``frenzy serve`` (admin token, SQLite); no request may get a 5xx.
 
-The logs endpoint is left out: with ``follow=true`` it streams until the job ends, and the
-generated jobs do not end within the run (tests/service/test_job_logs.py covers it)."""
+The logs endpoint is fuzzed too, in a run of its own: a ``follow=true`` request on a job that
+does not end within the run streams until the server's ``logs_follow_max_s`` (2 s here) ends
+it."""
 
 from __future__ import annotations
 
@@ -21,15 +22,18 @@ pytestmark = pytest.mark.skipif(not Path(ST).exists(),
 
 
 def test_no_server_errors(tmp_path: Path) -> None:
-    s = serve(tmp_path, f"sqlite:///{tmp_path / 'frenzy.db'}")
+    s = serve(tmp_path, f"sqlite:///{tmp_path / 'frenzy.db'}",
+              env_extra={"FRENZY_LOGS_FOLLOW_MAX_S": "2"})
+    base = [ST, "run", f"{s.url}/openapi.json", "--checks", "not_a_server_error",
+            "-H", f"Authorization: Bearer {s.token}", "--seed", "1", "--workers", "2",
+            "--request-timeout", "20", "--phases", "examples,fuzzing"]
     try:
-        out = subprocess.run(
-            [ST, "run", f"{s.url}/openapi.json", "--checks", "not_a_server_error",
-             "-H", f"Authorization: Bearer {s.token}", "--max-examples", "12", "--seed", "1",
-             "--workers", "2", "--request-timeout", "20", "--phases", "examples,fuzzing",
-             "--exclude-path-regex", "/logs$"],
-            capture_output=True, text=True, timeout=240,
-        )
+        # the logs endpoint in a run of its own, so its draws do not reshuffle the others'
+        runs = [subprocess.run([*base, "--max-examples", "12", "--exclude-path-regex", "/logs$"],
+                               capture_output=True, text=True, timeout=240),
+                subprocess.run([*base, "--max-examples", "8", "--include-path-regex", "/logs$"],
+                               capture_output=True, text=True, timeout=240)]
     finally:
         s.stop()
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    for out in runs:
+        assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]

@@ -128,3 +128,24 @@ def test_frenzy_logs_prints_the_rank_and_names_a_missing_job(
     assert capsysbinary.readouterr().out == b"rank two\n"
     assert cli_main(["logs", "0" * 32]) == 1
     assert b"404" in capsysbinary.readouterr().err
+
+
+def test_a_followed_stream_ends_after_logs_follow_max_s_and_resumes_from_an_offset(
+        make_env, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    env = make_env()
+    env.client.app.state.ctx.settings = settings.model_copy(update={"logs_follow_max_s": 1.0})
+    job = _submit(env)
+    _write(settings, job, 0, "0123456789\n")
+    start = time.monotonic()
+    with env.client.stream("GET", f"/v1/jobs/{job}/logs", params={"follow": "true"},
+                           headers=env.headers("alice")) as r:
+        body = b"".join(r.iter_bytes())
+    took = time.monotonic() - start
+    # the job never ends here: the server closes the stream after 1 s, not at the job's end
+    assert body == b"0123456789\n" and 1.0 <= took < 5.0
+    _write(settings, job, 0, "more\n")
+    r = env.client.get(f"/v1/jobs/{job}/logs", params={"offset": len(body)},
+                       headers=env.headers("alice"))
+    assert r.text == "more\n"  # the reconnect reads only what came after
+    assert env.client.get(f"/v1/jobs/{job}/logs", params={"offset": -1},
+                          headers=env.headers("alice")).status_code == 422

@@ -89,15 +89,16 @@ def test_submit_follow_prints_new_windows_until_the_job_ends(
         monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     from service import serve_cli
 
-    answers = iter([_job("PENDING", []), _job("RUNNING", [_window("a", 5, 4.0)]),
-                    _job("RUNNING", [_window("a", 5, 4.0), _window("b", 10, 3.0)]),
-                    _job("FAILED", [_window("a", 5, 4.0), _window("b", 10, 3.0)])])
+    # the states as the API writes them (JobState values)
+    answers = iter([_job("pending", []), _job("running", [_window("a", 5, 4.0)]),
+                    _job("running", [_window("a", 5, 4.0), _window("b", 10, 3.0)]),
+                    _job("failed", [_window("a", 5, 4.0), _window("b", 10, 3.0)])])
     monkeypatch.setattr(serve_cli, "_call", lambda *a, **k: next(answers))
     assert serve_cli.follow_job("j1", sleep=lambda s: None) == 1  # FAILED: exit 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "[PENDING] r" and out[1] == "[RUNNING] r"
+    assert out[0] == "[pending] r" and out[1] == "[running] r"
     assert [ln.split()[1] for ln in out if ln.startswith("  step")] == ["5/100", "10/100"]
-    assert out[-1] == "[FAILED] r"
+    assert out[-1] == "[failed] r"
 
 
 def test_frenzy_jobs_id_shows_measured_memory_and_out_of_memory_runs() -> None:

@@ -505,16 +505,21 @@ def list_artifacts(job_id: str, session: SessionDep, user: CurrentUser,
             summary="A rank's output, streamed (follow=true: until the job ends)",
             description=(
                 "What one rank (`rank`, default 0) of your job printed in its current "
-                "launch, as plain text. With `follow=true` new output is sent as it is "
-                "written, until the job ends."),
+                "launch, as plain text, from byte `offset`. With `follow=true` new output "
+                "is sent as it is written, until the job ends or the server's "
+                "`logs_follow_max_s` (default an hour) has passed: then reconnect with "
+                "`offset` = the bytes received so far."),
             responses={200: {"content": {"text/plain": {}}}})
 def get_logs(job_id: JobId, session: SessionDep, user: CurrentUser, ctx: ContextDep,
              rank: Annotated[int, Query(ge=0, le=65535, description="which rank")] = 0,
              follow: Annotated[bool, Query(description="keep streaming new lines until "
                                                        "the job ends")] = False,
+             offset: Annotated[int, Query(ge=0, le=2**62, description="start at this byte "
+                                          "of the log (a new launch starts it again)")] = 0,
              ) -> StreamingResponse:
-    """What rank ``rank`` of your job printed (its current launch), as plain text. With
-    ``follow=true`` new output is sent as it is written, until the job ends."""
+    """What rank ``rank`` of your job printed (its current launch), as plain text, from
+    byte ``offset``. With ``follow=true`` new output is sent as it is written, until the job
+    ends or ``logs_follow_max_s`` has passed."""
     _owned_job(session, job_id, user)
 
     def finished() -> bool:
@@ -523,5 +528,6 @@ def get_logs(job_id: JobId, session: SessionDep, user: CurrentUser, ctx: Context
             return job is None or job.state.terminal
 
     return StreamingResponse(
-        follow_log(ctx.settings.checkpoint_dir, job_id, rank, finished if follow else None),
+        follow_log(ctx.settings.checkpoint_dir, job_id, rank, finished if follow else None,
+                   offset=offset, max_s=ctx.settings.logs_follow_max_s),
         media_type="text/plain; charset=utf-8")
