@@ -81,7 +81,7 @@ from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
 from scheduler.policies.common import PlanIndexCache, order_for_sequential_apply
-from scheduler.policies.deadline_common import LAUNCH_DELAY_S, RESTART_DELAY_S
+from scheduler.policies.deadline import LAUNCH_DELAY_S, RESTART_DELAY_S
 from scheduler.policy import PerfModel, register
 
 log = logging.getLogger(__name__)

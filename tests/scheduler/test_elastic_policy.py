@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from scheduler.cluster import Allocation, ClusterState
 from scheduler.decision import DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.deadline_common import (
+from scheduler.policies.deadline import (
     TICKS_PER_S,
     Option,
     Profile,
@@ -165,7 +165,7 @@ def test_moves_a_job_to_another_gpu_type_when_that_meets_its_deadline() -> None:
     assert d.kind is DecisionKind.START and d.allocation.plan.gpu_type == "A100-40G"
     # the same job found running on the RTX GPUs (e.g. placed by an earlier policy) is moved
     pol2 = make_policy("elastic", perf=IdentityPerf())
-    pol2.engine.admitted.add("j")
+    pol2.engine.ledger.admitted.add("j")
     alloc = Allocation("j", slow[1], (("r0", 2),))
     out = pol2.decide(state.allocate(alloc), [], [RunningJob(j, alloc, 0.0)], 0.0)
     (d,) = out
@@ -212,7 +212,7 @@ def test_a_running_job_on_time_keeps_its_gpus_when_an_earlier_deadline_waits() -
         alloc = first["j0"].allocation
         out = pol.decide(state.allocate(alloc), [j1], [RunningJob(j0, alloc, 0.0)], 1.0)
         assert all(d.job_id != "j0" or d.kind is not DecisionKind.STOP for d in out), out
-        assert {"j0", "j1"} <= pol.engine.admitted
+        assert {"j0", "j1"} <= pol.engine.ledger.admitted
 
 
 def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -> None:
@@ -245,7 +245,7 @@ def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -
         assert out["L"].kind is DecisionKind.STOP and "paused until t=31s" in out["L"].reason
         booked = pol.engine.bookings["L"]
         assert (booked.start_t, booked.end_t, booked.option.num_gpus) == (31.0, 201.0, 4)
-        assert {"L", "S"} <= pol.engine.admitted
+        assert {"L", "S"} <= pol.engine.ledger.admitted
 
 
 def _share(gpu_type: str, n: int, start: float, end: float) -> Share:
@@ -259,28 +259,29 @@ def test_displaced_counts_the_arrivals_a_booking_turns_away() -> None:
     already promised for its first 50 s, an 8-GPU booking turns away 0.1 × 50 = 5."""
     eng = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(9):
-        eng.record_arrival(10.0 * i, {"A100-40G": 8})
+        eng.window.record(10.0 * i, {"A100-40G": 8})
     cap = {"A100-40G": 16}
     empty = Profile(ticks_floor(100.0), cap)
-    assert eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, empty) == 10.0
-    assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, empty) == 0.0
+    assert eng.window.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, empty) == 10.0
+    assert eng.window.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, empty) == 0.0
     busy = Profile(ticks_floor(100.0), cap)
     busy.reserve("A100-40G", 8, ticks_floor(100.0), ticks_floor(150.0))
-    assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, busy) == 5.0
+    assert eng.window.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, busy) == 5.0
 
 
 def test_displaced_leaves_out_arrivals_another_type_could_serve() -> None:
     """4 of 9 arrivals could also run on 8 free RTX GPUs: only 5/9 of 10 are turned away."""
     eng = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(9):
-        eng.record_arrival(10.0 * i, {"A100-40G": 8, **({"RTX2080Ti": 8} if i < 4 else {})})
+        eng.window.record(10.0 * i, {"A100-40G": 8, **({"RTX2080Ti": 8} if i < 4 else {})})
     cap = {"A100-40G": 16, "RTX2080Ti": 8}
-    got = eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(ticks_floor(100.0), cap))
+    got = eng.window.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
+                               Profile(ticks_floor(100.0), cap))
     assert abs(got - 0.1 * 100.0 * 5 / 9) < 1e-9
     few = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(7):  # fewer than 8 arrivals seen: no estimate
-        few.record_arrival(10.0 * i, {"A100-40G": 8})
-    assert few.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
+        few.window.record(10.0 * i, {"A100-40G": 8})
+    assert few.window.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
                          Profile(ticks_floor(100.0), cap)) == 0.0
 
 
@@ -304,7 +305,7 @@ def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_
             assert d.allocation.num_gpus >= 8
         (d,) = pol.decide(state, [long_job], [], 100.0)
         assert d.kind is DecisionKind.START
-        assert ("long" in pol.engine.admitted) is admitted
+        assert ("long" in pol.engine.ledger.admitted) is admitted
         if not admitted:
             assert "best-effort" in d.reason and "turn away ~101.0 expected" in d.reason, d
 
@@ -357,7 +358,7 @@ def scenario(draw):
 
 def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: bool) -> float:
     eng = pol.engine
-    delay = eng.launch_delay_s + eng.restart_delay_s if moved else 0.0
+    delay = eng.prediction.restart_s if moved else 0.0
     return now + delay + j.remaining_steps * alloc.plan.step_time_s
 
 
@@ -378,7 +379,7 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
     pol = make_policy(name.split("+")[0], perf=IdentityPerf())
     if name.endswith("+history"):
         for i, (t, n) in enumerate(history):
-            pol.engine.record_arrival(-10.0 * (len(history) - i), {t: n})
+            pol.engine.window.record(-10.0 * (len(history) - i), {t: n})
     _drive_and_check(pol, state, jobs, gaps)
 
 
@@ -440,14 +441,14 @@ def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[f
         books = pol.engine.bookings
         profile = Profile(ticks_floor(now), state.total_by_type())
         for jid, sh in books.items():
-            assert jid in pol.engine.admitted
+            assert jid in pol.engine.ledger.admitted
             profile.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start, sh.end)
             deadline = next(j.deadline for j in [*pending, *(r.job for r in running)]
                             if j.id == jid)
             assert sh.start >= ticks_floor(now) and sh.end <= ticks_floor(deadline), (jid, sh)
         for rj in running:
             j = rj.job
-            if j.id not in pol.engine.admitted or j.deadline is None:
+            if j.id not in pol.engine.ledger.admitted or j.deadline is None:
                 continue
             on_time = _predicted_finish(pol, j, rj.allocation, now, False) <= j.deadline
             if not on_time:
