@@ -9,6 +9,7 @@ from builders import (
     IdentityPerf,
     apply_decisions,
     assert_allocation_valid,
+    assert_reason_codes,
     cluster,
     make_node,
     make_plan,
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.cluster import Allocation, ClusterState
-from scheduler.decision import DecisionKind
+from scheduler.decision import DecisionKind, ReasonCode
 from scheduler.job import JobView, RunningJob
 from scheduler.policies.deadline import (
     TICKS_PER_S,
@@ -238,11 +239,13 @@ def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -
                                                [RunningJob(L, alloc, 0.0)], 1.0)}
         if not paused:
             assert out["S"].kind is DecisionKind.REJECT and "promised" in out["S"].reason
+            assert out["S"].code is ReasonCode.REJECT
             assert "L" not in out
             continue
         assert out["S"].kind is DecisionKind.START and out["S"].allocation.num_gpus == 4
-        assert "deadline order" in out["S"].reason
+        assert "deadline order" in out["S"].reason and out["S"].code is ReasonCode.ADMIT
         assert out["L"].kind is DecisionKind.STOP and "paused until t=31s" in out["L"].reason
+        assert out["L"].code is ReasonCode.PAUSE
         booked = pol.engine.bookings["L"]
         assert (booked.start_t, booked.end_t, booked.option.num_gpus) == (31.0, 201.0, 4)
         assert {"L", "S"} <= pol.engine.ledger.admitted
@@ -431,6 +434,7 @@ def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[f
         pending += [j for j in future if j.submit_time <= now]
         future = [j for j in future if j.submit_time > now]
         out = pol.decide(state, pending, running, now)
+        assert_reason_codes(out, running)
         applied = apply_decisions(state, running, [d for d in out
                                                    if d.kind is not DecisionKind.REJECT])
         for alloc in applied.holding.values():
@@ -493,3 +497,36 @@ def test_deterministic(sc, name) -> None:
     b = make_policy(name, perf=IdentityPerf()).decide(state, jobs, [], 0.0)
     assert [(d.kind, d.job_id, d.allocation) for d in a] == \
         [(d.kind, d.job_id, d.allocation) for d in b]
+
+
+def test_a_costly_arrival_rejected_in_reject_mode_says_so_in_its_code() -> None:
+    """As above (ten short jobs 10 s apart, each needing 8 of 16 A100s), with
+    ``costly_mode='reject'``: the long job that would hold all 16 for 1,010 s (~101 expected
+    arrivals turned away, limit 1) is rejected with ``TOO_COSTLY``, where one that fits
+    nowhere is rejected with ``REJECT``; the short ones start on their bookings (``ADMIT``)."""
+    state = a100(n=2)
+    shorts = scaling("A100-40G", counts=(1, 2, 4, 8), base=8.0, eff=1.0)
+    longs = scaling("A100-40G", counts=(1, 2, 4, 8, 16), base=8.0, eff=1.0)
+    pol = make_policy("elastic", perf=IdentityPerf(), opportunity_cost=1.0,
+                      costly_mode="reject")
+    for i in range(10):
+        t = 10.0 * i
+        (d,) = pol.decide(state, [job(f"s{i}", shorts, deadline=t + 25.0, steps=10, submit=t)],
+                          [], t)
+        assert (d.kind, d.code) == (DecisionKind.START, ReasonCode.ADMIT), d
+    (d,) = pol.decide(state, [job("long", longs, deadline=1200.0, steps=2000, submit=100.0)],
+                      [], 100.0)
+    assert (d.kind, d.code) == (DecisionKind.REJECT, ReasonCode.TOO_COSTLY), d
+    # 2,000 steps at 0.5 s on all 16 GPUs take 1,010 s: a 500 s deadline cannot be met
+    (d,) = pol.decide(state, [job("late", longs, deadline=600.0, steps=2000, submit=100.0)],
+                      [], 100.0)
+    assert (d.kind, d.code) == (DecisionKind.REJECT, ReasonCode.REJECT), d
+    assert "even its fastest option needs 1010s" in d.reason
+
+
+def test_a_job_without_a_deadline_starts_on_leftovers_with_fill() -> None:
+    """No deadline, no booking: its start is the leftovers' (``FILL``), on the fastest option
+    of the free 8 GPUs (diminishing returns still pay: the only job)."""
+    (d,) = make_policy("elastic", perf=IdentityPerf()).decide(
+        a100(), [job("j", scaling("A100-40G"), deadline=None)], [], 0.0)
+    assert (d.kind, d.code, d.allocation.num_gpus) == (DecisionKind.START, ReasonCode.FILL, 8)
