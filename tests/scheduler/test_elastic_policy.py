@@ -5,6 +5,7 @@ admitted job's minimum share ever taken away."""
 
 from __future__ import annotations
 
+import pytest
 from builders import (
     IdentityPerf,
     apply_decisions,
@@ -530,3 +531,13 @@ def test_a_job_without_a_deadline_starts_on_leftovers_with_fill() -> None:
     (d,) = make_policy("elastic", perf=IdentityPerf()).decide(
         a100(), [job("j", scaling("A100-40G"), deadline=None)], [], 0.0)
     assert (d.kind, d.code, d.allocation.num_gpus) == (DecisionKind.START, ReasonCode.FILL, 8)
+
+
+def test_unknown_modes_are_refused_by_name() -> None:
+    for name, kw, arg in (("elastic", {"mode": "drop"}, "mode"),
+                          ("elasticflow", {"mode": "drop"}, "mode"),
+                          ("elastic", {"costly_mode": "drop"}, "costly_mode"),
+                          ("elastic", {"costly_mode": "drop", "opportunity_cost": None},
+                           "costly_mode")):
+        with pytest.raises(ValueError, match=f"^{arg} must be one of"):
+            make_policy(name, **kw)
