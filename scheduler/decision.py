@@ -1,8 +1,12 @@
-"""What a policy returns: start, stop, resize or reject a job, each with the reason why."""
+"""What a policy returns: start, stop, resize or reject a job, each with the reason why.
+
+A reason has two parts: ``Decision.reason``, the sentence a person reads (stored with the
+job's events, shown by the API and the dashboard), and ``Decision.code``, a ``ReasonCode``
+that code can act on without parsing that sentence (Kueue's typed reasons)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scheduler.cluster import Allocation
@@ -15,12 +19,32 @@ class DecisionKind(StrEnum):
     REJECT = "reject"  # refuse a pending job (admission control): it ends, never runs
 
 
+class ReasonCode(StrEnum):
+    """Why a policy took a decision, in one word."""
+
+    PLACE = "place"  # start: the policy's order placed a queued job on free GPUs
+    ADMIT = "admit"  # start: a deadline job runs on its booking (admitted now or before)
+    FILL = "fill"  # start: leftover GPUs nobody is promised (best-effort or ahead of a booking)
+    GROW = "grow"  # resize: more GPUs of the job's type
+    SHRINK = "shrink"  # resize: fewer GPUs of the job's type (others need them)
+    MOVE = "move"  # resize: another GPU type, or another layout of as many GPUs
+    PREEMPT = "preempt"  # stop: its GPUs go to other jobs
+    PAUSE = "pause"  # stop: its booking resumes it later, after jobs due sooner
+    NO_FIT = "no_fit"  # stop: what it was given cannot be placed (fragmented GPUs)
+    REJECT = "reject"  # reject: its deadline cannot be met beside what is promised
+    TOO_COSTLY = "too_costly"  # reject: its booking would turn away too many expected arrivals
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """One action on one job. ``code`` (None where the policy gives none) is left out of
+    equality, so two decisions with the same action and text compare equal as before."""
+
     kind: DecisionKind
     job_id: str
     allocation: Allocation | None
     reason: str
+    code: ReasonCode | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind in (DecisionKind.START, DecisionKind.RESIZE) and self.allocation is None:
@@ -31,19 +55,27 @@ class Decision:
             raise ValueError("decision and allocation name different jobs")
 
 
-def start(alloc: Allocation, reason: str) -> Decision:
-    return Decision(DecisionKind.START, alloc.job_id, alloc, reason)
+def start(alloc: Allocation, reason: str, code: ReasonCode | None = None) -> Decision:
+    return Decision(DecisionKind.START, alloc.job_id, alloc, reason, code)
 
 
-def stop(job_id: str, reason: str) -> Decision:
-    return Decision(DecisionKind.STOP, job_id, None, reason)
+def stop(job_id: str, reason: str, code: ReasonCode | None = None) -> Decision:
+    return Decision(DecisionKind.STOP, job_id, None, reason, code)
 
 
-def resize(alloc: Allocation, reason: str) -> Decision:
-    return Decision(DecisionKind.RESIZE, alloc.job_id, alloc, reason)
+def resize(alloc: Allocation, reason: str, code: ReasonCode | None = None) -> Decision:
+    return Decision(DecisionKind.RESIZE, alloc.job_id, alloc, reason, code)
 
 
-def reject(job_id: str, reason: str) -> Decision:
+def reject(job_id: str, reason: str, code: ReasonCode = ReasonCode.REJECT) -> Decision:
     """Refuse a pending job for good (e.g. its deadline cannot be met); the controller ends it
     as CANCELLED with ``reason``."""
-    return Decision(DecisionKind.REJECT, job_id, None, reason)
+    return Decision(DecisionKind.REJECT, job_id, None, reason, code)
+
+
+def resize_code(before: Allocation, after: Allocation) -> ReasonCode:
+    """The code of a resize from ``before`` to ``after``: more GPUs of the same type is a
+    grow, fewer a shrink, anything else (another type, another layout) a move."""
+    if after.plan.gpu_type == before.plan.gpu_type and after.num_gpus != before.num_gpus:
+        return ReasonCode.GROW if after.num_gpus > before.num_gpus else ReasonCode.SHRINK
+    return ReasonCode.MOVE

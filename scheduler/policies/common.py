@@ -225,6 +225,8 @@ def order_for_sequential_apply(
             for node_id, n in held[d.job_id].placement:
                 free[node_id] += n
             ordered.append(stop(d.job_id, f"{d.reason} [resize split into stop+start: "
-                                          "its new GPUs are held by a job that moves later]"))
-            late_starts.append(start(d.allocation, d.reason + " [restart after split resize]"))
+                                          "its new GPUs are held by a job that moves later]",
+                                d.code))
+            late_starts.append(start(d.allocation, d.reason + " [restart after split resize]",
+                                     d.code))
     return ordered + late_starts + starts

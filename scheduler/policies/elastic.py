@@ -6,7 +6,7 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
 
 * **Every plan.** A job's options at each (GPU type, count) are the predictor's fastest plan
   there — any tp/pp/dp — so the minimum satisfactory share is smaller and each added GPU buys
-  more (``deadline_common.best_plan_options``).
+  more (``deadline.best_plan_options``).
 * **Any GPU type, any count.** The minimum share is chosen across GPU types by value-weighted
   GPU-seconds, and a job may be moved to another type when that is what meets its deadline.
 * **Resizes must pay for themselves.** A running job is grown only when the predicted time
@@ -37,7 +37,7 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs
-(``mode='reject'`` or ``'best_effort'``) are in ``scheduler.policies.deadline_common``.
+(``mode='reject'`` or ``'best_effort'``) are in ``scheduler.policies.deadline``.
 """
 
 from __future__ import annotations
@@ -46,30 +46,78 @@ from collections.abc import Callable
 
 from scheduler.estimator import StepTimeEstimator
 from scheduler.perf import AnalyticalPerfModel
-from scheduler.policies.deadline_common import (
+from scheduler.policies.deadline import (
     LAUNCH_DELAY_S,
     RESTART_DELAY_S,
+    Admission,
+    BookingRule,
+    DeadlineConfig,
     DeadlineEngine,
     EnginePolicy,
+    Growth,
+    OpportunityCost,
+    PlanSpace,
+    Prediction,
     best_fit_place,
     best_plan_options,
 )
+from scheduler.policies.deadline.strategies import catalog_value, check_mode
 from scheduler.policy import PerfModel, register
+
+
+def elastic_config(
+    *,
+    mode: str = "reject",
+    reserve_latest: bool = True,
+    wake_s: float = 600.0,
+    slack: float = 0.05,
+    resize_gain_factor: float = 1.0,
+    launch_delay_s: float = LAUNCH_DELAY_S,
+    restart_delay_s: float = RESTART_DELAY_S,
+    type_value: Callable[[str], float] | None = None,
+    opportunity_cost: float | None = 3.0,
+    costly_mode: str = "best_effort",
+    arrival_window: int = 64,
+    replan: bool = True,
+    estimator: StepTimeEstimator | None = None,
+) -> DeadlineConfig:
+    """``elastic`` as a composition of the deadline strategies (the arguments are
+    ``ElasticPolicy``'s): every plan on any GPU type, best-fit placement; running jobs book
+    the fewest GPUs that meet their deadline, on their own type when one does; admission
+    weighs the opportunity cost and re-plans in deadline order; the leftovers grow or move a
+    running job only when that repays its restart."""
+    check_mode("costly_mode", costly_mode)
+    return DeadlineConfig(
+        plans=PlanSpace(best_plan_options, best_fit_place),
+        prediction=Prediction(slack, launch_delay_s, restart_delay_s, estimator),
+        booking=BookingRule(latest=reserve_latest, wake_s=wake_s, fewest_now=True,
+                            stay_type=True, type_value=type_value or catalog_value),
+        admission=Admission(
+            infeasible=mode, replan=replan,
+            opportunity=None if opportunity_cost is None else OpportunityCost(
+                opportunity_cost, costly_mode, arrival_window)),
+        growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True),
+    )
 
 
 @register("elastic")
 class ElasticPolicy(EnginePolicy):
     """Ours. ``mode``: what happens to a job whose deadline cannot be met ('reject' ends it
-    with the reason, 'best_effort' keeps it queued without a guarantee); ``slack``: fraction of
-    the time to the deadline held back as a safety margin; ``resize_gain_factor``: how many
-    times its own cost a resize must save; ``opportunity_cost``: the most expected deadline
-    arrivals a new job's booking may turn away (``None``: no limit); ``costly_mode``: what
-    happens to a job over that limit ('best_effort' or 'reject'); ``arrival_window``: how
-    many recent arrivals the estimate uses; ``replan``: re-plan every booking in deadline
-    order when an arrival does not fit (may pause running jobs with slack); ``estimator``:
-    corrects remaining times from observed step times and widens ``slack`` by the error it
-    has not corrected (``scheduler.estimator``; None: predictions taken as they are); ``seed``:
-    accepted for a uniform interface."""
+    with the reason, 'best_effort' keeps it queued without a guarantee); ``reserve_latest``:
+    book a share as late as still meets the deadline; ``wake_s``: how soon a late booking may
+    start before it is booked early instead; ``slack``: fraction of the time to the deadline
+    held back as a safety margin; ``resize_gain_factor``: how many times its own cost a
+    resize must save; ``launch_delay_s``, ``restart_delay_s``: what a start and a
+    checkpoint-restart cost in the predictions; ``type_value``: a GPU type's weight in a
+    share's cost (default: its FP16 TFLOP/s); ``opportunity_cost``: the most expected
+    deadline arrivals a new job's booking may turn away (``None``: no limit);
+    ``costly_mode``: what happens to a job over that limit ('best_effort' or 'reject');
+    ``arrival_window``: how many recent arrivals the estimate uses; ``replan``: re-plan
+    every booking in deadline order when an arrival does not fit (may pause running jobs
+    with slack); ``estimator``: corrects remaining times from observed step times and widens
+    ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
+    taken as they are); ``seed``: accepted for a uniform interface. The strategies these
+    compose are in ``elastic_config``."""
 
     name = "elastic"
 
@@ -94,13 +142,9 @@ class ElasticPolicy(EnginePolicy):
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.seed = seed
-        self.engine = DeadlineEngine(
-            self.name, self.perf, best_plan_options, best_fit_place, mode=mode,
-            reserve_latest=reserve_latest, wake_s=wake_s,
-            pin_type=False, resize_guard=True, resize_gain_factor=resize_gain_factor,
-            slack=slack, launch_delay_s=launch_delay_s, restart_delay_s=restart_delay_s,
-            type_value=type_value, fewest_now=True, opportunity_cost=opportunity_cost,
-            costly_mode=costly_mode, arrival_window=arrival_window, stay_type=True,
-            cross_type_grow=True, replan=replan, estimator=estimator,
-        )
-
+        self.engine = DeadlineEngine(self.name, self.perf, elastic_config(
+            mode=mode, reserve_latest=reserve_latest, wake_s=wake_s, slack=slack,
+            resize_gain_factor=resize_gain_factor, launch_delay_s=launch_delay_s,
+            restart_delay_s=restart_delay_s, type_value=type_value,
+            opportunity_cost=opportunity_cost, costly_mode=costly_mode,
+            arrival_window=arrival_window, replan=replan, estimator=estimator))

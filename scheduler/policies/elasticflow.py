@@ -6,7 +6,7 @@
 * **Resource allocation**: the leftover GPUs go greedily to the job with the highest marginal
   return (throughput gain per added GPU), with diminishing returns; jobs without deadlines
   share the rest. Re-allocated on every arrival and completion; ElasticFlow treats scaling as
-  cheap, so a grow is not required to repay its restart (``resize_guard=False``), though the
+  cheap, so a grow is not required to repay its restart (``Growth(guard=False)``), though the
   restart is still charged in the simulation and in the predictions.
 * **Data parallelism only.** ElasticFlow profiles throughput against the number of
   data-parallel workers. As in vTrain's re-implementation, a model that does not fit one GPU
@@ -31,14 +31,21 @@ from scheduler.cluster import ClusterState, Placement
 from scheduler.job import JobView
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
-from scheduler.policies.deadline_common import (
+from scheduler.policies.deadline import (
     LAUNCH_DELAY_S,
     RESTART_DELAY_S,
+    Admission,
+    BookingRule,
+    DeadlineConfig,
     DeadlineEngine,
     EnginePolicy,
+    Growth,
     Option,
+    PlanSpace,
+    Prediction,
     pareto,
 )
+from scheduler.policies.deadline.strategies import catalog_value
 from scheduler.policy import PerfModel, register
 
 
@@ -101,10 +108,35 @@ def buddy_place(free: FreeGpus, o: Option) -> Placement | None:
     return free.best_fit(t, n, o.plan.required_bytes, o.plan.parallel.tp)
 
 
+def elasticflow_config(
+    *,
+    mode: str = "reject",
+    slack: float = 0.05,
+    resize_guard: bool = False,
+    launch_delay_s: float = LAUNCH_DELAY_S,
+    restart_delay_s: float = RESTART_DELAY_S,
+    type_value: Callable[[str], float] | None = None,
+) -> DeadlineConfig:
+    """ElasticFlow as a composition of the deadline strategies (the arguments are
+    ``ElasticFlowPolicy``'s): data-parallel options in powers of two, buddy placement, one GPU
+    type per job; shares booked as early as possible; admission only into what the bookings
+    leave, no opportunity cost; grows without a restart guard."""
+    return DeadlineConfig(
+        plans=PlanSpace(dp_only_options, buddy_place, pin_type=True),
+        prediction=Prediction(slack, launch_delay_s, restart_delay_s),
+        booking=BookingRule(type_value=type_value or catalog_value),
+        admission=Admission(infeasible=mode),
+        growth=Growth(guard=resize_guard),
+    )
+
+
 @register("elasticflow")
 class ElasticFlowPolicy(EnginePolicy):
     """ElasticFlow's algorithm (see the module docstring). ``mode`` and ``slack`` as for
-    ``elastic``; ``seed`` accepted for a uniform interface."""
+    ``elastic``; ``resize_guard``: require a grow to repay its restart (not ElasticFlow's);
+    ``launch_delay_s``, ``restart_delay_s``, ``type_value`` as for ``elastic``; ``seed``
+    accepted for a uniform interface. The strategies these compose are in
+    ``elasticflow_config``."""
 
     name = "elasticflow"
 
@@ -122,9 +154,6 @@ class ElasticFlowPolicy(EnginePolicy):
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
         self.seed = seed
-        self.engine = DeadlineEngine(
-            self.name, self.perf, dp_only_options, buddy_place, mode=mode, pin_type=True,
-            resize_guard=resize_guard, slack=slack, launch_delay_s=launch_delay_s,
-            restart_delay_s=restart_delay_s, type_value=type_value,
-        )
-
+        self.engine = DeadlineEngine(self.name, self.perf, elasticflow_config(
+            mode=mode, slack=slack, resize_guard=resize_guard, launch_delay_s=launch_delay_s,
+            restart_delay_s=restart_delay_s, type_value=type_value))

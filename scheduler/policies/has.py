@@ -84,7 +84,7 @@ from operator import itemgetter
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
-from scheduler.decision import Decision, resize, start
+from scheduler.decision import Decision, ReasonCode, resize, resize_code, start
 from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
@@ -310,11 +310,13 @@ class HasPolicy:
                 placed = self.perf.placed_plan(rj.job, base, keep, state)
                 if self.loans and base.gpu_seconds > rj.allocation.plan.gpu_seconds:
                     self._loans.setdefault(rj.job.id, (job.id, rj.allocation.plan))
+                after = Allocation(rj.job.id, placed, keep)
                 out.append(resize(
-                    Allocation(rj.job.id, placed, keep),
+                    after,
                     f"HAS shrink: {job.id} (predicted {wait_s / 60:.0f} min) waits for "
                     f"{plan.num_gpus}x{t}; {rj.allocation.plan.label()} -> {placed.label()}, "
                     f"freeing {sum(n for _, n in released)} GPUs",
+                    resize_code(rj.allocation, after),
                 ))
             return out
         return []
@@ -347,10 +349,11 @@ class HasPolicy:
                 continue
             free.take(placement)
             placed = self.perf.placed_plan(rj.job, before, placement, state)
+            after = Allocation(lender, placed, placement)
             out.append(resize(
-                Allocation(lender, placed, placement),
+                after,
                 f"HAS loan repaid: {borrower} ended; {rj.allocation.plan.label()} -> "
-                f"{placed.label()} again"))
+                f"{placed.label()} again", resize_code(rj.allocation, after)))
         return out
 
     def _smaller_plan(self, rj: RunningJob, cur: Plan, t: str, need: int, wait_s: float,
@@ -501,12 +504,14 @@ class HasPolicy:
                 continue
             new_left, placed, placement = best
             free.take(placement)
+            after = Allocation(job.id, placed, placement)
             out.append(resize(
-                Allocation(job.id, placed, placement),
+                after,
                 f"HAS grow: no job waits and {free.total_free + sum(n for _, n in placement)}"
                 f" GPUs were idle; {cur.label()} -> {placed.label()} cuts the predicted "
                 f"remaining time {left / 60:.0f} -> {new_left / 60:.0f} min incl. "
                 f"{self.restart_cost_s:.0f} s checkpoint-restart",
+                resize_code(rj.allocation, after),
             ))
         return out
 
@@ -554,7 +559,7 @@ class HasPolicy:
                     f"; step re-timed for this placement: {plan.step_time_s:.3f}s -> "
                     f"{placed.step_time_s:.3f}s"
                 )
-            return start(Allocation(job.id, placed, placement), reason)
+            return start(Allocation(job.id, placed, placement), reason, ReasonCode.PLACE)
         return None
 
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState
-from scheduler.decision import Decision, start
+from scheduler.decision import Decision, ReasonCode, start
 from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
@@ -114,7 +114,8 @@ class OpportunisticPolicy:
                     f"{plan.label()}{clamp}; fastest GPU type with {n} free "
                     f"({len(cands)} type(s) able to run it); {where}"
                 )
-                decision = start(Allocation(job.id, placed, placement), reason)
+                decision = start(Allocation(job.id, placed, placement), reason,
+                                 ReasonCode.PLACE)
                 break
             if decision is None:
                 if not self.backfill:

@@ -76,12 +76,12 @@ from scipy.sparse import csr_array
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState
-from scheduler.decision import Decision, resize, start, stop
+from scheduler.decision import Decision, ReasonCode, resize, resize_code, start, stop
 from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
 from scheduler.policies.common import PlanIndexCache, order_for_sequential_apply
-from scheduler.policies.deadline_common import LAUNCH_DELAY_S, RESTART_DELAY_S
+from scheduler.policies.deadline import LAUNCH_DELAY_S, RESTART_DELAY_S
 from scheduler.policy import PerfModel, register
 
 log = logging.getLogger(__name__)
@@ -388,7 +388,7 @@ class SiaPolicy:
                     out.append(stop(cand.job.id, (
                         f"{tag}: preempted — the MILP gave it no configuration "
                         f"({len(cands)} jobs compete; leaving it out costs "
-                        f"{cand.left_out:.2f}, restart penalty included)")))
+                        f"{cand.left_out:.2f}, restart penalty included)"), ReasonCode.PREEMPT))
                     continue
             if k is not None:
                 to_place.append((j, k))
@@ -403,7 +403,8 @@ class SiaPolicy:
             if placement is None:
                 log.info("%s: %s got %dx%s but no placement; left out", tag, cand.job.id, n, t)
                 if run is not None:
-                    out.append(stop(cand.job.id, f"{tag}: chosen {n}x{t} could not be placed"))
+                    out.append(stop(cand.job.id, f"{tag}: chosen {n}x{t} could not be placed",
+                                    ReasonCode.NO_FIT))
                 continue
             free.take(placement)
             placed = self.perf.placed_plan(cand.job, plan, placement, state)
@@ -412,8 +413,9 @@ class SiaPolicy:
                    f"{cand.goodput[k]:.2f}, cost {cand.cost[k] + cand.left_out:.2f}; on {where}")
             alloc = Allocation(cand.job.id, placed, placement)
             if run is None:
-                out.append(start(alloc, why))
+                out.append(start(alloc, why, ReasonCode.PLACE))
             else:
                 old = run.allocation
-                out.append(resize(alloc, f"{why}; was {old.num_gpus}x{old.plan.gpu_type}"))
+                out.append(resize(alloc, f"{why}; was {old.num_gpus}x{old.plan.gpu_type}",
+                                  resize_code(old, alloc)))
         return order_for_sequential_apply(state, running, out)

@@ -12,7 +12,7 @@ from predictor.plan import Plan
 from predictor.spec import ParallelConfig, Precision
 from predictor.step_time import StepTime
 from scheduler.cluster import Allocation, ClusterState, Node, Placement
-from scheduler.decision import Decision, DecisionKind
+from scheduler.decision import Decision, DecisionKind, ReasonCode
 from scheduler.job import JobView, RunningJob
 
 GIB = 1 << 30
@@ -167,3 +167,32 @@ def summary(decisions: Sequence[Decision]) -> list[tuple[str, str, Placement | N
     """Comparable digest of decisions (kind, job, placement, plan label)."""
     return [(d.kind.value, d.job_id, d.allocation.placement if d.allocation else None,
              d.allocation.plan.label() if d.allocation else "") for d in decisions]
+
+
+CODES_BY_KIND = {
+    DecisionKind.START: {ReasonCode.PLACE, ReasonCode.ADMIT, ReasonCode.FILL},
+    DecisionKind.RESIZE: {ReasonCode.GROW, ReasonCode.SHRINK, ReasonCode.MOVE},
+    DecisionKind.STOP: {ReasonCode.PREEMPT, ReasonCode.PAUSE, ReasonCode.NO_FIT},
+    DecisionKind.REJECT: {ReasonCode.REJECT, ReasonCode.TOO_COSTLY},
+}
+
+
+def assert_reason_codes(decisions: Sequence[Decision], running: Sequence[RunningJob]) -> None:
+    """Every decision carries a reason code of its kind; a resize's says what changed against
+    the allocation the job held (same type: more GPUs grow, fewer shrink; else a move), and
+    so do the stop and the start a resize is split into (``order_for_sequential_apply``)."""
+    held = {r.job.id: r.allocation for r in running}
+    for d in decisions:
+        if "split" in d.reason and d.kind is not DecisionKind.RESIZE:
+            # a resize split into stop + start keeps the resize's code
+            assert d.code in CODES_BY_KIND[DecisionKind.RESIZE], d
+            continue
+        assert d.code in CODES_BY_KIND[d.kind], d
+        if d.kind is DecisionKind.RESIZE:
+            assert d.allocation is not None
+            before, after = held[d.job_id], d.allocation
+            same_type = before.plan.gpu_type == after.plan.gpu_type
+            want = (ReasonCode.MOVE if not same_type or after.num_gpus == before.num_gpus
+                    else ReasonCode.GROW if after.num_gpus > before.num_gpus
+                    else ReasonCode.SHRINK)
+            assert d.code is want, (d, before)

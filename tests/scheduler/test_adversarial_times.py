@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from scheduler.cluster import ClusterState
 from scheduler.decision import DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.bookings import Profile, ticks_floor
+from scheduler.policies.deadline.bookings import Profile, ticks_floor
 from scheduler.policy import make_policy
 
 POLICIES = ["elastic", "elasticflow", "has", "sia", "opportunistic"]

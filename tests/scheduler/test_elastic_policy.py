@@ -5,10 +5,12 @@ admitted job's minimum share ever taken away."""
 
 from __future__ import annotations
 
+import pytest
 from builders import (
     IdentityPerf,
     apply_decisions,
     assert_allocation_valid,
+    assert_reason_codes,
     cluster,
     make_node,
     make_plan,
@@ -18,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.cluster import Allocation, ClusterState
-from scheduler.decision import DecisionKind
+from scheduler.decision import DecisionKind, ReasonCode
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.deadline_common import (
+from scheduler.policies.deadline import (
     TICKS_PER_S,
     Option,
     Profile,
@@ -165,7 +167,7 @@ def test_moves_a_job_to_another_gpu_type_when_that_meets_its_deadline() -> None:
     assert d.kind is DecisionKind.START and d.allocation.plan.gpu_type == "A100-40G"
     # the same job found running on the RTX GPUs (e.g. placed by an earlier policy) is moved
     pol2 = make_policy("elastic", perf=IdentityPerf())
-    pol2.engine.admitted.add("j")
+    pol2.engine.ledger.admitted.add("j")
     alloc = Allocation("j", slow[1], (("r0", 2),))
     out = pol2.decide(state.allocate(alloc), [], [RunningJob(j, alloc, 0.0)], 0.0)
     (d,) = out
@@ -212,7 +214,7 @@ def test_a_running_job_on_time_keeps_its_gpus_when_an_earlier_deadline_waits() -
         alloc = first["j0"].allocation
         out = pol.decide(state.allocate(alloc), [j1], [RunningJob(j0, alloc, 0.0)], 1.0)
         assert all(d.job_id != "j0" or d.kind is not DecisionKind.STOP for d in out), out
-        assert {"j0", "j1"} <= pol.engine.admitted
+        assert {"j0", "j1"} <= pol.engine.ledger.admitted
 
 
 def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -> None:
@@ -238,14 +240,16 @@ def test_an_arrival_due_soon_is_admitted_by_pausing_a_running_job_with_slack() -
                                                [RunningJob(L, alloc, 0.0)], 1.0)}
         if not paused:
             assert out["S"].kind is DecisionKind.REJECT and "promised" in out["S"].reason
+            assert out["S"].code is ReasonCode.REJECT
             assert "L" not in out
             continue
         assert out["S"].kind is DecisionKind.START and out["S"].allocation.num_gpus == 4
-        assert "deadline order" in out["S"].reason
+        assert "deadline order" in out["S"].reason and out["S"].code is ReasonCode.ADMIT
         assert out["L"].kind is DecisionKind.STOP and "paused until t=31s" in out["L"].reason
+        assert out["L"].code is ReasonCode.PAUSE
         booked = pol.engine.bookings["L"]
         assert (booked.start_t, booked.end_t, booked.option.num_gpus) == (31.0, 201.0, 4)
-        assert {"L", "S"} <= pol.engine.admitted
+        assert {"L", "S"} <= pol.engine.ledger.admitted
 
 
 def _share(gpu_type: str, n: int, start: float, end: float) -> Share:
@@ -259,28 +263,29 @@ def test_displaced_counts_the_arrivals_a_booking_turns_away() -> None:
     already promised for its first 50 s, an 8-GPU booking turns away 0.1 × 50 = 5."""
     eng = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(9):
-        eng.record_arrival(10.0 * i, {"A100-40G": 8})
+        eng.window.record(10.0 * i, {"A100-40G": 8})
     cap = {"A100-40G": 16}
     empty = Profile(ticks_floor(100.0), cap)
-    assert eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, empty) == 10.0
-    assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, empty) == 0.0
+    assert eng.window.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, empty) == 10.0
+    assert eng.window.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, empty) == 0.0
     busy = Profile(ticks_floor(100.0), cap)
     busy.reserve("A100-40G", 8, ticks_floor(100.0), ticks_floor(150.0))
-    assert eng.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, busy) == 5.0
+    assert eng.window.displaced(_share("A100-40G", 8, 100.0, 200.0), cap, busy) == 5.0
 
 
 def test_displaced_leaves_out_arrivals_another_type_could_serve() -> None:
     """4 of 9 arrivals could also run on 8 free RTX GPUs: only 5/9 of 10 are turned away."""
     eng = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(9):
-        eng.record_arrival(10.0 * i, {"A100-40G": 8, **({"RTX2080Ti": 8} if i < 4 else {})})
+        eng.window.record(10.0 * i, {"A100-40G": 8, **({"RTX2080Ti": 8} if i < 4 else {})})
     cap = {"A100-40G": 16, "RTX2080Ti": 8}
-    got = eng.displaced(_share("A100-40G", 16, 100.0, 200.0), cap, Profile(ticks_floor(100.0), cap))
+    got = eng.window.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
+                               Profile(ticks_floor(100.0), cap))
     assert abs(got - 0.1 * 100.0 * 5 / 9) < 1e-9
     few = make_policy("elastic", perf=IdentityPerf()).engine
     for i in range(7):  # fewer than 8 arrivals seen: no estimate
-        few.record_arrival(10.0 * i, {"A100-40G": 8})
-    assert few.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
+        few.window.record(10.0 * i, {"A100-40G": 8})
+    assert few.window.displaced(_share("A100-40G", 16, 100.0, 200.0), cap,
                          Profile(ticks_floor(100.0), cap)) == 0.0
 
 
@@ -304,7 +309,7 @@ def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_
             assert d.allocation.num_gpus >= 8
         (d,) = pol.decide(state, [long_job], [], 100.0)
         assert d.kind is DecisionKind.START
-        assert ("long" in pol.engine.admitted) is admitted
+        assert ("long" in pol.engine.ledger.admitted) is admitted
         if not admitted:
             assert "best-effort" in d.reason and "turn away ~101.0 expected" in d.reason, d
 
@@ -357,7 +362,7 @@ def scenario(draw):
 
 def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: bool) -> float:
     eng = pol.engine
-    delay = eng.launch_delay_s + eng.restart_delay_s if moved else 0.0
+    delay = eng.prediction.restart_s if moved else 0.0
     return now + delay + j.remaining_steps * alloc.plan.step_time_s
 
 
@@ -378,7 +383,7 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
     pol = make_policy(name.split("+")[0], perf=IdentityPerf())
     if name.endswith("+history"):
         for i, (t, n) in enumerate(history):
-            pol.engine.record_arrival(-10.0 * (len(history) - i), {t: n})
+            pol.engine.window.record(-10.0 * (len(history) - i), {t: n})
     _drive_and_check(pol, state, jobs, gaps)
 
 
@@ -430,6 +435,7 @@ def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[f
         pending += [j for j in future if j.submit_time <= now]
         future = [j for j in future if j.submit_time > now]
         out = pol.decide(state, pending, running, now)
+        assert_reason_codes(out, running)
         applied = apply_decisions(state, running, [d for d in out
                                                    if d.kind is not DecisionKind.REJECT])
         for alloc in applied.holding.values():
@@ -440,14 +446,14 @@ def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[f
         books = pol.engine.bookings
         profile = Profile(ticks_floor(now), state.total_by_type())
         for jid, sh in books.items():
-            assert jid in pol.engine.admitted
+            assert jid in pol.engine.ledger.admitted
             profile.reserve(sh.option.gpu_type, sh.option.num_gpus, sh.start, sh.end)
             deadline = next(j.deadline for j in [*pending, *(r.job for r in running)]
                             if j.id == jid)
             assert sh.start >= ticks_floor(now) and sh.end <= ticks_floor(deadline), (jid, sh)
         for rj in running:
             j = rj.job
-            if j.id not in pol.engine.admitted or j.deadline is None:
+            if j.id not in pol.engine.ledger.admitted or j.deadline is None:
                 continue
             on_time = _predicted_finish(pol, j, rj.allocation, now, False) <= j.deadline
             if not on_time:
@@ -492,3 +498,46 @@ def test_deterministic(sc, name) -> None:
     b = make_policy(name, perf=IdentityPerf()).decide(state, jobs, [], 0.0)
     assert [(d.kind, d.job_id, d.allocation) for d in a] == \
         [(d.kind, d.job_id, d.allocation) for d in b]
+
+
+def test_a_costly_arrival_rejected_in_reject_mode_says_so_in_its_code() -> None:
+    """As above (ten short jobs 10 s apart, each needing 8 of 16 A100s), with
+    ``costly_mode='reject'``: the long job that would hold all 16 for 1,010 s (~101 expected
+    arrivals turned away, limit 1) is rejected with ``TOO_COSTLY``, where one that fits
+    nowhere is rejected with ``REJECT``; the short ones start on their bookings (``ADMIT``)."""
+    state = a100(n=2)
+    shorts = scaling("A100-40G", counts=(1, 2, 4, 8), base=8.0, eff=1.0)
+    longs = scaling("A100-40G", counts=(1, 2, 4, 8, 16), base=8.0, eff=1.0)
+    pol = make_policy("elastic", perf=IdentityPerf(), opportunity_cost=1.0,
+                      costly_mode="reject")
+    for i in range(10):
+        t = 10.0 * i
+        (d,) = pol.decide(state, [job(f"s{i}", shorts, deadline=t + 25.0, steps=10, submit=t)],
+                          [], t)
+        assert (d.kind, d.code) == (DecisionKind.START, ReasonCode.ADMIT), d
+    (d,) = pol.decide(state, [job("long", longs, deadline=1200.0, steps=2000, submit=100.0)],
+                      [], 100.0)
+    assert (d.kind, d.code) == (DecisionKind.REJECT, ReasonCode.TOO_COSTLY), d
+    # 2,000 steps at 0.5 s on all 16 GPUs take 1,010 s: a 500 s deadline cannot be met
+    (d,) = pol.decide(state, [job("late", longs, deadline=600.0, steps=2000, submit=100.0)],
+                      [], 100.0)
+    assert (d.kind, d.code) == (DecisionKind.REJECT, ReasonCode.REJECT), d
+    assert "even its fastest option needs 1010s" in d.reason
+
+
+def test_a_job_without_a_deadline_starts_on_leftovers_with_fill() -> None:
+    """No deadline, no booking: its start is the leftovers' (``FILL``), on the fastest option
+    of the free 8 GPUs (diminishing returns still pay: the only job)."""
+    (d,) = make_policy("elastic", perf=IdentityPerf()).decide(
+        a100(), [job("j", scaling("A100-40G"), deadline=None)], [], 0.0)
+    assert (d.kind, d.code, d.allocation.num_gpus) == (DecisionKind.START, ReasonCode.FILL, 8)
+
+
+def test_unknown_modes_are_refused_by_name() -> None:
+    for name, kw, arg in (("elastic", {"mode": "drop"}, "mode"),
+                          ("elasticflow", {"mode": "drop"}, "mode"),
+                          ("elastic", {"costly_mode": "drop"}, "costly_mode"),
+                          ("elastic", {"costly_mode": "drop", "opportunity_cost": None},
+                           "costly_mode")):
+        with pytest.raises(ValueError, match=f"^{arg} must be one of"):
+            make_policy(name, **kw)

@@ -104,7 +104,7 @@ def test_elastic_admits_on_the_prediction_and_rejects_on_the_observed_slowdown()
     est = StepTimeEstimator(prior_jobs=0.0)
     est.observe("o1", "A100-40G", "", 1.0, 1.5)
     pol = make_policy("elastic", perf=IdentityPerf(), estimator=est)
-    assert pol.engine.slack == pytest.approx(0.3)  # type: ignore[attr-defined]
+    assert pol.engine.prediction.margin == pytest.approx(0.3)  # type: ignore[attr-defined]
     out = pol.decide(state, [_deadline_job(70.0)], [], 0.0)
     assert [d.kind for d in out] == [DecisionKind.REJECT]
     # with room for the slowdown and the widened slack: 85 s ≤ 125 s × 0.7 = 87.5 s
@@ -115,7 +115,7 @@ def test_elastic_admits_on_the_prediction_and_rejects_on_the_observed_slowdown()
 
 def test_elastic_without_observations_keeps_its_base_slack() -> None:
     pol = make_policy("elastic", perf=IdentityPerf(), estimator=StepTimeEstimator(), slack=0.1)
-    assert pol.engine.slack == pytest.approx(0.1)  # type: ignore[attr-defined]
-    assert math.isclose(pol.engine.step_factor(  # type: ignore[attr-defined]
+    assert pol.engine.prediction.margin == pytest.approx(0.1)  # type: ignore[attr-defined]
+    assert math.isclose(pol.engine.prediction.step_factor(  # type: ignore[attr-defined]
         _deadline_job(1.0), pol.engine.options(  # type: ignore[attr-defined]
             _deadline_job(1.0), cluster(make_node("a0", "A100-40G", 1)))["A100-40G"][0]), 1.0)

@@ -11,6 +11,7 @@ from builders import (
     NodesPenaltyPerf,
     apply_decisions,
     assert_allocation_valid,
+    assert_reason_codes,
     make_job,
     make_node,
     make_plan,
@@ -85,6 +86,7 @@ def _check(name: str, sc: Scenario, now: float) -> None:
     assert len(ids) == len(set(ids)) or name == "sia", f"two decisions for one job: {ids}"
     pending_ids = {j.id for j in sc.pending}
     running_ids = {r.job.id for r in sc.running}
+    assert_reason_codes(decisions, sc.running)
     for d in decisions:
         assert d.reason
         if d.kind is DecisionKind.START:

@@ -9,7 +9,7 @@ from builders import apply_decisions, cluster, make_node, make_plan
 
 from scheduler.decision import DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.deadline_common import DeadlineNote
+from scheduler.policies.deadline import DeadlineNote
 from scheduler.policy import PolicyNote, make_policy, restore, take_notes
 
 A100 = "A100-40G"
@@ -54,11 +54,11 @@ def test_notes_then_restore_rebuild_the_state_worked_out_by_hand() -> None:
     fresh = make_policy("elastic")
     restore(fresh, [a, b], stored)
     eng, eng0 = fresh.engine, pol.engine
-    assert eng.admitted == eng0.admitted == {"a", "b"}
-    assert eng.best_effort == eng0.best_effort == set()
-    assert list(eng._arrivals) == list(eng0._arrivals) == [
+    assert eng.ledger.admitted == eng0.ledger.admitted == {"a", "b"}
+    assert eng.ledger.best_effort == eng0.ledger.best_effort == set()
+    assert list(eng.window.arrivals) == list(eng0.window.arrivals) == [
         (0.0, {A100: 4}), (1.0, {A100: 4}), (2.0, {})]
-    assert eng._seq == eng0._seq == 3
+    assert eng.window.seq == eng0.window.seq == 3
 
     # The next call decides the same, with the same bookings, as the policy that never
     # stopped; and neither admits a or b again (no new notes).

@@ -1,9 +1,9 @@
 """The booking profile of the deadline policies: GPUs promised per type over time.
 
-A deadline job's minimum satisfactory share is booked as "n GPUs of type T over [start, end)".
-``Profile`` holds every booking as one step function per GPU type and answers the two
-questions admission asks: the earliest and the latest start at which n GPUs stay free for a
-duration before a given end. Time is integer ticks so that interval arithmetic is exact.
+A deadline job's minimum satisfactory share (``Share``) is booked as "n GPUs of type T over
+[start, end)". ``Profile`` holds every booking as one step function per GPU type and answers
+the two questions admission asks: the earliest and the latest start at which n GPUs stay free
+for a duration before a given end. Time is integer ticks so that interval arithmetic is exact.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scheduler.policies.deadline.options import Option
 
 TICKS_PER_S = 1_000_000
 """The booking profile counts time in integer ticks (microseconds): interval arithmetic on
@@ -116,3 +119,24 @@ class Profile:
             if us[i] > self.cap[gpu_type]:
                 raise ValueError(f"reservation exceeds {gpu_type} capacity at "
                                  f"{tick_seconds(ts[i])}s")
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A minimum satisfactory share: ``option`` over ticks ``[start, end)``; ``cost`` is its
+    value-weighted GPU-seconds."""
+
+    option: Option
+    start: int
+    end: int
+    cost: float
+
+    @property
+    def start_t(self) -> float:
+        """Start in seconds."""
+        return tick_seconds(self.start)
+
+    @property
+    def end_t(self) -> float:
+        """End in seconds."""
+        return tick_seconds(self.end)

@@ -1,0 +1,116 @@
+"""The strategies a deadline policy is composed of: each decides one thing.
+
+``DeadlineConfig`` holds one of each; ``elastic`` and ``elasticflow`` are two compositions
+(see their modules). ``PlanSpace`` (``options``) and ``Prediction`` (``prediction``) are the
+other two strategies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scheduler.policies.deadline.options import PlanSpace
+from scheduler.policies.deadline.prediction import Prediction
+
+MODES = ("reject", "best_effort")
+"""What may happen to a deadline job that is refused a guarantee: it is rejected (ends with
+the reason, never runs) or runs best-effort on leftovers."""
+
+
+def check_mode(what: str, mode: str) -> None:
+    """Raise ``ValueError`` unless ``mode`` is one of ``MODES``."""
+    if mode not in MODES:
+        raise ValueError(f"{what} must be one of {MODES}, got {mode!r}")
+
+
+def catalog_value(gpu_type: str) -> float:
+    """A GPU type's value for cost weighting: dense FP16 TFLOP/s from the catalog (1 if
+    unknown)."""
+    try:
+        from predictor.gpus import get_gpu
+
+        return float(get_gpu(gpu_type).fp16_tflops)
+    except (KeyError, ValueError):
+        return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BookingRule:
+    """Decides which share a job books and when it is held.
+
+    A share's cost is its GPU-seconds weighted by ``type_value`` (A100-equivalent GPU-time),
+    and the cheapest share that meets the deadline is booked. ``latest``: held as late as
+    still meets the deadline (the near future stays free for arrivals), unless it would start
+    within ``wake_s`` (the next call may come too late), else as early as the profile has
+    room (ElasticFlow). For a running job's share from now, ``fewest_now`` books only the
+    fewest GPUs of each type that meet the deadline (near-linear scaling makes every size
+    cost about the same, and the largest would hold GPUs an arrival needs), and
+    ``stay_type`` prefers its current GPU type (moving to a slower, cheaper type lengthens
+    its run)."""
+
+    latest: bool = False
+    wake_s: float = 600.0
+    fewest_now: bool = False
+    stay_type: bool = False
+    type_value: Callable[[str], float] = catalog_value
+
+
+@dataclass(frozen=True, slots=True)
+class OpportunityCost:
+    """Decides whether a booking costs more deadline arrivals than it is worth.
+
+    The deadline ratio counts jobs, so a booking is worth one job. An arrival whose every
+    share would turn away more than ``limit`` expected deadline arrivals (estimated from the
+    last ``window`` arrivals, see ``opportunity.ArrivalWindow``) is not booked but handled as
+    ``costly`` says (one of ``MODES``), and every share is chosen to turn away the fewest."""
+
+    limit: float = 3.0
+    costly: str = "best_effort"
+    window: int = 64
+
+    def __post_init__(self) -> None:
+        check_mode("costly_mode", self.costly)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Decides which deadline arrivals get a guarantee.
+
+    An arrival is admitted when a minimum satisfactory share fits beside every booking (and,
+    with ``opportunity``, costs at most its limit); one that fits nowhere is handled as
+    ``infeasible`` says (one of ``MODES``). With ``replan``, an arrival that does not fit
+    beside the bookings (or an admitted job left without a share) re-plans every booking in
+    deadline order, pausing running jobs with slack; ElasticFlow admits only into what the
+    bookings leave."""
+
+    infeasible: str = "reject"
+    replan: bool = False
+    opportunity: OpportunityCost | None = None
+
+    def __post_init__(self) -> None:
+        check_mode("mode", self.infeasible)
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """Decides when the leftover GPUs may grow or move a running job.
+
+    With ``guard``, a running job is grown only when the predicted time saved exceeds
+    ``gain_factor`` × the checkpoint-restart it costs (ElasticFlow treats scaling as cheap:
+    no guard). With ``cross_type``, the leftovers may move a running job onto a faster option
+    of another GPU type (under the same guard)."""
+
+    guard: bool = True
+    gain_factor: float = 1.0
+    cross_type: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineConfig:
+    """A deadline policy: one strategy per question (see each)."""
+
+    plans: PlanSpace
+    prediction: Prediction
+    booking: BookingRule
+    admission: Admission
+    growth: Growth
