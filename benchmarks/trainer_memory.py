@@ -105,6 +105,32 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     return peak
 
 
+def measure_real_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
+                      steps: int = 2) -> int:
+    """Rank 0's tensor peak over ``steps`` real steps of the built-in trainer itself
+    (``orchestrator.trainer.loop.train``, tp·dp local gloo processes, synthetic data), as
+    the trainer measures it at run time (``orchestrator.trainer.memory``): no copy of its
+    step, real tensors."""
+    import tempfile
+
+    from orchestrator.trainer.local import run_local
+    from orchestrator.trainer.loop import RunConfig
+
+    if par.pp != 1 or par.zero_stage:
+        raise ValueError("the built-in trainer runs neither pp > 1 nor ZeRO")
+    with tempfile.TemporaryDirectory(prefix="frz-trainer-mem-") as tmp:
+        cfg = RunConfig(job_id="trainer-memory", model=model, global_batch=train.global_batch,
+                        seq_len=train.seq_len, total_steps=steps, tp=par.tp, dp=par.dp,
+                        micro_batch=par.micro_batch, recompute=par.recompute,
+                        precision=train.precision, optimizer=train.optimizer,
+                        checkpoint_dir=tmp, checkpoint_every=10**9)
+        results = run_local(cfg, timeout_s=600.0)
+    peak = results[0].peak_tensors_bytes
+    if peak is None:
+        raise RuntimeError("the trainer reported no peak (not on the CPU?)")
+    return int(peak)
+
+
 @dataclass(frozen=True, slots=True)
 class TrainerCase:
     model: ModelSpec
@@ -167,12 +193,15 @@ CASES: list[TrainerCase] = [
 ]
 
 
-def run(cases: list[TrainerCase] | None = None) -> list[dict[str, Any]]:
-    """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY).tensors``."""
+def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict[str, Any]]:
+    """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY).tensors``; ``real``:
+    measured by the trainer itself on real tensors (``measure_real_peak``), else its step
+    under fake tensors (``measure_trainer_peak``, seconds instead of minutes)."""
     rows = []
+    measure = measure_real_peak if real else measure_trainer_peak
     for i, case in enumerate(cases or CASES):
         m, tr, par = case.model, case.train, case.par
-        measured = measure_trainer_peak(m, tr, par)
+        measured = measure(m, tr, par)
         predicted = estimate_memory(m, tr, par, runtime=FRENZY).tensors
         err = 100.0 * (predicted - measured) / measured
         log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,

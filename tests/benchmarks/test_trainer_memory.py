@@ -19,3 +19,15 @@ def test_frenzy_profile_tracks_the_trainer_and_the_builder_counts_do_not() -> No
     builder = estimate_memory(case.model, case.train, case.par, runtime=REFERENCE).tensors
     assert abs(frenzy - measured) / measured < 0.08
     assert (measured - builder) / measured > 0.15  # replicated head, fp32 weights, CE copies
+
+
+def test_the_fake_tensor_measurement_is_what_the_real_trainer_holds() -> None:
+    """``measure_trainer_peak`` copies the trainer's step to run it under fake tensors; the
+    trainer's own run-time measurement (real tensors, ``measure_real_peak``) must agree to
+    the byte, or the copy has drifted."""
+    from benchmarks.trainer_memory import _small, measure_real_peak
+
+    tiny = _small("tiny-gpt2", "gpt2", 2, 64, 4, 256)
+    case = _case(tiny, 32, 8, micro_batch=4)
+    assert measure_real_peak(case.model, case.train, case.par) == measure_trainer_peak(
+        case.model, case.train, case.par)
