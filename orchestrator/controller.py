@@ -131,6 +131,11 @@ def replay_record(state: ClusterState, pending: Sequence[JobView],
     }
 
 
+def _code(d: Decision) -> dict[str, str]:
+    """The decision's typed reason as event data (``code``), when the policy gave one."""
+    return {"code": d.code.value} if d.code is not None else {}
+
+
 class ControllerError(RuntimeError):
     """A decision that cannot be applied: unknown job, or a job in the wrong state."""
 
@@ -671,7 +676,7 @@ class Controller:
                 self._stop(d)
             elif d.kind is DecisionKind.REJECT:
                 self._holding(d, (JobState.PENDING,))
-                self._move(d.job_id, JobState.CANCELLED, d.reason)
+                self._move(d.job_id, JobState.CANCELLED, d.reason, **_code(d))
         for d in resizes:
             rec = self._holding(d, (JobState.RUNNING, JobState.STARTING, JobState.RESIZING))
             self._release(rec)
@@ -686,7 +691,7 @@ class Controller:
                     )
                 self._grant(d)
                 assert rec.allocation is not None
-                self._move(d.job_id, JobState.PLACED, d.reason)
+                self._move(d.job_id, JobState.PLACED, d.reason, **_code(d))
                 self.backend.start(rec.view, rec.allocation)
                 self._move(d.job_id, JobState.STARTING, "launch requested")
 
@@ -708,7 +713,7 @@ class Controller:
             steps = self.backend.stop(d.job_id, d.reason)
         rec.view = replace(rec.view, steps_done=steps, restarts=rec.view.restarts + 1)
         self._release(rec)
-        self._move(d.job_id, JobState.PENDING, d.reason, steps_done=steps)
+        self._move(d.job_id, JobState.PENDING, d.reason, steps_done=steps, **_code(d))
 
     def _grant(self, d: Decision) -> None:
         assert d.allocation is not None
@@ -723,7 +728,8 @@ class Controller:
             steps = self.backend.resize(rec.view, d.allocation)
             rec.view = replace(rec.view, steps_done=steps, restarts=rec.view.restarts + 1)
             if rec.state is JobState.RUNNING:
-                self._move(d.job_id, JobState.RESIZING, d.reason, steps_done=steps)
+                self._move(d.job_id, JobState.RESIZING, d.reason, steps_done=steps,
+                           **_code(d))
             else:  # STARTING / RESIZING: the relaunch simply targets the new allocation
                 self._emit(JobEvent(d.job_id, now, rec.state, rec.state, d.reason,
                                     rec.allocation, {"steps_done": steps}))

@@ -182,3 +182,16 @@ def test_submit_twice_and_planless_job() -> None:
 
     ctl.submit(replace(job("b"), plans=()))
     assert ctl.job("b").state is JobState.FAILED
+
+
+def test_a_decisions_typed_reason_reaches_the_event_data() -> None:
+    from scheduler.decision import ReasonCode
+
+    ctl, _, _, events = make(ScriptedPolicy())
+    j = job("a")
+    ctl.submit(j)
+    ctl.policy.next = [  # type: ignore[attr-defined]
+        start(Allocation("a", j.plans[0], (("n0", 1),)), "go", code=ReasonCode.PLACE)]
+    ctl.tick()
+    placed = next(e for e in events if e.to_state is JobState.PLACED)
+    assert placed.data["code"] == "place" and placed.reason == "go"
