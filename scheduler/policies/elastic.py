@@ -23,17 +23,16 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   best-effort on leftovers instead of reserved, and every share is chosen to turn away the
   fewest. The estimate treats bookings as fixed; with the deadline-order re-plan below an
   arrival due sooner can still get in by pausing the booked job, so it overstates the cost,
-  and the threshold is 3 rather than one job for one job (measured over 16 deadline seeds of
-  the Sia workloads on phoebe: docs/deadlines.md). ``None`` turns it off (ElasticFlow's
-  admission).
+  and the threshold is 3 rather than one job for one job (how it was chosen:
+  docs/deadlines.md). ``None`` turns it off (ElasticFlow's admission).
 * **Bookings in deadline order** (``replan``): an arrival that does not fit beside what is
   promised re-plans every booking earliest deadline first, pausing a running job with slack
   (its booking still finishes it in time, the restart charged) so that a job due sooner
   fits; ElasticFlow only admits into what the bookings leave.
 * **Running jobs stay on their GPU type** when a share there meets their deadline, and the
   leftovers may move a running job onto faster GPUs of another type when the time saved pays
-  for the restart (cheap types for minimum shares alone pushed long jobs onto slow GPUs and
-  kept them there: average JCT above ``has`` on the ElasticFlow trace at hetero-128).
+  for the restart, so that a minimum share on a cheap type does not keep a long job on slow
+  GPUs.
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs
