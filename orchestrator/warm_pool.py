@@ -42,6 +42,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 log = logging.getLogger(__name__)
 
+RESPAWN_BACKOFF_S = 5.0
+"""After a worker failed to start (its node going away, most often), how long its slot waits
+before the next attempt."""
+
 
 @dataclass
 class Slot:
@@ -57,6 +61,8 @@ class Slot:
     uses: int = 0
     """Launches the current worker has been given."""
     started_at: float = field(default_factory=time.monotonic)
+    retry_at: float = 0.0
+    """When a slot whose worker failed to start may have another."""
 
     @property
     def warm(self) -> bool:
@@ -134,20 +140,28 @@ class WarmPool:
             self._spawn(slot)
 
     def poll(self) -> None:
-        """Notice workers that came up, and replace the ones that failed to (a node dying)."""
-        for slots in self._slots.values():
-            for s in slots:
-                if s.ready_ref is None or not ray.wait([s.ready_ref], timeout=0)[0]:
-                    continue
+        """Notice workers that came up; replace the ones that failed to (a node dying), at
+        most once per ``RESPAWN_BACKOFF_S`` per slot."""
+        now = time.monotonic()
+        starting = {s.ready_ref: s for slots in self._slots.values() for s in slots
+                    if s.ready_ref is not None}
+        if starting:
+            ready, _ = ray.wait(list(starting), num_returns=len(starting), timeout=0)
+            for ref in ready:
+                s = starting[ref]
                 try:
-                    s.pid = ray.get(s.ready_ref)
+                    s.pid = ray.get(ref)
                     s.ready_ref = None
                 except RayError as e:
+                    lines = str(e).strip().splitlines()
                     log.warning("warm worker for %s slot %d failed to start: %s",
-                                s.node, s.index, str(e).strip().splitlines()[-1:])
-                    s.actor = s.ready_ref = None
-                    if not s.busy:
-                        self._spawn(s)
+                                s.node, s.index, lines[-1] if lines else type(e).__name__)
+                    self._kill(s)
+                    s.retry_at = now + RESPAWN_BACKOFF_S
+        for slots in self._slots.values():
+            for s in slots:
+                if s.actor is None and not s.busy and now >= s.retry_at:
+                    self._spawn(s)
 
     def warm(self) -> bool:
         """Whether every slot of every node has a worker up."""

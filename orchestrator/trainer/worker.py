@@ -26,6 +26,10 @@ from typing import Any
 
 from orchestrator.trainer.loop import Control, RunConfig, RunResult
 
+ASSIGN_WAIT_S = 600.0
+"""How long ``assign`` waits for the worker to finish what it is doing (its warm-up, seconds
+on a loaded machine); the backend's launch timeout gives up on the launch sooner."""
+
 
 def slot_device(slot: int, inherited: str | None) -> str:
     """The ``CUDA_VISIBLE_DEVICES`` value of GPU slot ``slot`` of a node whose Ray worker
@@ -98,9 +102,10 @@ class TrainingWorker:
         return os.getpid()
 
     def assign(self, rank: int) -> dict[str, Any]:
-        """Make this worker rank ``rank`` of a new job, in a clean state; ``where()``."""
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("worker is still running a job")
+        """Make this worker rank ``rank`` of a new job, in a clean state; ``where()``. Waits
+        for a ``warm_up`` in progress (the pool hands out workers still warming up)."""
+        if not self._busy.acquire(timeout=ASSIGN_WAIT_S):
+            raise RuntimeError(f"worker still busy after {ASSIGN_WAIT_S:.0f} s")
         try:
             self.reset()
         finally:
