@@ -196,6 +196,7 @@ class WarmPool:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_node_id, soft=False),
         ).remote(-1, self._torch_threads, slot.index)
         slot.ready_ref = slot.actor.warm_up.remote()
+        slot.actor.where.remote()  # reads the node's labels once, ahead of the first job
         slot.pid = None
         slot.uses = 0
         slot.started_at = time.monotonic()

@@ -62,6 +62,7 @@ class TrainingWorker:
         self._proc: Any = None
         self._busy = threading.Lock()
         self._env = dict(os.environ)
+        self._labels: dict[str, str] | None = None
         self._cwd = os.getcwd()
 
     def where(self) -> dict[str, Any]:
@@ -70,10 +71,12 @@ class TrainingWorker:
 
         ctx = ray.get_runtime_context()
         node_id = ctx.get_node_id()
-        labels: dict[str, str] = {}
-        for n in ray.nodes():
-            if n.get("NodeID") == node_id:
-                labels = dict(n.get("Labels") or {})
+        if self._labels is None:  # a node's labels are set when it starts: read them once
+            self._labels = {}
+            for n in ray.nodes():
+                if n.get("NodeID") == node_id:
+                    self._labels = dict(n.get("Labels") or {})
+        labels = dict(self._labels)
         gpu_ids = [self.device] if self.device is not None else [str(g) for g in ray.get_gpu_ids()]
         return {"rank": self.rank, "ray_node_id": node_id, "labels": labels,
                 "gpu_ids": gpu_ids,
@@ -99,6 +102,7 @@ class TrainingWorker:
             train(RunConfig(job_id="warm-up", model=tiny, global_batch=2, seq_len=8,
                             total_steps=1, checkpoint_dir=scratch), 0, Control())
             self.reset()
+            gc.freeze()  # what is loaded now stays: the collection in ``reset`` skips it
         return os.getpid()
 
     def assign(self, rank: int) -> dict[str, Any]:
@@ -130,7 +134,9 @@ class TrainingWorker:
         torch.set_default_dtype(torch.float32)
         self.control = Control()
         self._proc = None
-        gc.collect()
+        gc.collect()  # the previous job's model and optimizer, should a cycle hold them
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
     def address(self) -> tuple[str, int]:
         """(IP, free port) for the job's rendezvous; asked of rank 0 only."""
