@@ -23,6 +23,16 @@ a node first). Removing the group releases the GPUs; every end of a run — fini
 stopped, cancelled, preempted — kills the actors and removes the group *before* the event is
 reported, so the controller never re-grants GPUs that Ray still holds.
 
+Warm pool (``RayBackendConfig.warm_pool``, on in ``frenzy serve``). The built-in trainer's
+ranks then run on long-lived workers, one per GPU slot of every node, started with the
+backend and reused across launches (``orchestrator.warm_pool``): the launch still creates its
+placement group (Ray's GPU accounting and the node pinning are unchanged) and waits for it,
+but hands its ranks to the slots' warm workers instead of starting processes. A worker is
+reused only after its rank returned cleanly; every other end kills it, as without the pool,
+and the pool starts a replacement. Entrypoint launches keep actors of their own (their
+``runtime_env`` is per job, and the user's process is started fresh anyway), with their GPU
+chosen by slot like the pooled ones.
+
 Events. Commands return at once (``stop``/``resize`` wait for the checkpoint); what follows
 is discovered by ``poll``, which the control loop calls on its thread: placement
 group ready → rendezvous → ``run`` on every rank; rank 0's status → ``Started`` (first step
