@@ -10,14 +10,15 @@ Controller over the RayBackend with the HAS policy, and measures:
 * where a job's time before its first step goes: queued (submit → placed), placement group
   create → ready, → workers up (fresh actors: process start + imports; warm pool: the reset),
   rank 0's rendezvous (process group init) and its set-up to the first step done;
-* with ``--warm-pool``: the pool's warm-up before the burst (not in the jobs' figures: a
+* with the warm pool (the default, as in ``frenzy serve``; ``--no-warm-pool`` for fresh
+  actors per launch): the pool's warm-up before the burst (not in the jobs' figures: a
   service warms its pool when it starts) and how many ranks ran on a reused worker;
 * leaked GPUs once the burst is done: GPUs Ray still holds plus live Frenzy placement groups
   plus GPUs the controller still counts as used (all must be 0);
 * jobs finished.
 
 Usage: ``python -m benchmarks.orchestrator [--jobs 20] [--steps 8] [--cluster NAME]
-[--warm-pool] [--json]``.
+[--no-warm-pool] [--json]``.
 Workers are CPU processes (gloo), so the figures measure orchestration, not GPU speed.
 """
 
@@ -131,7 +132,7 @@ def run(jobs: int, steps: int, cluster: str, policy: str, timeout_s: float,
                 "placed_to_first_step_p95_s": round(_pct(p2f, 0.95), 3),
                 "warm_pool": warm_pool,
                 "pool_warmup_s": round(pool_warmup, 2) if warm_pool else None,
-                "pool_warm": pool_warm,
+                "pool_warm": pool_warm if warm_pool else None,
                 "pool_workers_started": backend.pool.started if backend.pool else None,
                 "pool_ranks_reused": backend.pool.reused if backend.pool else None,
                 "submit_to_placed_p50_s": round(_pct(s2p, 0.5), 3),
@@ -172,8 +173,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cluster", default="frenzy-testbed")
     ap.add_argument("--policy", default="has")
     ap.add_argument("--timeout", type=float, default=480.0)
-    ap.add_argument("--warm-pool", action="store_true",
-                    help="run on the RayBackend's warm worker pool (RayBackendConfig.warm_pool)")
+    ap.add_argument("--warm-pool", action=argparse.BooleanOptionalAction, default=True,
+                    help="run on the RayBackend's warm worker pool, as frenzy serve does "
+                         "(RayBackendConfig.warm_pool; --no-warm-pool: a fresh actor per "
+                         "rank and launch)")
     ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
