@@ -180,6 +180,8 @@ class _Run:
     """The ranks run on the pool's warm workers (else on actors of the launch's own)."""
     pg_wait_ref: Any = None
     """Pooled workers wait for nothing: the run starts once the group holds the GPUs."""
+    relaunched: bool = False
+    """This launch replaces one whose warm worker was found dead when given the job."""
 
 
 def read_inventory(inter_node_bw_gbs: float = 12.5) -> tuple[ClusterState, dict[str, dict]]:
@@ -297,6 +299,8 @@ class RayBackend:
         """Seconds from ``start`` (placement group created) to the ``Started`` event."""
         self._pool = (WarmPool(self._worker_cls, config.torch_threads)
                       if config.warm_pool else None)
+        self._prefer_slots: Sequence[Slot] = ()
+        """Slots a relaunch takes first (the ones its first attempt had)."""
         self.placements: dict[str, list[dict[str, Any]]] = {}
         """Per job, what its workers reported from inside the actors at the latest launch
         (live jobs, and the latest ``KEPT_ENDED_JOBS`` ended ones)."""
@@ -373,7 +377,7 @@ class RayBackend:
                              name=f"{PG_PREFIX}{job.id}-{self._incarnation}-{gen}")
         slots: list[Slot] | None = None
         if self._pool is not None:
-            slots = self._take_slots(allocation)
+            slots = self._take_slots(allocation, self._prefer_slots)
             if slots is None:
                 remove_placement_group(pg)
                 self._events.append(Preempted(job.id, self.clock.now(), job.steps_done,
@@ -578,6 +582,9 @@ class RayBackend:
             addr, port = ray.get(run.addr_ref)
             run.where = ray.get(run.where_refs)
         except RayActorError as e:
+            if run.pooled and not run.relaunched and not _dead_nodes(run.allocation):
+                self._relaunch(run, _last_line(e))
+                return
             self._requeue(run, f"worker died while starting: {_last_line(e)}")
             return
         except RayTaskError as e:  # a warm worker refused the job (still busy)
@@ -717,13 +724,14 @@ class RayBackend:
             nodes = pool_nodes()
             self._pool.sync({n: p for n, p in nodes.items() if n in self._selectors})
 
-    def _take_slots(self, allocation: Allocation) -> list[Slot] | None:
-        """A distinct GPU slot per rank, in placement order; None (nothing taken) if a node
-        has fewer free slots than the allocation asks of it."""
+    def _take_slots(self, allocation: Allocation,
+                    prefer: Sequence[Slot] = ()) -> list[Slot] | None:
+        """A distinct GPU slot per rank, in placement order (``prefer``'s first); None
+        (nothing taken) if a node has fewer free slots than the allocation asks of it."""
         assert self._pool is not None
         taken: list[Slot] = []
         for node, n in allocation.placement:
-            got = self._pool.take(node, n)
+            got = self._pool.take(node, n, prefer)
             if got is None:
                 log.error("warm pool: %s has fewer than %d free GPU slots", node, n)
                 self._pool.give_back(taken, [True] * len(taken))
@@ -739,6 +747,28 @@ class RayBackend:
         run.where_refs = [w.assign.remote(i) for i, w in enumerate(run.workers)]
         run.addr_ref = run.workers[0].address.remote()
         run.pg_wait_ref = run.pg_ready_ref
+
+    def _relaunch(self, run: _Run, why: str) -> None:
+        """A warm worker died while idle (found when handed the job, its node alive): start
+        the launch again, once, on the node's other slots or the dead one's replacement,
+        without counting a restart against the job; the workers that answered stay warm."""
+        answered = []
+        for ref in run.where_refs:
+            try:
+                ray.get(ref, timeout=0)
+                answered.append(True)
+            except RayError:
+                answered.append(False)
+        log.warning("job %s: a warm worker was dead (%s); launching again", run.job.id, why)
+        self._teardown(run, answered)
+        self._prefer_slots = run.slots or ()
+        try:  # the same slots: the dead worker's replacement and the ones known alive
+            self.start(run.job, run.allocation)
+        finally:
+            self._prefer_slots = ()
+        again = self._runs.get(run.job.id)
+        if again is not None:
+            again.relaunched = True
 
     def _record_start(self, run: _Run, status: dict[str, Any]) -> None:
         self.launch_to_first_step_s.append(time.monotonic() - run.launched_at)

@@ -107,13 +107,15 @@ class WarmPool:
                     self._spawn(slot)
 
     # -- launches --------------------------------------------------------------------------
-    def take(self, node: str, n: int) -> list[Slot] | None:
-        """``n`` free slots of ``node`` (warm ones first), marked busy; None when the node has
-        fewer free (the controller's accounting and the pool's disagree)."""
+    def take(self, node: str, n: int, prefer: Sequence[Slot] = ()) -> list[Slot] | None:
+        """``n`` free slots of ``node`` (those in ``prefer`` first, then warm ones), marked
+        busy; None when the node has fewer free (the controller's accounting and the pool's
+        disagree)."""
         free = [s for s in self._slots.get(node, []) if not s.busy]
         if len(free) < n:
             return None
-        chosen = sorted(free, key=lambda s: (not s.warm, s.index))[:n]
+        first = {id(s) for s in prefer}
+        chosen = sorted(free, key=lambda s: (id(s) not in first, not s.warm, s.index))[:n]
         for s in chosen:
             s.busy = True
             if s.actor is None:

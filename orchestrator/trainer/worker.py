@@ -71,12 +71,12 @@ class TrainingWorker:
 
         ctx = ray.get_runtime_context()
         node_id = ctx.get_node_id()
-        if self._labels is None:  # a node's labels are set when it starts: read them once
-            self._labels = {}
-            for n in ray.nodes():
-                if n.get("NodeID") == node_id:
-                    self._labels = dict(n.get("Labels") or {})
-        labels = dict(self._labels)
+        labels = self._labels
+        if labels is None:  # a node's labels are set when it starts: read them once
+            labels = next((dict(n.get("Labels") or {}) for n in ray.nodes()
+                           if n.get("NodeID") == node_id), {})
+            self._labels = labels  # one assignment: a concurrent call sees None or all
+        labels = dict(labels)
         gpu_ids = [self.device] if self.device is not None else [str(g) for g in ray.get_gpu_ids()]
         return {"rank": self.rank, "ray_node_id": node_id, "labels": labels,
                 "gpu_ids": gpu_ids,

@@ -137,3 +137,21 @@ def test_an_entrypoint_job_gets_fresh_actors_on_gpus_of_its_own(rig: Rig,
     assert len({e["cvd"] for e in envs}) == 2 and all(e["cvd"] for e in envs)
     assert not {w["pid"] for w in rig.backend.placements["e"]} & set(warm.values())
     assert _pool_pids(rig) == warm  # the slots' warm workers were left alone
+
+
+def test_a_warm_worker_found_dead_is_replaced_without_a_restart(rig: Rig) -> None:
+    pool = rig.backend.pool
+    assert pool is not None
+    warm = _pool_pids(rig)
+    for node in ("big", "small"):  # every idle worker dies (say, the OOM killer)
+        for s in pool.slots(node):
+            ray.kill(s.actor, no_restart=True)
+    rig.submit(rig.job("f", gpus=1, steps=2))
+    rig.wait("f", lambda r: r.state.terminal)
+    rec = rig.controller.job("f")
+    assert rec.state is JobState.SUCCEEDED and rec.view.restarts == 0
+    assert rig.states("f").count(JobState.PENDING) == 1  # queued once, at submission
+    (w,) = rig.backend.placements["f"]
+    assert w["pid"] not in warm.values()  # a fresh worker, on the node the policy chose
+    assert _seen(rig, "f") == _placed(rig, "f")
+    assert pool.started == 4  # the three first ones and the one replacement
