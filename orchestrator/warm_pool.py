@@ -24,7 +24,9 @@ Reuse. A worker goes back to its slot's idle list only when its launch ended cle
 rank returned: finished, or stopped for a resize/preemption with a checkpoint); the next job's
 ``assign`` call resets its process state (see ``TrainingWorker.reset``). A worker of a launch
 that ended any other way (cancelled, failed, killed, out of memory, node lost) is killed, as
-without the pool, and a fresh one is started for the slot in the background.
+without the pool, and a fresh one is started for the slot in the background. A worker that
+dies while idle is noticed when a launch hands it a job (the backend then launches again on
+the same slots: ``RayBackend._relaunch``).
 """
 
 from __future__ import annotations
