@@ -7,11 +7,18 @@ Controller over the RayBackend with the HAS policy, and measures:
 * submit → first training step (the job's ``Started`` event), p50 / p95 over all jobs;
 * placement-group create latency (created → ready, seen by the 50 ms poll), created → all
   worker actors up and answering (process start + imports), and remove latency;
+* where a job's time before its first step goes: queued (submit → placed), placement group
+  create → ready, → workers up (fresh actors: process start + imports; warm pool: the reset),
+  rank 0's rendezvous (process group init) and its set-up to the first step done;
+* with the warm pool (the default, as in ``frenzy serve``; ``--no-warm-pool`` for fresh
+  actors per launch): the pool's warm-up before the burst (not in the jobs' figures: a
+  service warms its pool when it starts) and how many ranks ran on a reused worker;
 * leaked GPUs once the burst is done: GPUs Ray still holds plus live Frenzy placement groups
   plus GPUs the controller still counts as used (all must be 0);
 * jobs finished.
 
-Usage: ``python -m benchmarks.orchestrator [--jobs 20] [--steps 8] [--cluster NAME] [--json]``.
+Usage: ``python -m benchmarks.orchestrator [--jobs 20] [--steps 8] [--cluster NAME]
+[--no-warm-pool] [--json]``.
 Workers are CPU processes (gloo), so the figures measure orchestration, not GPU speed.
 """
 
@@ -56,14 +63,19 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def run(jobs: int, steps: int, cluster: str, policy: str, timeout_s: float) -> dict[str, Any]:
+def run(jobs: int, steps: int, cluster: str, policy: str, timeout_s: float,
+        warm_pool: bool = False) -> dict[str, Any]:
     os.environ.pop("RAY_ADDRESS", None)
     t0 = time.monotonic()
     c = start_emulated(cluster)
     startup = time.monotonic() - t0
     try:
         with tempfile.TemporaryDirectory(prefix="frz-ckpt-") as ckdir:
-            backend = RayBackend(RayBackendConfig(checkpoint_dir=ckdir, checkpoint_every=4))
+            backend = RayBackend(RayBackendConfig(checkpoint_dir=ckdir, checkpoint_every=4,
+                                                  warm_pool=warm_pool))
+            t_pool = time.monotonic()
+            pool_warm = backend.wait_warm(180)
+            pool_warmup = time.monotonic() - t_pool
             state = backend.inventory()
             events: list[JobEvent] = []
             source = ListJobSource()
@@ -99,6 +111,7 @@ def run(jobs: int, steps: int, cluster: str, policy: str, timeout_s: float) -> d
                 if e.to_state is JobState.PLACED:
                     placed.setdefault(e.job_id, e.time)
             p2f = [first[j] - placed[j] for j in first]
+            s2p = [placed[j] - submit[j] for j in placed]
             cstate = ctl.cluster
             leaked = (gpus_in_use() + sum(len(pg.get("bundles", {}))
                                           for pg in live_placement_groups())
@@ -117,6 +130,20 @@ def run(jobs: int, steps: int, cluster: str, policy: str, timeout_s: float) -> d
                 "submit_to_first_step_p95_s": round(_pct(s2f, 0.95), 3),
                 "placed_to_first_step_p50_s": round(_pct(p2f, 0.5), 3),
                 "placed_to_first_step_p95_s": round(_pct(p2f, 0.95), 3),
+                "warm_pool": warm_pool,
+                "pool_warmup_s": round(pool_warmup, 2) if warm_pool else None,
+                "pool_warm": pool_warm if warm_pool else None,
+                "pool_workers_started": backend.pool.started if backend.pool else None,
+                "pool_ranks_reused": backend.pool.reused if backend.pool else None,
+                "submit_to_placed_p50_s": round(_pct(s2p, 0.5), 3),
+                "submit_to_placed_p95_s": round(_pct(s2p, 0.95), 3),
+                "pg_create_to_first_step_p50_s": round(
+                    _pct(list(backend.launch_to_first_step_s), 0.5), 3),
+                "rendezvous_p50_s": round(_pct(list(backend.rendezvous_s), 0.5), 3),
+                "rendezvous_p95_s": round(_pct(list(backend.rendezvous_s), 0.95), 3),
+                "run_to_first_step_p50_s": round(_pct(list(backend.run_to_first_step_s), 0.5), 3),
+                "run_to_first_step_p95_s": round(_pct(list(backend.run_to_first_step_s), 0.95),
+                                                 3),
                 "pg_create_to_ready_p50_s": round(_pct(backend.pg_ready_s, 0.5), 3),
                 "pg_create_to_ready_p95_s": round(_pct(backend.pg_ready_s, 0.95), 3),
                 "pg_create_to_workers_up_p50_s": round(_pct(backend.workers_up_s, 0.5), 3),
@@ -146,10 +173,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cluster", default="frenzy-testbed")
     ap.add_argument("--policy", default="has")
     ap.add_argument("--timeout", type=float, default=480.0)
+    ap.add_argument("--warm-pool", action=argparse.BooleanOptionalAction, default=True,
+                    help="run on the RayBackend's warm worker pool, as frenzy serve does "
+                         "(RayBackendConfig.warm_pool; --no-warm-pool: a fresh actor per "
+                         "rank and launch)")
     ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    out = run(args.jobs, args.steps, args.cluster, args.policy, args.timeout)
+    out = run(args.jobs, args.steps, args.cluster, args.policy, args.timeout, args.warm_pool)
     width = max(len(k) for k in out)
     for k, v in out.items():
         print(f"{k:<{width}}  {v}")

@@ -23,6 +23,16 @@ a node first). Removing the group releases the GPUs; every end of a run — fini
 stopped, cancelled, preempted — kills the actors and removes the group *before* the event is
 reported, so the controller never re-grants GPUs that Ray still holds.
 
+Warm pool (``RayBackendConfig.warm_pool``, on in ``frenzy serve``). The built-in trainer's
+ranks then run on long-lived workers, one per GPU slot of every node, started with the
+backend and reused across launches (``orchestrator.warm_pool``): the launch still creates its
+placement group (Ray's GPU accounting and the node pinning are unchanged) and waits for it,
+but hands its ranks to the slots' warm workers instead of starting processes. A worker is
+reused only after its rank returned cleanly; every other end kills it, as without the pool,
+and the pool starts a replacement. Entrypoint launches keep actors of their own (their
+``runtime_env`` is per job, and the user's process is started fresh anyway), with their GPU
+chosen by slot like the pooled ones.
+
 Events. Commands return at once (``stop``/``resize`` wait for the checkpoint); what follows
 is discovered by ``poll``, which the control loop calls on its thread: placement
 group ready → rendezvous → ``run`` on every rank; rank 0's status → ``Started`` (first step
@@ -88,6 +98,7 @@ from orchestrator.trainer.loop import RunConfig, RunResult, apply_options, numbe
 from orchestrator.trainer.memory import RankOutOfMemory
 from orchestrator.trainer.model import check_supported
 from orchestrator.trainer.worker import TrainingWorker
+from orchestrator.warm_pool import Slot, WarmPool, pool_nodes
 from predictor.gpus import load_gpu_catalog
 from predictor.runtimes import FRENZY
 from scheduler.cluster import Allocation, ClusterState, Node
@@ -131,6 +142,9 @@ class RayBackendConfig:
     seed: int = 0
     torch_threads: int = 1
     inter_node_bw_gbs: float = 12.5
+    warm_pool: bool = False
+    """Keep a warm ``TrainingWorker`` per GPU of every node and run the built-in trainer's
+    launches on them (``orchestrator.warm_pool``); entrypoint launches keep fresh actors."""
 
 
 @dataclass
@@ -161,6 +175,14 @@ class _Run:
     error_since: float | None = None
     unreachable_since: float | None = None
     losses: list[float] = field(default_factory=list)
+    slots: list[Slot] | None = None
+    """The warm pool's GPU slots of this launch, rank order (pooled backend only)."""
+    pooled: bool = False
+    """The ranks run on the pool's warm workers (else on actors of the launch's own)."""
+    pg_wait_ref: Any = None
+    """Pooled workers wait for nothing: the run starts once the group holds the GPUs."""
+    relaunched: bool = False
+    """This launch replaces one whose warm worker was found dead when given the job."""
 
 
 def read_inventory(inter_node_bw_gbs: float = 12.5) -> tuple[ClusterState, dict[str, dict]]:
@@ -269,6 +291,17 @@ class RayBackend:
         self.workers_up_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
         """Seconds from creating each placement group to all its worker actors answering."""
         self.pg_remove_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
+        self.rendezvous_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
+        """Seconds rank 0 spent joining its job's process group (gloo/NCCL init)."""
+        self.run_to_first_step_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
+        """Seconds from rank 0's ``run`` starting to its first step done (rendezvous, model
+        build, checkpoint load, the step)."""
+        self.launch_to_first_step_s: deque[float] = deque(maxlen=KEPT_TIMINGS)
+        """Seconds from ``start`` (placement group created) to the ``Started`` event."""
+        self._pool = (WarmPool(self._worker_cls, config.torch_threads)
+                      if config.warm_pool else None)
+        self._prefer_slots: Sequence[Slot] = ()
+        """Slots a relaunch takes first (the ones its first attempt had)."""
         self.placements: dict[str, list[dict[str, Any]]] = {}
         """Per job, what its workers reported from inside the actors at the latest launch
         (live jobs, and the latest ``KEPT_ENDED_JOBS`` ended ones)."""
@@ -297,7 +330,10 @@ class RayBackend:
         object as last time when nothing changed. Runs on nodes that are gone are lost."""
         state, selectors = read_inventory(self.config.inter_node_bw_gbs)
         gone = set(self._selectors) - set(selectors)
+        changed = set(self._selectors) != set(selectors) or state != self._state
         self._selectors = selectors
+        if changed:
+            self._sync_pool()
         if gone:
             for run in list(self._runs.values()):
                 lost = sorted({n for n, _ in run.allocation.placement if n in gone})
@@ -340,30 +376,50 @@ class RayBackend:
         gen = next(self._gen)
         pg = placement_group(bundles, strategy="PACK", bundle_label_selector=selectors,
                              name=f"{PG_PREFIX}{job.id}-{self._incarnation}-{gen}")
+        slots: list[Slot] | None = None
+        if self._pool is not None:
+            slots = self._take_slots(allocation, self._prefer_slots)
+            if slots is None:
+                remove_placement_group(pg)
+                self._events.append(Preempted(job.id, self.clock.now(), job.steps_done,
+                                              "no free GPU slot in the warm pool"))
+                return
         extra_opts: dict[str, Any] = {}
         if cfg.working_dir:
             try:
                 extra_opts["runtime_env"] = {"working_dir": ship_working_dir(cfg.working_dir)}
             except (RayError, ValueError, OSError, RuntimeError) as e:
                 remove_placement_group(pg)
+                if self._pool is not None and slots is not None:
+                    self._pool.give_back(slots, [True] * len(slots))
                 self._events.append(Failed(job.id, self.clock.now(), "cannot ship the "
                                            f"working_dir {cfg.working_dir}: {_last_line(e)}"))
                 return
-        workers = [
-            self._worker_cls.options(
-                num_cpus=0, num_gpus=1, max_concurrency=2, max_restarts=0,
-                name=None,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
-                **extra_opts,
-            ).remote(i, self.config.torch_threads)
-            for i in range(len(bundles))
-        ]
+        pooled = slots is not None and not cfg.entrypoint
+        if pooled:
+            assert slots is not None
+            workers = [s.actor for s in slots]
+        else:
+            workers = [
+                self._worker_cls.options(
+                    # with the pool, every GPU is chosen by slot (see orchestrator.warm_pool)
+                    num_cpus=0, num_gpus=0 if slots is not None else 1, max_concurrency=2,
+                    max_restarts=0, name=None,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
+                    **extra_opts,
+                ).remote(i, self.config.torch_threads,
+                         slots[i].index if slots is not None else None)
+                for i in range(len(bundles))
+            ]
         run = _Run(job=job, allocation=allocation, cfg=cfg, pg=pg, workers=workers,
                    launched_at=time.monotonic(), steps_done=job.steps_done,
-                   reported_steps=job.steps_done)
-        run.addr_ref = workers[0].address.remote()
+                   reported_steps=job.steps_done, slots=slots, pooled=pooled)
         run.pg_ready_ref = pg.ready()
-        run.where_refs = [w.where.remote() for w in workers]
+        if pooled:
+            self._launch_pooled(run)
+        else:
+            run.addr_ref = workers[0].address.remote()
+            run.where_refs = [w.where.remote() for w in workers]
         self._runs[job.id] = run
         log.info("job %s: launching %s (pg %s)", job.id, allocation.describe(), pg.id.hex())
 
@@ -378,16 +434,22 @@ class RayBackend:
             ready, _ = ray.wait(run.run_refs, num_returns=len(run.run_refs),
                                 timeout=self.config.stop_timeout_s)
             results = []
-            for ref in ready:
+            clean = [False] * len(run.run_refs)
+            for i, ref in enumerate(run.run_refs):
+                if ref not in ready:
+                    continue
                 try:
                     results.append(ray.get(ref))
+                    clean[i] = True
                 except RayError as e:
                     log.warning("job %s: a rank failed while stopping: %s", job_id,
                                 _last_line(e))
             steps = max([steps, *(r.checkpoint_step for r in results)])
+        else:
+            clean = []
         if not run.cfg.entrypoint:
             steps = max(steps, latest_step(self.config.checkpoint_dir, job_id))
-        self._teardown(run)
+        self._teardown(run, clean)
         log.info("job %s: stopped at checkpoint step %s (%s)", job_id, steps, reason)
         return float(steps)
 
@@ -420,6 +482,8 @@ class RayBackend:
             except RayError as e:  # pragma: no cover - defensive: never kill the pump
                 log.exception("job %s: unexpected Ray error", run.job.id)
                 self._end(run, Failed(run.job.id, self.clock.now(), _last_line(e)))
+        if self._pool is not None:
+            self._pool.poll()
         events, self._events = self._events, []
         for ev in events:
             self._deliver(ev)
@@ -432,9 +496,21 @@ class RayBackend:
         ray.kill(self._runs[job_id].workers[rank], no_restart=True)
 
     def shutdown(self) -> None:
-        """Cancel every run (actors killed, placement groups removed)."""
+        """Cancel every run (actors killed, placement groups removed), and end the pool."""
         for job_id in list(self._runs):
             self.cancel(job_id)
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def wait_warm(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the warm pool has a worker up on every GPU (True at once without a
+        pool): a service that starts with a burst of jobs may wait for it first."""
+        return self._pool is None or self._pool.wait_warm(timeout_s)
+
+    @property
+    def pool(self) -> WarmPool | None:
+        """The warm pool (None unless ``RayBackendConfig.warm_pool``)."""
+        return self._pool
 
     # -- internals -------------------------------------------------------------------------
     def _run_config(self, job: JobView, allocation: Allocation) -> RunConfig:
@@ -498,6 +574,8 @@ class RayBackend:
             run.pg_ready_ref = None
             self.pg_ready_s.append(time.monotonic() - run.launched_at)
         refs = [run.addr_ref, *run.where_refs]
+        if run.pg_wait_ref is not None:
+            refs.append(run.pg_wait_ref)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         if len(ready) < len(refs):
             if time.monotonic() - run.launched_at > self.config.launch_timeout_s:
@@ -508,7 +586,13 @@ class RayBackend:
             addr, port = ray.get(run.addr_ref)
             run.where = ray.get(run.where_refs)
         except RayActorError as e:
+            if run.pooled and not run.relaunched and not _dead_nodes(run.allocation):
+                self._relaunch(run, _last_line(e))
+                return
             self._requeue(run, f"worker died while starting: {_last_line(e)}")
+            return
+        except RayTaskError as e:  # a warm worker refused the job (still busy)
+            self._requeue(run, f"worker could not take the job: {_last_line(e)}")
             return
         self.workers_up_s.append(time.monotonic() - run.launched_at)
         self.placements[run.job.id] = run.where
@@ -547,6 +631,7 @@ class RayBackend:
             now = self.clock.now()
             if not run.started and steps > first:
                 run.started = True
+                self._record_start(run, status)
                 self._events.append(Started(run.job.id, now))
                 log.info("job %s: first step made (launch resumed from step %d)",
                          run.job.id, first)
@@ -630,10 +715,71 @@ class RayBackend:
         if final.finished:
             if not run.started:
                 run.started = True
+                self._record_start(run, {})
                 self._events.append(Started(run.job.id, self.clock.now()))
-            self._end(run, Finished(run.job.id, self.clock.now()))
+            self._end(run, Finished(run.job.id, self.clock.now()), [True] * len(results))
         else:  # stopped without a stop() call: treat as preemption from its checkpoint
             self._requeue(run, "workers stopped early")
+
+    # -- warm pool -------------------------------------------------------------------------
+    def _sync_pool(self) -> None:
+        """The pool follows the inventory's nodes."""
+        if self._pool is not None:
+            nodes = pool_nodes()
+            self._pool.sync({n: p for n, p in nodes.items() if n in self._selectors})
+
+    def _take_slots(self, allocation: Allocation,
+                    prefer: Sequence[Slot] = ()) -> list[Slot] | None:
+        """A distinct GPU slot per rank, in placement order (``prefer``'s first); None
+        (nothing taken) if a node has fewer free slots than the allocation asks of it."""
+        assert self._pool is not None
+        taken: list[Slot] = []
+        for node, n in allocation.placement:
+            got = self._pool.take(node, n, prefer)
+            if got is None:
+                log.error("warm pool: %s has fewer than %d free GPU slots", node, n)
+                self._pool.give_back(taken, [True] * len(taken))
+                return None
+            taken += got
+        return taken
+
+    def _launch_pooled(self, run: _Run) -> None:
+        """Hand the launch to its slots' warm workers: each becomes its rank (reset to a
+        clean state); the run starts once the placement group holds the GPUs."""
+        assert self._pool is not None and run.slots is not None
+        self._pool.use(run.slots)
+        run.where_refs = [w.assign.remote(i) for i, w in enumerate(run.workers)]
+        run.addr_ref = run.workers[0].address.remote()
+        run.pg_wait_ref = run.pg_ready_ref
+
+    def _relaunch(self, run: _Run, why: str) -> None:
+        """A warm worker died while idle (found when handed the job, its node alive): start
+        the launch again, once, on the node's other slots or the dead one's replacement,
+        without counting a restart against the job; the workers that answered stay warm."""
+        answered = []
+        for ref in run.where_refs:
+            try:
+                ray.get(ref, timeout=0)
+                answered.append(True)
+            except RayError:
+                answered.append(False)
+        log.warning("job %s: a warm worker was dead (%s); launching again", run.job.id, why)
+        self._teardown(run, answered)
+        self._prefer_slots = run.slots or ()
+        try:  # the same slots: the dead worker's replacement and the ones known alive
+            self.start(run.job, run.allocation)
+        finally:
+            self._prefer_slots = ()
+        again = self._runs.get(run.job.id)
+        if again is not None:
+            again.relaunched = True
+
+    def _record_start(self, run: _Run, status: dict[str, Any]) -> None:
+        self.launch_to_first_step_s.append(time.monotonic() - run.launched_at)
+        if status.get("rendezvous_s") is not None:
+            self.rendezvous_s.append(float(status["rendezvous_s"]))
+        if status.get("setup_s") is not None:
+            self.run_to_first_step_s.append(float(status["setup_s"]))
 
     def _resume_step(self, run: _Run) -> float:
         """Where the job resumes after losing its workers: its last checkpoint."""
@@ -662,14 +808,23 @@ class RayBackend:
         log.warning("job %s: %s -> %s", run.job.id, reason, type(ev).__name__)
         self._end(run, ev)
 
-    def _end(self, run: _Run, event: BackendEvent) -> None:
-        self._teardown(run)
+    def _end(self, run: _Run, event: BackendEvent, clean: Sequence[bool] = ()) -> None:
+        self._teardown(run, clean)
         self._events.append(event)
 
-    def _teardown(self, run: _Run) -> None:
-        for w in run.workers:
-            with contextlib.suppress(RayError, ValueError):  # already gone
-                ray.kill(w, no_restart=True)
+    def _teardown(self, run: _Run, clean: Sequence[bool] = ()) -> None:
+        """Free the launch's GPUs: workers killed (a pooled worker whose rank returned
+        cleanly, per ``clean``, goes back to the pool instead), placement group removed."""
+        if run.slots is not None and self._pool is not None:
+            if run.pooled:
+                keep = [i < len(clean) and clean[i] for i in range(len(run.slots))]
+            else:  # the launch's own actors ran it; the slots' warm workers were not touched
+                keep = [True] * len(run.slots)
+            self._pool.give_back(run.slots, keep)
+        if not run.pooled:
+            for w in run.workers:
+                with contextlib.suppress(RayError, ValueError):  # already gone
+                    ray.kill(w, no_restart=True)
         t0 = time.monotonic()
         try:
             remove_placement_group(run.pg)

@@ -4,9 +4,10 @@
 whose GPU nodes carry the ``frenzy.io/*`` labels) and otherwise starts the emulated
 heterogeneous cluster described by the cluster file (``orchestrator.emulated``). The nodes
 the service schedules on are then read from Ray, not from the file. Training runs for real in
-Ray actors (``orchestrator.trainer``); checkpoints go under ``$FRENZY_CHECKPOINT_DIR``
-(default: ``checkpoints`` in the per-user state directory, ``service.settings.state_dir``),
-which every node must see.
+Ray actors (``orchestrator.trainer``), the built-in trainer's on the backend's warm worker
+pool (``orchestrator.warm_pool``; ``FRENZY_WARM_POOL=0`` turns it off); checkpoints go under
+``$FRENZY_CHECKPOINT_DIR`` (default: ``checkpoints`` in the per-user state directory,
+``service.settings.state_dir``), which every node must see.
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ class RayDriver:
 
     max_pipeline = FRENZY.max_pp  # the built-in trainer's deepest pipeline (1: none)
 
-    def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int) -> None:
+    def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int,
+                 warm_pool: bool = True) -> None:
         self.clock = WallClock()
         self.ray_cluster: RayCluster = connect(spec.path)
         try:
             self.backend = RayBackend(
                 RayBackendConfig(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                                 inter_node_bw_gbs=spec.state.inter_node_bw_gbs),
+                                 inter_node_bw_gbs=spec.state.inter_node_bw_gbs,
+                                 warm_pool=warm_pool),
                 self.clock,
             )
         except Exception:
@@ -62,10 +65,14 @@ class RayDriver:
 
 
 def ray_driver_factory(spec: ClusterSpec) -> RayDriver:
-    """The Ray driver with checkpoints under ``$FRENZY_CHECKPOINT_DIR``."""
+    """The Ray driver with checkpoints under ``$FRENZY_CHECKPOINT_DIR``, and the warm worker
+    pool unless ``FRENZY_WARM_POOL=0``."""
     ckpt = os.path.abspath(os.environ.get("FRENZY_CHECKPOINT_DIR")
                            or default_checkpoint_dir())
     os.makedirs(ckpt, exist_ok=True)
     every = int(os.environ.get("FRENZY_CHECKPOINT_EVERY", "20"))
-    log.info("starting the Ray backend (checkpoints in %s every %d steps)", ckpt, every)
-    return RayDriver(spec, ckpt, every)
+    warm = os.environ.get("FRENZY_WARM_POOL", "1").strip().lower() not in ("0", "false", "no",
+                                                                          "off")
+    log.info("starting the Ray backend (checkpoints in %s every %d steps; warm pool %s)",
+             ckpt, every, "on" if warm else "off")
+    return RayDriver(spec, ckpt, every, warm)

@@ -270,7 +270,9 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
         raise ValueError(f"dp·micro_batch = {cfg.dp * cfg.micro_batch} does not divide "
                          f"global_batch={cfg.global_batch}")
     device = pick_device()
+    t_run = time.perf_counter()
     init_distributed(cfg, rank, device)
+    rendezvous_s = time.perf_counter() - t_run
     layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp)
     torch.manual_seed(cfg.seed)
     numerics = resolve_numerics(cfg)
@@ -295,7 +297,8 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     losses: list[float] = []
     meter = PeakMeter(device, cfg.memory_cap_bytes)
     control.report(steps_done=step, checkpoint_step=last_ckpt, first_step=first, loss=None,
-                   samples_per_s=None, rank=rank, tp=cfg.tp, dp=cfg.dp)
+                   samples_per_s=None, rank=rank, tp=cfg.tp, dp=cfg.dp,
+                   rendezvous_s=rendezvous_s)
     stopped = False
     model.train()
     try:
@@ -320,7 +323,9 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
                 last_ckpt = step
             dt = time.perf_counter() - t0
             peak = meter.peak()
-            control.report(**(peak.as_status() if peak else {}),
+            # the launch's set-up and first step, for the cold-start figures
+            setup = {"setup_s": time.perf_counter() - t_run} if step == first + 1 else {}
+            control.report(**(peak.as_status() if peak else {}), **setup,
                            steps_done=step, checkpoint_step=last_ckpt, loss=mean_loss,
                            samples_per_s=cfg.global_batch / dt if dt > 0 else math.inf,
                            lr=lr, grad_norm=grad_norm,
