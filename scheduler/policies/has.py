@@ -63,6 +63,17 @@ Choices the paper leaves open, and why:
   otherwise long jobs run side by side on slices of one GPU type and all end late.
   ``srpt=False`` keeps the order above (growth longest
   first, only when nobody waits; any waiting job may undo growth).
+* **Placement guard** (``max_slowdown``, default 1.25): a plan is chosen for its predicted
+  step time, but step 3 can re-time it far slower: a group split 6 + 2 over two nodes by the
+  jobs already running, or any multi-node plan on a cluster whose network is slower than the
+  planner's default for that GPU type. A plan whose best-fit placement runs more than
+  ``max_slowdown`` times its predicted step time is passed over like a plan that does not
+  fit, and the walk goes on to the next plan (often a smaller one on a single node, which
+  growth can enlarge later). Only when every plan that fits is slowed that much does the job
+  start on the one that would end soonest, and only if it would end no later than the job's
+  slowest plan; otherwise it waits. Without the guard a long job could hold GPUs for days
+  at a tenth of the speed it was chosen for, and nothing moved it: growth needs a faster
+  plan on its own GPUs plus idle ones, and a job split across two nodes blocks the other.
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
@@ -88,7 +99,7 @@ from scheduler.decision import Decision, ReasonCode, resize, resize_code, start
 from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
-from scheduler.policies.common import MIN_PRUNE_SLACK, PlanIndexCache
+from scheduler.policies.common import MIN_PRUNE_SLACK, PlanIndex, PlanIndexCache
 from scheduler.policy import PerfModel, register
 
 log = logging.getLogger(__name__)
@@ -127,6 +138,7 @@ class HasPolicy:
         loans: bool = True,
         min_saving_s: float = 60.0,
         srpt: bool = True,
+        max_slowdown: float = 1.25,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -147,6 +159,9 @@ class HasPolicy:
         self.loans = loans
         self.min_saving_s = min_saving_s
         self.srpt = srpt
+        if not max_slowdown >= 1.0:
+            raise ValueError(f"max_slowdown must be >= 1, got {max_slowdown!r}")
+        self.max_slowdown = max_slowdown
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -242,7 +257,7 @@ class HasPolicy:
                 fitting = tuple(p for p in index.efficient_by_speed if p.num_gpus <= share)
                 decision = self._place(job, fitting, free, state)
             if decision is None:
-                decision = self._place(job, index.plans, free, state)
+                decision = self._place(job, index.plans, free, state, fallback=index)
             if decision is None:
                 waiting += 1
                 first_waiting = first_waiting or job
@@ -537,7 +552,14 @@ class HasPolicy:
         if len(self._grow_need) > limit:
             self._grow_need = {k: v for k, v in self._grow_need.items() if k in entries}
 
-    def _place(self, job: JobView, plans, free: FreeGpus, state: ClusterState) -> Decision | None:
+    def _place(self, job: JobView, plans: Sequence[Plan], free: FreeGpus, state: ClusterState,
+               fallback: PlanIndex | None = None) -> Decision | None:
+        """Start ``job`` on the first of ``plans`` the free GPUs satisfy whose best-fit
+        placement runs it at most ``max_slowdown`` times slower than the plan's predicted
+        step time. With ``fallback`` (the job's index; the last walk for this job in a
+        call), when every fitting plan is slowed more than that, the one that would end
+        soonest, provided it ends no later than the job's slowest plan would."""
+        slowed: tuple[Plan, Plan, Placement, int, int] | None = None
         for k, plan in enumerate(plans, start=1):
             n = plan.num_gpus
             ava = free.free(plan.gpu_type, plan.required_bytes)
@@ -546,21 +568,39 @@ class HasPolicy:
             placement = free.best_fit(plan.gpu_type, n, plan.required_bytes, plan.parallel.tp)
             if placement is None:  # pragma: no cover  (ava >= n guarantees a placement)
                 continue
-            where = describe_placement(placement, free, "best-fit")
-            free.take(placement)
             placed = self.perf.placed_plan(job, plan, placement, state)
-            reason = (
-                f"HAS: plan #{plan.rank or k} {plan.label()} is the first of {len(plans)} ranked "
-                f"plans the free GPUs satisfy ({ava} free {plan.gpu_type} >= {n}"
-                f"{f'; plans #1-#{k - 1} did not fit' if k > 1 else ''}); {where}"
-            )
-            if abs(placed.step_time_s - plan.step_time_s) > 1e-3 * plan.step_time_s:
-                reason += (
-                    f"; step re-timed for this placement: {plan.step_time_s:.3f}s -> "
-                    f"{placed.step_time_s:.3f}s"
-                )
-            return start(Allocation(job.id, placed, placement), reason, ReasonCode.PLACE)
+            if placed.step_time_s > self.max_slowdown * plan.step_time_s:
+                if fallback is not None and (slowed is None
+                                             or placed.job_time_s < slowed[0].job_time_s):
+                    slowed = (placed, plan, placement, k, ava)
+                continue
+            return self._start(job, plans, plan, placed, placement, k, ava, free)
+        if slowed is not None and fallback is not None and \
+                slowed[0].job_time_s <= fallback.by_speed[-1].job_time_s:
+            placed, plan, placement, k, ava = slowed
+            return self._start(job, plans, plan, placed, placement, k, ava, free,
+                               f"; every fitting plan runs > {self.max_slowdown:g}x slower "
+                               "where it fits; this one ends soonest")
         return None
+
+    def _start(self, job: JobView, plans: Sequence[Plan], plan: Plan, placed: Plan,
+               placement: Placement, k: int, ava: int, free: FreeGpus, note: str = ""
+               ) -> Decision:
+        """The start decision for ``job`` on ``placement`` (``placed``: ``plan`` re-timed
+        there), taking its GPUs from ``free``."""
+        where = describe_placement(placement, free, "best-fit")
+        free.take(placement)
+        reason = (
+            f"HAS: plan #{plan.rank or k} {plan.label()} is the first of {len(plans)} ranked "
+            f"plans the free GPUs satisfy ({ava} free {plan.gpu_type} >= {plan.num_gpus}"
+            f"{f'; plans #1-#{k - 1} did not fit' if k > 1 else ''}); {where}"
+        )
+        if abs(placed.step_time_s - plan.step_time_s) > 1e-3 * plan.step_time_s:
+            reason += (
+                f"; step re-timed for this placement: {plan.step_time_s:.3f}s -> "
+                f"{placed.step_time_s:.3f}s"
+            )
+        return start(Allocation(job.id, placed, placement), reason + note, ReasonCode.PLACE)
 
 
 def _prefix(placement: Placement, n: int, align: int) -> Placement | None:

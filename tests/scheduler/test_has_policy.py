@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import (
     GIB,
     IdentityPerf,
@@ -111,10 +112,48 @@ def test_full_cluster_or_empty_queue_gives_nothing() -> None:
 def test_plan_is_retimed_for_the_placement_it_gets() -> None:
     state = cluster(make_node("a", "A100-40G", 8, 2), make_node("b", "A100-40G", 8, 2))
     job = make_job("j", ranked(make_plan("A100-40G", 4, step_s=2.0)))
-    (d,) = HasPolicy(NodesPenaltyPerf()).decide(state, [job], [], 0.0)
+    # the stub's +50 % is within this guard (with the default 1.25 the job would wait)
+    (d,) = HasPolicy(NodesPenaltyPerf(), max_slowdown=2.0).decide(state, [job], [], 0.0)
     assert d.allocation is not None and d.allocation.num_nodes == 2
     assert d.allocation.plan.step_time_s == 3.0  # 2 nodes: +50% in the stub
     assert "re-timed" in d.reason
+
+
+def test_a_plan_its_placement_slows_too_much_is_passed_over_for_a_smaller_one() -> None:
+    # 6 + 2 free: the 8-GPU plan splits over two nodes (+50 % in the stub: 1.5 s > 1.25 x
+    # 1.0 s); the 4-GPU plan fits node a whole at its own 1.8 s
+    state = cluster(make_node("a", "A100-40G", 8, 6), make_node("b", "A100-40G", 8, 2))
+    job = make_job("j", ranked(make_plan("A100-40G", 8, step_s=1.0),
+                               make_plan("A100-40G", 4, step_s=1.8)))
+    (d,) = HasPolicy(NodesPenaltyPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None
+    assert d.allocation.placement == (("a", 4),)
+    assert d.allocation.plan.step_time_s == 1.8
+    # a looser guard takes the split 8-GPU placement at 1.5 s, as before the guard
+    (d,) = HasPolicy(NodesPenaltyPerf(), max_slowdown=1.5).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 8
+    assert d.allocation.num_nodes == 2 and d.allocation.plan.step_time_s == 1.5
+
+
+def test_when_every_fitting_plan_is_slowed_the_job_starts_only_if_no_later_than_its_slowest_plan(
+) -> None:
+    state = cluster(make_node("a", "A100-40G", 8, 2), make_node("b", "A100-40G", 8, 2))
+    # 2 + 2 free: the 4-GPU plan splits (1.5 s x 100 steps = 150 s), the 3-GPU plan too
+    # (2 + 1: 2.4 s, 240 s); the slowest plan takes 1.6 s x 100 = 160 s: 150 s is no later
+    job = make_job("j", ranked(make_plan("A100-40G", 4, step_s=1.0),
+                               make_plan("A100-40G", 3, step_s=1.6)))
+    (d,) = HasPolicy(NodesPenaltyPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+    assert d.allocation.plan.job_time_s == 150.0 and "ends soonest" in d.reason
+    # the slowest plan takes 1.4 s x 100 = 140 s: 150 s on the split is later, so it waits
+    job = make_job("j", ranked(make_plan("A100-40G", 4, step_s=1.0),
+                               make_plan("A100-40G", 3, step_s=1.4)))
+    assert HasPolicy(NodesPenaltyPerf()).decide(state, [job], [], 0.0) == []
+
+
+def test_max_slowdown_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_slowdown"):
+        HasPolicy(max_slowdown=0.9)
 
 
 def test_phoebe_mix_every_allocation_valid() -> None:
