@@ -4,68 +4,106 @@ when (each job on its chosen plan, or its best plan that fits)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.quotas import Queued as QuotaQueued
 from orchestrator.quotas import owner_room
-from orchestrator.states import JobState
+from orchestrator.states import TERMINAL, JobState
 from service.api.inventory import ClusterView
 from service.auth import Principal
-from service.db import repositories as repo
 from service.db.models import Job
 from service.queue_reasons import Holding, Need, Queued, Waiting, explain_queue, quota_waiting
 from service.schemas import QueueEntryPublic, QueuePublic, WaitingPublic
 
+LIVE_QUEUE_ROWS = (
+    sa.select(Job.id, Job.name, Job.owner, Job.state, Job.priority, Job.created_at,
+              Job.chosen_plan_rank, Job.total_steps, Job.steps_done)
+    .where(Job.state.not_in(TERMINAL)).order_by(Job.created_at)
+)
+"""The live jobs, only the columns the queue needs (not their plans, metrics or specs)."""
 
-def _remaining(job: Job, plan: dict[str, Any]) -> float:
+PlanSummary = tuple[str, int, float]
+"""What explaining the queue needs of a stored plan: GPU type, GPU count, step time."""
+
+
+def summarise(plans: Sequence[dict[str, Any]] | None) -> list[PlanSummary]:
+    """A job's ranked plans as ``PlanSummary`` values, best first."""
+    return [(str(p["gpu_type"]), int(p["num_gpus"]), float(p.get("step_time_s") or 0.0))
+            for p in plans or ()]
+
+
+def _remaining(job: Any, plan: PlanSummary) -> float:
     left = max(0.0, float(job.total_steps) - float(job.steps_done))
-    return left * float(plan.get("step_time_s") or 0.0)
+    return left * plan[2]
 
 
-def best_need(job: Job, total: dict[str, int]) -> Need | None:
+def best_need(job: Any, plans: Sequence[PlanSummary], total: dict[str, int]) -> Need | None:
     """The job's first ranked plan that fits the cluster; else its first plan on a GPU type
     the cluster has (it is larger than the cluster); None when no plan's type is here."""
-    plans: Sequence[dict[str, Any]] = job.plans or []
-    here = [p for p in plans if p.get("gpu_type") in total]
-    fits = [p for p in here if int(p["num_gpus"]) <= total[p["gpu_type"]]]
+    here = [p for p in plans if p[0] in total]
+    fits = [p for p in here if p[1] <= total[p[0]]]
     p = (fits or here or [None])[0]
     if p is None:
         return None
-    return Need(p["gpu_type"], int(p["num_gpus"]), _remaining(job, p))
+    return Need(p[0], p[1], _remaining(job, p))
 
 
-def queue_of(session: Session, view: ClusterView,
-             max_owner_gpus: int = 0) -> tuple[list[Job], dict[str, Waiting]]:
-    """The queued jobs in queue order (priority, then submission) and why each waits;
-    ``max_owner_gpus``: ``quota_max_gpus`` (0: none), whose held-back jobs are found with
-    the control loop's rule (``orchestrator.quotas.owner_room``, in submission order)."""
+def _summaries(session: Session, live: Sequence[Any],
+               known: dict[str, list[PlanSummary]]) -> dict[str, list[PlanSummary]]:
+    """The plan summaries of ``live`` jobs: from ``known`` (stored plans never change), the
+    others read and decoded once here; ``known`` is pruned to the live jobs."""
+    missing = [j.id for j in live if j.id not in known]
+    for k in range(0, len(missing), 500):
+        for job_id, plans in session.execute(
+                sa.select(Job.id, Job.plans).where(Job.id.in_(missing[k:k + 500]))):
+            known[job_id] = summarise(plans)
+    ids = {j.id for j in live}
+    for job_id in [i for i in known if i not in ids]:
+        del known[job_id]
+    return known
+
+
+def queue_of(session: Session, view: ClusterView, max_owner_gpus: int = 0,
+             known: dict[str, list[PlanSummary]] | None = None
+             ) -> tuple[list[Any], dict[str, Waiting]]:
+    """The queued jobs (``LIVE_QUEUE_ROWS`` rows) in queue order (priority, then
+    submission) and why each waits; ``max_owner_gpus``: ``quota_max_gpus`` (0: none),
+    whose held-back jobs are found with the control loop's rule
+    (``orchestrator.quotas.owner_room``, in submission order); ``known``: plan summaries
+    kept from an earlier call (updated in place)."""
     free: dict[str, int] = {}
     total: dict[str, int] = {}
     for n in view.state.nodes:
         free[n.gpu_type] = free.get(n.gpu_type, 0) + n.free_gpus
         total[n.gpu_type] = total.get(n.gpu_type, 0) + n.total_gpus
-    live = repo.live_jobs(session=session, with_plans=True)
+    live = list(session.execute(LIVE_QUEUE_ROWS))
+    plans = _summaries(session, live, {} if known is None else known)
     queued = sorted((j for j in live if j.state is JobState.PENDING),
                     key=lambda j: (-j.priority, j.created_at))
     holding = []
     held: dict[str, int] = {}
     for j in live:
-        if j.state.holds_gpus and j.plans:
+        ranked = plans.get(j.id) or []
+        if j.state.holds_gpus and ranked:
             rank = j.chosen_plan_rank
-            plan = j.plans[rank - 1] if rank and 1 <= rank <= len(j.plans) else j.plans[0]
-            holding.append(Holding(plan["gpu_type"], int(plan["num_gpus"]),
-                                   _remaining(j, plan)))
-            held[j.owner] = held.get(j.owner, 0) + int(plan["num_gpus"])
+            plan = ranked[rank - 1] if rank and 1 <= rank <= len(ranked) else ranked[0]
+            holding.append(Holding(plan[0], plan[1], _remaining(j, plan)))
+            held[j.owner] = held.get(j.owner, 0) + plan[1]
     holds = {}
     if max_owner_gpus:
         _, holds = owner_room(
-            [QuotaQueued(j.id, j.owner, max_owner_gpus, [int(p["num_gpus"]) for p in j.plans])
-             for j in sorted(queued, key=lambda j: (j.created_at, j.id)) if j.plans], held)
-    reasons = explain_queue([Queued(j.id, best_need(j, total)) for j in queued
-                             if j.id not in holds], free, total, holding)
+            [QuotaQueued(j.id, j.owner, max_owner_gpus, [p[1] for p in plans[j.id]])
+             for j in sorted(queued, key=lambda j: (j.created_at, j.id)) if plans.get(j.id)],
+            held)
+    reasons = explain_queue([Queued(j.id, best_need(j, plans.get(j.id) or [], total))
+                             for j in queued if j.id not in holds], free, total, holding)
     reasons.update({job_id: quota_waiting(h) for job_id, h in holds.items()})
     return queued, reasons
 
@@ -77,20 +115,57 @@ def waiting_public(w: Waiting) -> WaitingPublic:
                          earliest_start_s=w.earliest_start_s)
 
 
-def waiting_for(factory: sessionmaker[Session], view: ClusterView,
-                job_id: str, max_owner_gpus: int = 0) -> WaitingPublic | None:
+class QueueCache:
+    """``queue_of`` shared by every request of the same ``ttl_s`` seconds: explaining the
+    queue reads every live job, so per request it would cost O(queue) — a queue of
+    thousands made each ``GET /v1/jobs/{id}`` of a waiting job decode all their plans.
+    When it is stale, one request works it out again while the others answer with the
+    previous explanation (one recomputation in flight); only the very first waits. Plan
+    summaries are kept per live job (stored plans never change)."""
+
+    def __init__(self, factory: sessionmaker[Session], ttl_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._factory = factory
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._compute = threading.Lock()
+        self._key: int | None = None
+        self._at = -math.inf
+        self._value: tuple[list[Any], dict[str, Waiting]] = ([], {})
+        self._known: dict[str, list[PlanSummary]] = {}
+
+    def get(self, view: ClusterView, max_owner_gpus: int = 0
+            ) -> tuple[list[Any], dict[str, Waiting]]:
+        """The queue in order and why each job waits, about ``ttl_s`` old at most (worked
+        out with the ``view`` of the request that found it stale)."""
+        with self._lock:
+            fresh = self._key == max_owner_gpus and self._clock() - self._at < self._ttl_s
+            if fresh or (self._key == max_owner_gpus and self._compute.locked()):
+                return self._value
+        with self._compute:
+            with self._lock:  # another request may have just worked it out
+                if self._key == max_owner_gpus and self._clock() - self._at < self._ttl_s:
+                    return self._value
+            with self._factory() as session:
+                value = queue_of(session, view, max_owner_gpus, self._known)
+            with self._lock:
+                self._key, self._at, self._value = max_owner_gpus, self._clock(), value
+            return value
+
+
+def waiting_for(queue: QueueCache, view: ClusterView, job_id: str,
+                max_owner_gpus: int = 0) -> WaitingPublic | None:
     """Why queued job ``job_id`` waits (None when it is not queued any more)."""
-    with factory() as session:
-        _, reasons = queue_of(session, view, max_owner_gpus)
+    _, reasons = queue.get(view, max_owner_gpus)
     w = reasons.get(job_id)
     return None if w is None else waiting_public(w)
 
 
-def queue_public(factory: sessionmaker[Session], view: ClusterView,
-                 user: Principal, max_owner_gpus: int = 0) -> QueuePublic:
+def queue_public(queue: QueueCache, view: ClusterView, user: Principal,
+                 max_owner_gpus: int = 0) -> QueuePublic:
     """The whole queue in order; ids and names of other users' jobs are left out."""
-    with factory() as session:
-        queued, reasons = queue_of(session, view, max_owner_gpus)
+    queued, reasons = queue.get(view, max_owner_gpus)
     return QueuePublic(data=[
         QueueEntryPublic(position=i, job_id=j.id if user.can_see(j.owner) else None,
                          name=j.name if user.can_see(j.owner) else None,

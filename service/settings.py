@@ -85,6 +85,9 @@ class Settings(BaseModel):
     logs_follow_max_s: float = Field(
         3600.0, gt=0, description="a followed log stream (GET /v1/jobs/{id}/logs?follow=true) "
                                   "ends after this long; clients reconnect with offset")
+    queue_ttl_s: float = Field(
+        1.0, ge=0, description="how long the queue's explanation (why each job waits) is "
+                               "shared by requests before it is worked out again")
     memory_residual_ttl_s: float = Field(
         30.0, ge=0, description="how long submissions reuse the measured memory corrections "
                                 "of recent jobs (predictor.residual) before rereading them")

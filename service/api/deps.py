@@ -26,6 +26,7 @@ from service.auth import Principal, hash_token, plausible_token
 from service.db import repositories as repo
 from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.writer import JobWriter
+from service.queue_view import QueueCache
 from service.runner import JobRunner
 from service.settings import Settings
 
@@ -47,6 +48,13 @@ class AppContext:
     """Async PostgreSQL connections for the hot reads (None on SQLite)."""
     quotas: Quotas = field(default_factory=Quotas)
     """Per-user limits checked at submission (``service.api.quotas``)."""
+    queue: QueueCache | None = None
+    """Why queued jobs wait, shared by the requests of a second (``service.queue_view``);
+    built from ``session_factory`` when not given."""
+
+    def __post_init__(self) -> None:
+        if self.queue is None:
+            self.queue = QueueCache(self.session_factory, self.settings.queue_ttl_s)
 
 
 async def get_context(request: Request) -> AppContext:

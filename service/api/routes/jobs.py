@@ -384,7 +384,7 @@ async def get_job(
         public = public.model_copy(update=accounting(row, used))
     if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
         view = as_view(ctx.cluster_provider())
-        waiting = await run_in_threadpool(waiting_for, ctx.session_factory, view, job_id,
+        waiting = await run_in_threadpool(waiting_for, ctx.queue, view, job_id,
                                           ctx.settings.quota_max_gpus)
         public = public.model_copy(update={"waiting": waiting})
     return _respond(public)
