@@ -91,3 +91,41 @@ def test_frenzy_status_shows_the_queue_and_jobs_id_the_reason(
     assert f"1. {job['id'][:8]}   [next_round]" in capsys.readouterr().out
     assert cli_main(["jobs", job["id"]]) == 0
     assert "  waiting   [next_round] needs " in capsys.readouterr().out
+
+
+def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
+        env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Many GETs of waiting jobs in one second work the queue out once; a stored job's
+    plans are read and decoded once for as long as it lives."""
+    from service_builders import job_body
+
+    from service import queue_view
+    from service.api.inventory import as_view
+
+    for _ in range(3):
+        env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice"))
+    now = [100.0]
+    cache = queue_view.QueueCache(env.factory, ttl_s=1.0, clock=lambda: now[0])
+    calls = {"queue": 0, "decoded": 0}
+    real_queue_of, real_summarise = queue_view.queue_of, queue_view.summarise
+
+    def counting_queue_of(*a, **k):  # type: ignore[no-untyped-def]
+        calls["queue"] += 1
+        return real_queue_of(*a, **k)
+
+    def counting_summarise(plans):  # type: ignore[no-untyped-def]
+        calls["decoded"] += 1
+        return real_summarise(plans)
+
+    monkeypatch.setattr(queue_view, "queue_of", counting_queue_of)
+    monkeypatch.setattr(queue_view, "summarise", counting_summarise)
+    view = as_view(env.client.app.state.ctx.cluster_provider())
+    queued, reasons = cache.get(view)
+    assert len(queued) == 3 and set(reasons) == {j.id for j in queued}
+    for _ in range(5):
+        now[0] += 0.1
+        assert cache.get(view)[1] is reasons  # within the second: the same answer
+    assert calls == {"queue": 1, "decoded": 3}
+    now[0] += 1.0
+    cache.get(view)
+    assert calls == {"queue": 2, "decoded": 3}  # worked out again, no plan decoded again
