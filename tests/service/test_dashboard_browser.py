@@ -69,7 +69,8 @@ def test_dashboard_shows_jobs_and_nodes(tmp_path: Path) -> None:
         # the sim backend reports steps only: give the running job two step windows
         windows = [{"at": f"2026-11-24T12:00:0{i}Z", "step": 5 * i, "loss": 4.0 - i,
                     "tokens_per_s": 16384.0, "step_time_s": 2.0, "predicted_step_time_s": 1.6,
-                    "memory_bytes": None, "predicted_memory_bytes": None} for i in (1, 2)]
+                    "memory_bytes": 3 * 2**20, "predicted_memory_bytes": 5 * 2**19}
+                   for i in (1, 2)]
         engine = sa.create_engine(f"sqlite:///{tmp_path / 'frenzy.db'}")
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE jobs SET metrics = :m WHERE id = :id"),
@@ -78,6 +79,9 @@ def test_dashboard_shows_jobs_and_nodes(tmp_path: Path) -> None:
         tiny_dom = _chromium("--dump-dom", f"{s.url}/jobs/{tiny['id']}#token={s.token}")
         assert "loss-chart" in tiny_dom and "loss 2.0000" in tiny_dom
         assert "step 2.000 s (predicted 1.600 s)" in tiny_dom
+        assert "memory 3.0 MiB (predicted 2.5 MiB)" in tiny_dom
+        assert "step-chart-svg" in tiny_dom and "mem-chart-svg" in tiny_dom
+        assert "tensor memory per rank: measured (blue) vs predicted" in tiny_dom
 
         # CI must not dirty the tree: the committed screenshot is refreshed on request only
         # (FRENZY_WRITE_DOCS=1 pytest tests/service/test_dashboard_browser.py).

@@ -55,6 +55,7 @@ function colour(jobId) {
 
 const short = (id) => id.slice(0, 8);
 const gib = (b) => (b / 2 ** 30).toFixed(1) + " GiB";
+const size = (b) => (b >= 2 ** 30 ? gib(b) : (b / 2 ** 20).toFixed(1) + " MiB");
 function dur(s) {
   if (s < 60) return s.toFixed(1) + " s";
   if (s < 3600) return (s / 60).toFixed(1) + " min";
@@ -237,13 +238,12 @@ function drawLoss(metrics) {
   latest.textContent = `step ${w.step}: loss ${f(w.loss, 4)}; ` +
     `${w.tokens_per_s === null ? "–" : Math.round(w.tokens_per_s).toLocaleString()} tokens/s; ` +
     `step ${f(w.step_time_s, 3, " s")} (predicted ${f(w.predicted_step_time_s, 3, " s")})` +
-    (w.memory_bytes === null ? "" : `; memory ${gib(w.memory_bytes)} (predicted ` +
-      `${w.predicted_memory_bytes === null ? "–" : gib(w.predicted_memory_bytes)})`);
+    (w.memory_bytes === null ? "" : `; memory ${size(w.memory_bytes)} (predicted ` +
+      `${w.predicted_memory_bytes === null ? "–" : size(w.predicted_memory_bytes)})`);
 }
 
 function memoryLine(m) {
   if (!m) return "";
-  const size = (b) => (b >= 2 ** 30 ? gib(b) : (b / 2 ** 20).toFixed(1) + " MiB");
   const parts = [];
   if (m.measured_tensors_bytes !== null) {
     parts.push(`memory per rank: measured ${size(m.measured_tensors_bytes)} (${m.source}), ` +
@@ -255,6 +255,42 @@ function memoryLine(m) {
       `since: ${m.last_out_of_memory}`);
   }
   return parts.join("; ");
+}
+
+function drawPair(boxId, metrics, key, predictedKey, fmt, title) {
+  // a measured series beside the plan's prediction, per step window
+  const box = document.getElementById(boxId);
+  const ws = metrics ? metrics.windows.filter((w) => w.step !== null && w[key] !== null) : [];
+  if (!ws.length) {
+    box.replaceChildren();
+    return;
+  }
+  const W = 560, H = 120, L = 70, B = 20, T = 16, R = 12;
+  const svg = svgEl("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: boxId + "-svg" });
+  const vals = ws.flatMap((w) => [w[key], w[predictedKey]]).filter((v) => v !== null);
+  let lo = Math.min(...vals), hi = Math.max(...vals);
+  if (hi === lo) { hi *= 1.1; lo *= 0.9; }
+  if (hi === lo) { hi += 1; }
+  const s0 = ws[0].step, s1 = ws[ws.length - 1].step;
+  const x = (st) => L + (s1 === s0 ? 0 : ((st - s0) / (s1 - s0)) * (W - L - R));
+  const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+  for (const v of [lo, hi]) {
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#ddd" }));
+    svg.append(svgEl("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 11 },
+      fmt(v)));
+  }
+  svg.append(svgEl("text", { x: L, y: 11, "font-size": 11, fill: "#556" },
+    `${title}: measured (blue) vs predicted (grey, dashed)`));
+  const line = (k, attrs) => {
+    const pts = ws.filter((w) => w[k] !== null);
+    if (pts.length) {
+      svg.append(svgEl("polyline", { points: pts.map((w) => `${x(w.step).toFixed(1)},` +
+        `${y(w[k]).toFixed(1)}`).join(" "), fill: "none", ...attrs }));
+    }
+  };
+  line(predictedKey, { stroke: "#999", "stroke-width": 1.5, "stroke-dasharray": "4 3" });
+  line(key, { stroke: "#3366cc", "stroke-width": 2 });
+  box.replaceChildren(svg);
 }
 
 async function refreshJob() {
@@ -281,6 +317,10 @@ async function refreshJob() {
       (job.duration_s == null ? "" : `ran ${dur(job.duration_s)}; `) +
       `${gpuHours(job.gpu_hours)} GPU-h`));
   drawLoss(job.metrics);
+  drawPair("step-chart", job.metrics, "step_time_s", "predicted_step_time_s",
+    (v) => v.toFixed(3) + " s", "step time");
+  drawPair("mem-chart", job.metrics, "memory_bytes", "predicted_memory_bytes",
+    size, "tensor memory per rank");
   drawMemory(job.plans);
   fill("#plans tbody", job.plans.map((p) => el("tr",
     { style: job.chosen_plan && p.rank === job.chosen_plan.rank ? "background:#eef5ff" : "" },
