@@ -566,8 +566,7 @@ class RayBackend:
         sizes = [nodes[n].gpu_memory for n, _ in allocation.placement if n in nodes]
         if not sizes:
             return 0
-        mem = allocation.plan.memory
-        return max(1, min(sizes) - (mem.device - mem.tensors) - mem.workspace)
+        return max(1, allocation.plan.tensor_room(min(sizes)))
 
     def _poll_launch(self, run: _Run) -> None:
         if run.pg_ready_ref is not None and ray.wait([run.pg_ready_ref], timeout=0)[0]:

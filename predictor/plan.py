@@ -13,16 +13,16 @@ from predictor.step_time import StepTime
 
 _COUNTED_TERMS = ("parameters", "gradients", "optimizer_states", "activations", "logits",
                   "transient")
-_TENSOR_TERMS = (*_COUNTED_TERMS, "slack")
-"""``MemoryBreakdown`` terms a measured tensor peak scales: the model's tensors and the
-allocator's slack over them (not the fixed cuBLAS workspaces, nor what lives outside the
-allocator)."""
+"""``MemoryBreakdown`` terms a measured tensor peak scales: the model's tensors (not the fixed
+cuBLAS workspaces, nor what lives outside the allocator)."""
 
 
-def scale_counted(mem: MemoryBreakdown, factor: float) -> MemoryBreakdown:
-    """``mem``'s counted model tensors multiplied by ``factor`` (workspace, slack and the
-    memory outside the allocator as they are)."""
-    return replace(mem, **{name: round(getattr(mem, name) * factor) for name in _COUNTED_TERMS})
+def scale_counted(mem: MemoryBreakdown, factor: float, *, slack: bool = False
+                  ) -> MemoryBreakdown:
+    """``mem``'s counted model tensors multiplied by ``factor`` (``slack``: the allocator's
+    slack over them too); workspace and the memory outside the allocator as they are."""
+    names = (*_COUNTED_TERMS, "slack") if slack else _COUNTED_TERMS
+    return replace(mem, **{name: round(getattr(mem, name) * factor) for name in names})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +75,14 @@ class Plan:
         return replace(self, step=step)
 
     def with_tensors_scaled(self, factor: float, note: str) -> Plan:
-        """The plan with the model's tensor terms multiplied by ``factor`` (``_TENSOR_TERMS``)
-        and ``required_bytes`` grown in proportion to the device figure, so the planner's
-        margin is kept; ``note`` says why (a measured correction)."""
+        """The plan with the model's tensor terms and the allocator's slack over them
+        multiplied by ``factor`` (``scale_counted``) and ``required_bytes`` grown in
+        proportion to the device figure, so the planner's margin is kept; ``note`` says why
+        (a measured correction)."""
         if factor <= 0:
             raise ValueError(f"factor must be > 0, got {factor}")
         m = self.memory
-        scaled = replace(m, **{name: round(getattr(m, name) * factor) for name in _TENSOR_TERMS})
+        scaled = scale_counted(m, factor, slack=True)
         required = -(-self.required_bytes * scaled.device // max(m.device, 1))
         return replace(self, memory=scaled, required_bytes=required,
                        notes=(*self.notes, note), memory_factor=self.memory_factor * factor)
@@ -90,6 +91,12 @@ class Plan:
     def model_tensors_bytes(self) -> int:
         """The predicted tensors without the cuBLAS workspaces: what a CPU rank holds."""
         return self.memory.tensors - self.memory.workspace
+
+    def tensor_room(self, capacity: int) -> int:
+        """The model-tensor bytes a GPU of ``capacity`` bytes leaves this plan after what it
+        predicts beside them (allocator slack, cuBLAS workspaces, memory outside the
+        allocator): the cap an emulated GPU's CPU rank enforces."""
+        return capacity - (self.memory.device - self.model_tensors_bytes)
 
     def label(self) -> str:
         p = self.parallel

@@ -18,6 +18,12 @@ from predictor.plan import Plan
 from service.schemas import MemoryPublic
 
 
+def predicted_tensors(plan: Plan, *, cuda: bool) -> int:
+    """The plan's predicted tensor peak in a measurement's terms: a CUDA rank's allocator
+    holds the cuBLAS workspaces, a CPU rank has none (``Plan.model_tensors_bytes``)."""
+    return plan.memory.tensors if cuda else plan.model_tensors_bytes
+
+
 def with_peak(doc: Mapping[str, Any] | None, *, plan: Plan | None, tensors_bytes: int,
               reserved_bytes: int | None, at: str, family: str | None = None
               ) -> dict[str, Any]:
@@ -38,8 +44,7 @@ def with_peak(doc: Mapping[str, Any] | None, *, plan: Plan | None, tensors_bytes
                        "plan": label, "gpu_type": plan.gpu_type if plan else None, "at": at}
     if plan is not None:
         mem = plan.memory
-        # a CPU rank has no cuBLAS workspaces: compare it with the model's tensors only
-        same = mem.tensors if reserved_bytes is not None else plan.model_tensors_bytes
+        same = predicted_tensors(plan, cuda=reserved_bytes is not None)
         out["predicted"] = {"tensors_bytes": same, "reserved_bytes": mem.reserved,
                             "device_bytes": mem.device}
         out["error_pct"] = 100.0 * (tensors_bytes - same) / same if same else None

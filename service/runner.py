@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,7 +29,7 @@ from orchestrator.states import IllegalTransition, JobEvent, JobState
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job
-from service.job_memory import with_oom, with_peak
+from service.job_memory import predicted_tensors, with_oom, with_peak
 from service.job_metrics import appended, metric_window
 
 if TYPE_CHECKING:
@@ -91,16 +91,6 @@ class PendingRunner:
 def epoch_to_datetime(seconds: float) -> datetime:
     """The Controller's wall-clock seconds as an aware UTC datetime."""
     return datetime.fromtimestamp(seconds, UTC)
-
-
-def _comparable_tensors(plan: Any, data: Mapping[str, Any]) -> int | None:
-    """The plan's predicted tensors in the measurement's terms: a CPU rank (no reserved
-    figure) has no cuBLAS workspaces."""
-    if plan is None:
-        return None
-    if data.get("peak_reserved_bytes") is None:
-        return int(plan.model_tensors_bytes)
-    return int(plan.memory.tensors)
 
 
 class EventRecorder:
@@ -182,7 +172,8 @@ class EventRecorder:
         window = metric_window(
             at=now.isoformat(), data=event.data, training=job.training or {},
             predicted_step_time_s=getattr(plan, "step_time_s", None),
-            predicted_memory_bytes=_comparable_tensors(plan, event.data))
+            predicted_memory_bytes=None if plan is None else predicted_tensors(
+                plan, cuda=event.data.get("peak_reserved_bytes") is not None))
         if window is not None:
             job.metrics = appended(job.metrics, window)
 

@@ -267,7 +267,7 @@ class SimBackend:
             return None
         self.over_memory.add(job.id)
         held = round(placed.model_tensors_bytes / placed.memory_factor * factor)
-        cap = max(1, capacity - outside)
+        cap = max(1, placed.tensor_room(capacity))
         return OutOfMemory(job.id, at, job.steps_done, held, cap,
                            f"out of memory on {placed.gpu_type}: the true peak is "
                            f"{factor:.2f}x the predicted")
