@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -311,8 +312,9 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
             lr = lr_at(cfg, step)
             for g in opt.param_groups:
                 g["lr"] = lr
-            with meter.step(live_tensors(model, opt, inputs, targets)):
-                mean_loss, stop_now, grad_norm = _step(cfg, model, opt, layout, inputs, targets,
+            with meter.step(partial(live_tensors, model, opt, inputs, targets)):
+                mean_loss, stop_now, grad_norm = _step(cfg, model, params, opt, layout,
+                                                       inputs, targets,
                                                        control.stop.is_set(), step)
             step += 1
             position += cfg.global_batch
@@ -345,13 +347,13 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
                      peak_reserved_bytes=peak.reserved_bytes if peak else None)
 
 
-def _step(cfg: RunConfig, model: ParallelTransformer, opt: torch.optim.Optimizer,
-          layout: Layout, inputs: torch.Tensor, targets: torch.Tensor, stop: bool,
-          step: int) -> tuple[float, bool, float | None]:
+def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Parameter],
+          opt: torch.optim.Optimizer, layout: Layout, inputs: torch.Tensor,
+          targets: torch.Tensor, stop: bool, step: int) -> tuple[float, bool, float | None]:
     """One optimizer step over this rank's rows (micro-batches, the dp all-reduce, the
-    world's agreement on loss / stop / overflow, clipping, the update); returns the mean
-    loss, whether any rank asked to stop, and the gradient norm when clipped."""
-    params = list(model.parameters())
+    world's agreement on loss / stop / overflow, clipping, the update) of ``model`` and its
+    ``params``; returns the mean loss, whether any rank asked to stop, and the gradient norm
+    when clipped."""
     device = inputs.device
     micro = cfg.global_batch // (cfg.dp * cfg.micro_batch)
     scale = FP16_LOSS_SCALE if cfg.precision is Precision.FP16 else 1.0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +89,10 @@ class PeakMemory:
 class PeakMeter:
     """Measures one rank's peak over a launch (see the module docstring).
 
-    ``step(existing)`` wraps one training step; ``existing`` are the tensors alive before it
-    (parameters, gradients, optimizer states, the batch), counted on entry so the CPU figure
-    is the rank's whole tensor memory, not only what the step made.
+    ``step(existing)`` wraps one training step; ``existing()`` gives the tensors alive before
+    it (parameters, gradients, optimizer states, the batch), counted on entry so the CPU
+    figure is the rank's whole tensor memory, not only what the step made; it is called only
+    for the steps measured.
     """
 
     def __init__(self, device: torch.device, cap_bytes: int = 0) -> None:
@@ -103,13 +104,13 @@ class PeakMeter:
             torch.cuda.reset_peak_memory_stats(device)
 
     @contextlib.contextmanager
-    def step(self, existing: Iterable[torch.Tensor]) -> Iterator[None]:
+    def step(self, existing: Callable[[], Iterable[torch.Tensor]]) -> Iterator[None]:
         if self.device.type != "cpu" or self._steps >= MEASURED_STEPS:
             yield
             return
         self._steps += 1
         tracker = CappedTracker(self.cap_bytes)
-        tracker.track(existing)
+        tracker.track(existing())
         if self.cap_bytes and tracker.current > self.cap_bytes:
             raise RankOutOfMemory(tracker.current, self.cap_bytes)
         with tracker:
