@@ -4,7 +4,11 @@ are among what it generates; the specific cases have their own tests here).
 
 The logs endpoint is fuzzed too, in a run of its own: no job ends in this app (no control
 loop), so a generated ``follow=true`` request streams until the server's
-``logs_follow_max_s`` (2 s here) ends it."""
+``logs_follow_max_s`` (2 s here) ends it.
+
+One schemathesis worker: with two threads, CPython 3.11's ``ast`` module (which hypothesis
+uses to describe its strategies) now and then fails with "SystemError: AST constructor
+recursion depth mismatch" (python/cpython#106905), a fuzzer crash rather than a finding."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ pytestmark = pytest.mark.skipif(not Path(ST).exists(),
 def test_no_server_errors(db_url: str, tmp_path: Path) -> None:
     server = start_server(db_url, tmp_path, FRENZY_LOGS_FOLLOW_MAX_S="2")
     base = [ST, "run", f"{server.url}/openapi.json", "--checks", "not_a_server_error",
-            "-H", f"Authorization: Bearer {server.token}", "--seed", "15", "--workers", "2",
+            "-H", f"Authorization: Bearer {server.token}", "--seed", "15", "--workers", "1",
             "--request-timeout", "20", "--phases", "examples,coverage,fuzzing"]
     try:
         # the logs endpoint in a run of its own, so its draws do not reshuffle the others'
