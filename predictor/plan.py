@@ -141,8 +141,7 @@ class Plan:
     def from_dict(cls, d: Mapping[str, Any]) -> Plan:
         """The plan ``to_dict`` wrote (what the service stores at submission): derived
         figures (totals, job time, GPU-seconds) are recomputed, not read."""
-        mem_fields = {f.name for f in fields(MemoryBreakdown)}
-        step_fields = {f.name for f in fields(StepTime)}
+        mem_fields, step_fields = _MEMORY_FIELDS, _STEP_FIELDS
         parallel = ParallelConfig(
             tp=int(d["tp"]), pp=int(d["pp"]), dp=int(d["dp"]),
             micro_batch=int(d["micro_batch"]), recompute=d["recompute"],
@@ -162,3 +161,9 @@ class Plan:
             runtime=str(d.get("runtime", DEFAULT_RUNTIME)),
             memory_factor=float(d.get("memory_factor", 1.0)),
         )
+
+
+_MEMORY_FIELDS = frozenset(f.name for f in fields(MemoryBreakdown))
+_STEP_FIELDS = frozenset(f.name for f in fields(StepTime))
+"""What ``Plan.from_dict`` reads of a stored breakdown (the stored dicts carry derived
+totals too); worked out once, not per stored plan."""
