@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.quotas import Queued as QuotaQueued
 from orchestrator.quotas import owner_room
 from orchestrator.states import TERMINAL, JobState
-from service.api.inventory import ClusterView
+from service.api.inventory import ClusterProvider, ClusterView, as_view
 from service.auth import Principal
 from service.db.models import Job
 from service.queue_reasons import Holding, Need, Queued, Waiting, explain_queue, quota_waiting
@@ -120,13 +120,24 @@ class QueueCache:
     queue reads every live job, so per request it would cost O(queue) — a queue of
     thousands made each ``GET /v1/jobs/{id}`` of a waiting job decode all their plans.
     When it is stale, one request works it out again while the others answer with the
-    previous explanation (one recomputation in flight); only the very first waits. Plan
-    summaries are kept per live job (stored plans never change)."""
+    previous explanation (one recomputation in flight); only the very first waits. The
+    cluster view is read from ``cluster`` only then, not per request. Plan summaries are
+    kept per live job (stored plans never change).
 
-    def __init__(self, factory: sessionmaker[Session], ttl_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    An explanation is fresh for ``ttl_s``, or for longer when working it out took more
+    than ``max_share`` of that: it stays fresh for its own cost / ``max_share``, so however
+    long the queue grows, explaining it takes at most that share of a worker's time."""
+
+    def __init__(self, factory: sessionmaker[Session], cluster: ClusterProvider,
+                 ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 max_share: float = 0.05) -> None:
+        if not 0 < max_share <= 1:
+            raise ValueError(f"max_share must be in (0, 1], got {max_share}")
         self._factory = factory
+        self._cluster = cluster
         self._ttl_s = ttl_s
+        self._max_share = max_share
+        self._fresh_s = ttl_s  # ttl_s, or the last explanation's cost / max_share
         self._clock = clock
         self._lock = threading.Lock()
         self._compute = threading.Lock()
@@ -135,37 +146,39 @@ class QueueCache:
         self._value: tuple[list[Any], dict[str, Waiting]] = ([], {})
         self._known: dict[str, list[PlanSummary]] = {}
 
-    def get(self, view: ClusterView, max_owner_gpus: int = 0
-            ) -> tuple[list[Any], dict[str, Waiting]]:
-        """The queue in order and why each job waits, about ``ttl_s`` old at most (worked
-        out with the ``view`` of the request that found it stale)."""
+    def get(self, max_owner_gpus: int = 0) -> tuple[list[Any], dict[str, Waiting]]:
+        """The queue in order and why each job waits, about ``ttl_s`` old at most."""
         with self._lock:
-            fresh = self._key == max_owner_gpus and self._clock() - self._at < self._ttl_s
+            fresh = self._key == max_owner_gpus and self._clock() - self._at < self._fresh_s
             if fresh or (self._key == max_owner_gpus and self._compute.locked()):
                 return self._value
         with self._compute:
             with self._lock:  # another request may have just worked it out
-                if self._key == max_owner_gpus and self._clock() - self._at < self._ttl_s:
+                if self._key == max_owner_gpus and self._clock() - self._at < self._fresh_s:
                     return self._value
+            start = self._clock()
+            view = as_view(self._cluster())
             with self._factory() as session:
                 value = queue_of(session, view, max_owner_gpus, self._known)
+            done = self._clock()
             with self._lock:
-                self._key, self._at, self._value = max_owner_gpus, self._clock(), value
+                self._key, self._at, self._value = max_owner_gpus, done, value
+                self._fresh_s = max(self._ttl_s, (done - start) / self._max_share)
             return value
 
 
-def waiting_for(queue: QueueCache, view: ClusterView, job_id: str,
+def waiting_for(queue: QueueCache, job_id: str,
                 max_owner_gpus: int = 0) -> WaitingPublic | None:
     """Why queued job ``job_id`` waits (None when it is not queued any more)."""
-    _, reasons = queue.get(view, max_owner_gpus)
+    _, reasons = queue.get(max_owner_gpus)
     w = reasons.get(job_id)
     return None if w is None else waiting_public(w)
 
 
-def queue_public(queue: QueueCache, view: ClusterView, user: Principal,
+def queue_public(queue: QueueCache, user: Principal,
                  max_owner_gpus: int = 0) -> QueuePublic:
     """The whole queue in order; ids and names of other users' jobs are left out."""
-    queued, reasons = queue.get(view, max_owner_gpus)
+    queued, reasons = queue.get(max_owner_gpus)
     return QueuePublic(data=[
         QueueEntryPublic(position=i, job_id=j.id if user.can_see(j.owner) else None,
                          name=j.name if user.can_see(j.owner) else None,

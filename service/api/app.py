@@ -28,6 +28,7 @@ from service.dashboard import install_dashboard
 from service.db.engine import make_engine, make_session_factory, migrate
 from service.db.models import utcnow
 from service.db.pg_async import AsyncJobWriter, AsyncPg
+from service.db.sqlite_reads import SqliteReads
 from service.db.writer import JobWriter
 from service.memory_residual import ResidualCache
 from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -53,9 +54,11 @@ def create_app(
     )
     factory = make_session_factory(engine)
     # PostgreSQL: the hot paths (GET a job, the submission batches) run on the event loop
-    # with async psycopg (service.db.pg_async); SQLite keeps its writer thread.
+    # with async psycopg (service.db.pg_async); SQLite keeps its writer thread, and its
+    # per-request reads skip the engine's per-statement work (service.db.sqlite_reads).
     pg = (AsyncPg(settings.database_url, size=settings.db_pool_size)
           if engine.dialect.name == "postgresql" else None)
+    lite = SqliteReads(engine) if engine.dialect.name == "sqlite" else None
     provider = cluster_provider or DbClusterProvider(factory)
     ctx = AppContext(
         settings=settings,
@@ -75,6 +78,7 @@ def create_app(
         clock=clock or utcnow,
         writer=AsyncJobWriter(pg) if pg is not None else JobWriter(engine),
         pg=pg,
+        sqlite=lite,
         quotas=Quotas.from_settings(settings),
     )
 
@@ -92,6 +96,8 @@ def create_app(
             ctx.writer.close()
         if pg is not None:
             await pg.close()
+        if lite is not None:
+            lite.close()
         engine.dispose()
 
     app = FastAPI(

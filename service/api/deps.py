@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
@@ -25,6 +25,7 @@ from service.api.quotas import Quotas
 from service.auth import Principal, hash_token, plausible_token
 from service.db import repositories as repo
 from service.db.pg_async import AsyncJobWriter, AsyncPg
+from service.db.sqlite_reads import SqliteReads
 from service.db.writer import JobWriter
 from service.queue_view import QueueCache
 from service.runner import JobRunner
@@ -46,6 +47,8 @@ class AppContext:
     PostgreSQL); None: one transaction each."""
     pg: AsyncPg | None = None
     """Async PostgreSQL connections for the hot reads (None on SQLite)."""
+    sqlite: SqliteReads | None = None
+    """The hot reads on SQLite, on the event loop (``service.db.sqlite_reads``)."""
     quotas: Quotas = field(default_factory=Quotas)
     """Per-user limits checked at submission (``service.api.quotas``)."""
     queue: QueueCache | None = None
@@ -54,7 +57,8 @@ class AppContext:
 
     def __post_init__(self) -> None:
         if self.queue is None:
-            self.queue = QueueCache(self.session_factory, self.settings.queue_ttl_s)
+            self.queue = QueueCache(self.session_factory, self.cluster_provider,
+                                    self.settings.queue_ttl_s)
 
 
 async def get_context(request: Request) -> AppContext:
@@ -76,13 +80,12 @@ SessionDep = Annotated[Session, Depends(get_session)]
 _bearer = HTTPBearer(auto_error=False, description="API token: `frenzy token create`")
 
 
-def _verify(ctx: AppContext, token: str) -> Principal | None:
-    """The token's principal: one Core query on a pooled connection (no ORM session)."""
+def _token_row(ctx: AppContext, token_hash: str) -> tuple[Any, ...] | None:
+    """(id, owner, is_admin) of the live token: one Core query on a pooled connection."""
     with ctx.engine.connect() as conn:
-        row = conn.execute(repo.ACTIVE_TOKEN,
-                           {"token_hash": hash_token(token), "now": ctx.clock()}).first()
-    return None if row is None else Principal(owner=row[1], is_admin=bool(row[2]),
-                                              token_id=int(row[0]))
+        row = conn.execute(repo.ACTIVE_TOKEN, {"token_hash": token_hash, "now": ctx.clock()}
+                           ).first()
+    return None if row is None else tuple(row)
 
 
 async def get_current_user(
@@ -92,7 +95,8 @@ async def get_current_user(
     """The caller of a bearer token; 401 without a live one.
 
     The token is looked up on every request (no cache: a revoked or expired token fails
-    on the next request): on SQLite as a local read on the event loop, on PostgreSQL with
+    on the next request): on SQLite as a local read on the event loop
+    (``service.db.sqlite_reads``), on PostgreSQL with
     async psycopg (``service.db.pg_async``), on another database in the thread pool.
     (The context is read from the request, not through ``ContextDep``: one dependency
     less to resolve on every authenticated request.)
@@ -106,14 +110,16 @@ async def get_current_user(
     token = credentials.credentials
     principal: Principal | None = None
     if plausible_token(token):
+        digest = hash_token(token)
         if ctx.pg is not None:
-            row = await ctx.pg.read_token(hash_token(token), ctx.clock())
-            if row is not None:
-                principal = Principal(owner=row[1], is_admin=bool(row[2]), token_id=int(row[0]))
-        elif ctx.engine.dialect.name == "sqlite":
-            principal = _verify(ctx, token)
+            row = await ctx.pg.read_token(digest, ctx.clock())
+        elif ctx.sqlite is not None:  # a local file read: microseconds
+            row = ctx.sqlite.read_token(digest, ctx.clock())
         else:
-            principal = await run_in_threadpool(_verify, ctx, token)
+            row = await run_in_threadpool(_token_row, ctx, digest)
+        if row is not None:
+            principal = Principal(owner=str(row[1]), is_admin=bool(row[2]),
+                                  token_id=int(row[0]))
     if principal is None:
         raise ApiError(401, "Authorization", "unknown, revoked or expired token", challenge)
     return principal

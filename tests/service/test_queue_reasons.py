@@ -3,6 +3,8 @@ service.queue_reasons: FIFO per GPU type, GPUs freed at the running jobs' predic
 
 from __future__ import annotations
 
+import pytest
+
 from service.queue_reasons import Holding, Need, Queued, WaitKind, explain_queue
 
 A = "A100-80G"
@@ -100,13 +102,19 @@ def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
     from service_builders import job_body
 
     from service import queue_view
-    from service.api.inventory import as_view
 
     for _ in range(3):
         env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice"))
     now = [100.0]
-    cache = queue_view.QueueCache(env.factory, ttl_s=1.0, clock=lambda: now[0])
-    calls = {"queue": 0, "decoded": 0}
+    provider = env.client.app.state.ctx.cluster_provider
+    calls = {"queue": 0, "decoded": 0, "cluster": 0}
+
+    def counting_cluster():  # type: ignore[no-untyped-def]
+        calls["cluster"] += 1
+        return provider()
+
+    cache = queue_view.QueueCache(env.factory, counting_cluster, ttl_s=1.0,
+                                  clock=lambda: now[0])
     real_queue_of, real_summarise = queue_view.queue_of, queue_view.summarise
 
     def counting_queue_of(*a, **k):  # type: ignore[no-untyped-def]
@@ -119,13 +127,47 @@ def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
 
     monkeypatch.setattr(queue_view, "queue_of", counting_queue_of)
     monkeypatch.setattr(queue_view, "summarise", counting_summarise)
-    view = as_view(env.client.app.state.ctx.cluster_provider())
-    queued, reasons = cache.get(view)
+    queued, reasons = cache.get()
     assert len(queued) == 3 and set(reasons) == {j.id for j in queued}
     for _ in range(5):
         now[0] += 0.1
-        assert cache.get(view)[1] is reasons  # within the second: the same answer
-    assert calls == {"queue": 1, "decoded": 3}
+        assert cache.get()[1] is reasons  # within the second: the same answer
+    # the cluster is read only when the queue is worked out, not per request
+    assert calls == {"queue": 1, "decoded": 3, "cluster": 1}
     now[0] += 1.0
-    cache.get(view)
-    assert calls == {"queue": 2, "decoded": 3}  # worked out again, no plan decoded again
+    cache.get()
+    assert calls == {"queue": 2, "decoded": 3, "cluster": 2}  # no plan decoded again
+
+
+def test_a_costly_queue_explanation_stays_fresh_longer(env) -> None:  # type: ignore[no-untyped-def]
+    """Working the queue out took 0.3 s (on the stand-in clock): at most 5 % of the time
+    goes to it, so it stays fresh for 0.3 / 0.05 = 6 s, not ttl_s = 1 s; a cheap one
+    again for ttl_s."""
+    from service_builders import job_body
+
+    from service import queue_view
+
+    env.client.post("/v1/jobs", json=job_body(), headers=env.headers("alice"))
+    provider = env.client.app.state.ctx.cluster_provider
+    now, cost, reads = [100.0], [0.3], [0]
+
+    def slow_cluster():  # type: ignore[no-untyped-def]
+        reads[0] += 1
+        now[0] += cost[0]
+        return provider()
+
+    cache = queue_view.QueueCache(env.factory, slow_cluster, ttl_s=1.0,
+                                  clock=lambda: now[0], max_share=0.05)
+    cache.get()
+    now[0] += 5.9
+    cache.get()
+    assert reads == [1]  # 5.9 s after: still fresh
+    now[0] += 0.2
+    cost[0] = 0.0
+    cache.get()
+    assert reads == [2]  # 6.1 s after: worked out again, this time at no cost
+    now[0] += 1.1
+    cache.get()
+    assert reads == [3]  # fresh for ttl_s again
+    with pytest.raises(ValueError, match="max_share"):
+        queue_view.QueueCache(env.factory, slow_cluster, max_share=0.0)

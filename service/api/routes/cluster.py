@@ -81,5 +81,4 @@ def get_cluster(ctx: ContextDep, user: CurrentUser, session: SessionDep) -> Clus
 def get_queue(ctx: ContextDep, user: CurrentUser) -> QueuePublic:
     """Every queued job (yours with their ids; others' without), with a typed reason, the
     GPUs it needs and are free, the jobs ahead and an estimated earliest start."""
-    return queue_public(ctx.queue, as_view(ctx.cluster_provider()), user,
-                        ctx.settings.quota_max_gpus)
+    return queue_public(ctx.queue, user, ctx.settings.quota_max_gpus)

@@ -21,7 +21,6 @@ from service.api.deadlines import check_deadline
 from service.api.deps import AppContext, ContextDep, CurrentUser, SessionDep
 from service.api.entrypoint_check import check_entrypoint
 from service.api.errors import ApiError
-from service.api.inventory import as_view
 from service.api.job_inputs import check_inputs
 from service.api.planning import canonical_hash
 from service.api.quotas import Usage, read_usage
@@ -372,8 +371,8 @@ async def get_job(
     ctx: AppContext = request.app.state.ctx
     if ctx.pg is not None:  # PostgreSQL: async, on this event loop (one round trip)
         row, held = await ctx.pg.read_job(job_id)
-    elif ctx.engine.dialect.name == "sqlite":  # a local file read: microseconds
-        row, held = _read_job(ctx, job_id)
+    elif ctx.sqlite is not None:  # a local file read: microseconds
+        row, held = ctx.sqlite.read_job(job_id)
     else:  # another server database: keep the event loop free
         row, held = await run_in_threadpool(_read_job, ctx, job_id)
     if row is None or not user.can_see(row.owner):
@@ -383,8 +382,7 @@ async def get_job(
         used = await run_in_threadpool(_gpu_seconds, ctx, job_id)
         public = public.model_copy(update=accounting(row, used))
     if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
-        view = as_view(ctx.cluster_provider())
-        waiting = await run_in_threadpool(waiting_for, ctx.queue, view, job_id,
+        waiting = await run_in_threadpool(waiting_for, ctx.queue, job_id,
                                           ctx.settings.quota_max_gpus)
         public = public.model_copy(update={"waiting": waiting})
     return _respond(public)
