@@ -146,12 +146,21 @@ class QueueCache:
         self._value: tuple[list[Any], dict[str, Waiting]] = ([], {})
         self._known: dict[str, list[PlanSummary]] = {}
 
-    def get(self, max_owner_gpus: int = 0) -> tuple[list[Any], dict[str, Waiting]]:
-        """The queue in order and why each job waits, about ``ttl_s`` old at most."""
+    def peek(self, max_owner_gpus: int = 0) -> tuple[list[Any], dict[str, Waiting]] | None:
+        """What ``get`` would answer without working anything out: the explanation while
+        it is fresh, or while another request works out the next one; else None (then
+        ``get`` works it out: the async routes call it in the thread pool)."""
         with self._lock:
-            fresh = self._key == max_owner_gpus and self._clock() - self._at < self._fresh_s
-            if fresh or (self._key == max_owner_gpus and self._compute.locked()):
+            if self._key != max_owner_gpus:
+                return None
+            if self._clock() - self._at < self._fresh_s or self._compute.locked():
                 return self._value
+        return None
+
+    def get(self, max_owner_gpus: int = 0) -> tuple[list[Any], dict[str, Waiting]]:
+        """The queue in order and why each job waits (as old as the class doc says)."""
+        if (known := self.peek(max_owner_gpus)) is not None:
+            return known
         with self._compute:
             with self._lock:  # another request may have just worked it out
                 if self._key == max_owner_gpus and self._clock() - self._at < self._fresh_s:
@@ -167,11 +176,11 @@ class QueueCache:
             return value
 
 
-def waiting_for(queue: QueueCache, job_id: str,
-                max_owner_gpus: int = 0) -> WaitingPublic | None:
-    """Why queued job ``job_id`` waits (None when it is not queued any more)."""
-    _, reasons = queue.get(max_owner_gpus)
-    w = reasons.get(job_id)
+def waiting_for(queue: tuple[list[Any], dict[str, Waiting]], job_id: str
+                ) -> WaitingPublic | None:
+    """Why queued job ``job_id`` waits in ``queue`` (``QueueCache.get``'s answer); None
+    when it is not queued any more."""
+    w = queue[1].get(job_id)
     return None if w is None else waiting_public(w)
 
 

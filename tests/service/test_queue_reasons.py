@@ -127,14 +127,18 @@ def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
 
     monkeypatch.setattr(queue_view, "queue_of", counting_queue_of)
     monkeypatch.setattr(queue_view, "summarise", counting_summarise)
+    assert cache.peek() is None  # nothing worked out yet: a caller must ``get``
     queued, reasons = cache.get()
     assert len(queued) == 3 and set(reasons) == {j.id for j in queued}
+    assert cache.peek() == (queued, reasons)
     for _ in range(5):
         now[0] += 0.1
         assert cache.get()[1] is reasons  # within the second: the same answer
     # the cluster is read only when the queue is worked out, not per request
     assert calls == {"queue": 1, "decoded": 3, "cluster": 1}
     now[0] += 1.0
+    assert cache.peek() is None  # stale: peeking works nothing out
+    assert calls["queue"] == 1
     cache.get()
     assert calls == {"queue": 2, "decoded": 3, "cluster": 2}  # no plan decoded again
 

@@ -382,8 +382,11 @@ async def get_job(
         used = await run_in_threadpool(_gpu_seconds, ctx, job_id)
         public = public.model_copy(update=accounting(row, used))
     if row.state is JobState.PENDING:  # why it waits: reads the queue, so only then
-        waiting = await run_in_threadpool(waiting_for, ctx.queue, job_id,
-                                          ctx.settings.quota_max_gpus)
+        quota = ctx.settings.quota_max_gpus
+        queue = ctx.queue.peek(quota)  # shared and fresh: no thread-pool round trip
+        if queue is None:
+            queue = await run_in_threadpool(ctx.queue.get, quota)
+        waiting = waiting_for(queue, job_id)
         public = public.model_copy(update={"waiting": waiting})
     return _respond(public)
 
