@@ -3,7 +3,8 @@
 
 The logs endpoint is fuzzed too, in a run of its own: a ``follow=true`` request on a job that
 does not end within the run streams until the server's ``logs_follow_max_s`` (2 s here) ends
-it."""
+it. One schemathesis worker: two threads now and then crash hypothesis inside CPython 3.11's
+``ast`` module ("AST constructor recursion depth mismatch", python/cpython#106905)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_no_server_errors(tmp_path: Path) -> None:
     s = serve(tmp_path, f"sqlite:///{tmp_path / 'frenzy.db'}",
               env_extra={"FRENZY_LOGS_FOLLOW_MAX_S": "2"})
     base = [ST, "run", f"{s.url}/openapi.json", "--checks", "not_a_server_error",
-            "-H", f"Authorization: Bearer {s.token}", "--seed", "1", "--workers", "2",
+            "-H", f"Authorization: Bearer {s.token}", "--seed", "1", "--workers", "1",
             "--request-timeout", "20", "--phases", "examples,fuzzing"]
     try:
         # the logs endpoint in a run of its own, so its draws do not reshuffle the others'
