@@ -48,7 +48,7 @@ class RuntimeStepProfile:
     description: str
     layer_overhead_s: float | None = None
     micro_batch_overhead_s: float | None = None
-    tp_bwd_overlap: float | None = None
+    tp_bwd_behind_wgrad: bool = False
 
 
 # Optimizer bytes per parameter:
@@ -75,7 +75,7 @@ RUNTIME_STEP_PROFILES: dict[str, RuntimeStepProfile] = {
     "deepspeed": RuntimeStepProfile(
         "deepspeed", fp32_tf32=True, dp_overlap=False, optimizer_bytes=52.0,
         description="DeepSpeed / Megatron-DeepSpeed engine (ZeRO-0/1, pipeline engine)",
-        micro_batch_overhead_s=2.5e-3, tp_bwd_overlap=1.0),
+        micro_batch_overhead_s=2.5e-3, tp_bwd_behind_wgrad=True),
     "fsdp2": RuntimeStepProfile(
         "fsdp2", fp32_tf32=True, dp_overlap=True, optimizer_bytes=32.0,
         description="PyTorch FSDP/FSDP2 (torchtitan, llm-foundry): overlapped reduce-scatter"),

@@ -527,7 +527,7 @@ class StepTimeModel:
         "_nbytes",
         "_opt_bytes",
         "_rate",
-        "_tp_bwd_exposed",
+        "_tp_bwd_wgrad",
         "gpu",
         "model",
         "runtime",
@@ -553,8 +553,7 @@ class StepTimeModel:
                            else OPTIMIZER_BYTES.get(train.optimizer.value, 30.0))
         self._dp_overlap = profile.dp_overlap
         self._floor, self._micro = host_overheads(runtime)
-        overlap = profile.tp_bwd_overlap
-        self._tp_bwd_exposed = 1.0 - (TP_BWD_OVERLAP if overlap is None else overlap)
+        self._tp_bwd_wgrad = profile.tp_bwd_behind_wgrad
         self._layouts: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
     def _layout(self, t: int, p: int, d: int) -> tuple[float, ...]:
@@ -636,13 +635,24 @@ class StepTimeModel:
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t,
                                          recompute, flash, sp, rate, mem_bps)
             # 2 all-reduces per layer forward (and per full-recompute re-forward); 2 in the
-            # backward, of which 1 − TP_BWD_OVERLAP is exposed
+            # backward, of which the runtime's profile says how much is exposed
             one_ar = _group_collective_s(
                 act, t, tp_nodes, tp_groups, links.intra_bus_gbs, links.inter_gbs,
                 links.latency_s,
             )
-            f, cf, b, cb = _layer_passes(lf, lb, lr, recompute, 2.0 * one_ar,
-                                         2.0 * self._tp_bwd_exposed * one_ar, self._floor)
+            if self._tp_bwd_wgrad:
+                # each of the 2 input-gradient all-reduces (attention QKV, MLP input) runs
+                # beside the weight-gradient GEMM of its own layer: what exceeds that GEMM
+                tokens = mb * train.seq_len
+                h = model.hidden_size
+                w_qkv = _gemm_s(2.0 * tokens * h * (h + 2 * model.kv_hidden) / t, rate)
+                w_in = _gemm_s(2.0 * tokens * h * model.ffn_hidden_size
+                               * (2 if model.swiglu else 1) / t, rate)
+                bwd_ar = max(0.0, one_ar - w_qkv) + max(0.0, one_ar - w_in)
+            else:
+                bwd_ar = 2.0 * (1.0 - TP_BWD_OVERLAP) * one_ar
+            f, cf, b, cb = _layer_passes(lf, lb, lr, recompute, 2.0 * one_ar, bwd_ar,
+                                         self._floor)
             # logits GEMM and fp32 cross-entropy on the last stage
             tokens = mb * train.seq_len
             v_local = model.vocab_size / t
