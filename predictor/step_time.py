@@ -18,11 +18,14 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
   pass takes ``max(GPU work + its tensor-parallel collectives, passes · LAYER_OVERHEAD_S)``
   (backward counts as two passes); collectives of a launch-bound layer cost nothing extra.
   Each micro-batch also pays the runtime's own work once per stage (``MICRO_BATCH_OVERHEAD_S``).
+  Both are the runtime profile's where it has its own (``host_overheads``).
 * **Tensor-parallel collectives**: 4 all-reduces of ``b·s·h`` activations per layer per
   micro-batch (2 forward, 2 backward; +2 when full recomputation re-runs the forward), ring cost
   ``α + 2(t−1)/t · bytes / busbw`` on the link the group really uses. Forward all-reduces sit on
   the critical path; the backward ones are issued asynchronously alongside the weight-gradient
-  GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed.
+  GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed — or, under a profile
+  with ``tp_bwd_behind_wgrad``, what each outlasts the weight-gradient GEMM of its own layer
+  (attention QKV, MLP input).
 * **Pipeline (1F1B)**: ``m·t`` of the slowest stage plus the fill and drain through the other
   stages (``(p − 1)·t`` without the head for an even split, divided by ``v`` interleaved
   chunks); an explicit uneven split (``par.extra["stage_layers"]``) takes its slowest stage
