@@ -28,6 +28,7 @@ import itertools
 import json
 import logging
 import math
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -216,6 +217,33 @@ def decide(runs: Sequence[Run], gpus: dict[str, GpuType]
     return decisions, oom_accepted, ran_rejected
 
 
+def cell_oracle_share(runs: Sequence[Run], gpus: dict[str, GpuType],
+                      cell: Callable[[Run], tuple] = lambda r: (
+                          r.model.hidden_size, r.par.tp, r.par.micro_batch)) -> float:
+    """A diagnostic bound: the share of decisions within 5 % if every prediction were
+    scaled by its cell's median measured/predicted ratio (default cell: hidden size, tp,
+    micro-batch — what a per-shape kernel profile would correct). Every run must have run;
+    the factors are read off the same runs, so this says what exact per-cell layer times
+    would buy, not what a model achieves."""
+    pred = {id(r): predicted_s(r, gpus[r.gpu]) for r in runs}
+    ratios: dict[tuple, list[float]] = {}
+    for r in runs:
+        ratios.setdefault(cell(r), []).append((r.measured_s or 0.0) / pred[id(r)])
+    factor = {k: statistics.median(v) for k, v in ratios.items()}
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(r.key, []).append(r)
+    hits = total = 0
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        best_s = min(r.measured_s or 0.0 for r in group)
+        chosen = min(group, key=lambda r: pred[id(r)] * factor[cell(r)])
+        total += 1
+        hits += _regret(chosen, best_s) <= WITHIN
+    return round(hits / total, 4) if total else 0.0
+
+
 def margin_rejected(runs: Sequence[Run], gpus: dict[str, GpuType]) -> list[Run]:
     """Runs that ran and that the model says fit, but not within the planner's margin."""
     return [r for r in runs if r.measured_s is not None
@@ -294,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     vt40 = [replace(r, memory_gpu="A100-40G") for r in runs if r.dataset.startswith("vtrain")]
     result["ran_rejected_vtrain_as_a100_40g"] = len(decide(vt40, gpus)[2])
     result["runs"] = len(runs)
+    single = [r for r in runs if r.dataset == "vtrain_single"]
+    if single:
+        result["vtrain_single_cell_oracle_share"] = cell_oracle_share(single, gpus)
+        result["vtrain_single_cell_pp_oracle_share"] = cell_oracle_share(
+            single, gpus, lambda r: (r.model.hidden_size, r.par.tp, r.par.micro_batch,
+                                     r.par.pp))
     result["oom_runs"] = sum(r.measured_s is None for r in runs)
     per_set = {ds: summarize([d for d in decisions if d.dataset == ds])
                for ds in sorted({d.dataset for d in decisions})}

@@ -39,6 +39,12 @@ class RuntimeStepProfile:
     backward (Megatron-LM before its 2023 ``overlap_grad_reduce``, DeepSpeed's ZeRO-0/1 and
     pipeline engines). ``optimizer_bytes``: HBM bytes per parameter of one optimizer step of
     Adam with fp32 master weights, counted from the runtime's kernels.
+    ``layer_overhead_s`` / ``micro_batch_overhead_s``: the runtime's host floor per layer pass
+    and its own work per micro-batch and stage, where calibrated for it (None: the step-time
+    module's ``LAYER_OVERHEAD_S`` / ``MICRO_BATCH_OVERHEAD_S``). ``tp_bwd_behind_wgrad``: each
+    backward tensor-parallel all-reduce of the input gradient runs beside the weight-gradient
+    GEMM of its own layer and costs only what outlasts it (Megatron's asynchronous
+    all-reduce); otherwise the module's fixed ``TP_BWD_OVERLAP`` fraction is hidden.
     """
 
     name: str
@@ -46,6 +52,9 @@ class RuntimeStepProfile:
     dp_overlap: bool
     optimizer_bytes: float
     description: str
+    layer_overhead_s: float | None = None
+    micro_batch_overhead_s: float | None = None
+    tp_bwd_behind_wgrad: bool = False
 
 
 # Optimizer bytes per parameter:
@@ -62,6 +71,10 @@ class RuntimeStepProfile:
 #   grad-norm read (4), fused Adam (16 + 12), copy main params back to half (4 + 2) = 52.
 # * FSDP/FSDP2 with fp32 sharded parameters: Adam on fp32 params and fp32 reduced grads (16 + 12)
 #   plus the grad-norm read (4) = 32; the bf16 cast happens in the all-gather.
+# Host terms: only "deepspeed" has its own, calibrated on vTrain single (Megatron-DeepSpeed, the
+# calibration split of benchmarks/step_time_accuracy.py): 2.5 ms per micro-batch and stage (least
+# MAPE over 1.5-3 ms with the 0.8 ms floor) and the wgrad-bounded backward all-reduces. The other
+# profiles keep the module constants, so "frenzy" (the simulator's trace runtime) is unchanged.
 RUNTIME_STEP_PROFILES: dict[str, RuntimeStepProfile] = {
     "frenzy": RuntimeStepProfile(
         "frenzy", fp32_tf32=False, dp_overlap=True, optimizer_bytes=30.0,
@@ -71,7 +84,8 @@ RUNTIME_STEP_PROFILES: dict[str, RuntimeStepProfile] = {
         description="Megatron-LM (gradient all-reduce after the backward pass)"),
     "deepspeed": RuntimeStepProfile(
         "deepspeed", fp32_tf32=True, dp_overlap=False, optimizer_bytes=52.0,
-        description="DeepSpeed / Megatron-DeepSpeed engine (ZeRO-0/1, pipeline engine)"),
+        description="DeepSpeed / Megatron-DeepSpeed engine (ZeRO-0/1, pipeline engine)",
+        micro_batch_overhead_s=2.5e-3, tp_bwd_behind_wgrad=True),
     "fsdp2": RuntimeStepProfile(
         "fsdp2", fp32_tf32=True, dp_overlap=True, optimizer_bytes=32.0,
         description="PyTorch FSDP/FSDP2 (torchtitan, llm-foundry): overlapped reduce-scatter"),

@@ -18,11 +18,14 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
   pass takes ``max(GPU work + its tensor-parallel collectives, passes · LAYER_OVERHEAD_S)``
   (backward counts as two passes); collectives of a launch-bound layer cost nothing extra.
   Each micro-batch also pays the runtime's own work once per stage (``MICRO_BATCH_OVERHEAD_S``).
+  Both are the runtime profile's where it has its own (``host_overheads``).
 * **Tensor-parallel collectives**: 4 all-reduces of ``b·s·h`` activations per layer per
   micro-batch (2 forward, 2 backward; +2 when full recomputation re-runs the forward), ring cost
   ``α + 2(t−1)/t · bytes / busbw`` on the link the group really uses. Forward all-reduces sit on
   the critical path; the backward ones are issued asynchronously alongside the weight-gradient
-  GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed.
+  GEMM in Megatron, so only ``1 − TP_BWD_OVERLAP`` of them is exposed — or, under a profile
+  with ``tp_bwd_behind_wgrad``, what each outlasts the weight-gradient GEMM of its own layer
+  (attention QKV, MLP input).
 * **Pipeline (1F1B)**: ``m·t`` of the slowest stage plus the fill and drain through the other
   stages (``(p − 1)·t`` without the head for an even split, divided by ``v`` interleaved
   chunks); an explicit uneven split (``par.extra["stage_layers"]``) takes its slowest stage
@@ -360,16 +363,29 @@ def device_rates(gpu: GpuType, precision: Precision, runtime: str = DEFAULT_RUNT
     return (matmul_rate(gpu, precision, runtime), gpu.mem_bw_gbs * 1e9 * MEMORY_EFFICIENCY)
 
 
-def _floored(gpu_s: float, comm_s: float, passes: float) -> tuple[float, float]:
+def _floored(gpu_s: float, comm_s: float, passes: float, floor_s: float
+             ) -> tuple[float, float]:
     """(compute, exposed communication) of one layer pass whose GPU work takes ``gpu_s`` and
     whose tensor-parallel collectives take ``comm_s`` on the same stream, under the host's
-    dispatch floor of ``passes`` × ``LAYER_OVERHEAD_S``. Kernels and collectives are launched
-    asynchronously, so the floor covers both: a collective issued while the host is still
-    launching costs nothing extra (vTrain and Domino overlap it the same way)."""
-    floor = passes * LAYER_OVERHEAD_S
+    dispatch floor of ``passes`` × ``floor_s`` (the runtime's per-pass floor). Kernels and
+    collectives are launched asynchronously, so the floor covers both: a collective issued
+    while the host is still launching costs nothing extra (vTrain and Domino overlap it the
+    same way)."""
+    floor = passes * floor_s
     compute = gpu_s if gpu_s > floor else floor
     both = max(gpu_s + comm_s, floor + TP_FLOOR_EXPOSED * comm_s)
     return compute, both - compute
+
+
+def host_overheads(runtime: str = DEFAULT_RUNTIME) -> tuple[float, float]:
+    """(host dispatch floor per layer pass, the runtime's work per micro-batch and stage) of
+    ``runtime``: its profile's calibrated figures, else the module's ``LAYER_OVERHEAD_S`` and
+    ``MICRO_BATCH_OVERHEAD_S`` (read at call time)."""
+    profile = runtime_step_profile(runtime)
+    floor = profile.layer_overhead_s
+    micro = profile.micro_batch_overhead_s
+    return (LAYER_OVERHEAD_S if floor is None else floor,
+            MICRO_BATCH_OVERHEAD_S if micro is None else micro)
 
 
 def compute_lower_bound(
@@ -403,15 +419,16 @@ def lower_bound_per_micro_batch(
 
 
 def _layer_passes(lf: float, lb: float, lr: float, recompute: Recompute, c_f: float,
-                  c_b: float) -> tuple[float, float, float, float]:
+                  c_b: float, floor_s: float) -> tuple[float, float, float, float]:
     """(forward compute, forward exposed comm, backward+recompute compute, their exposed
     comm) of one layer for one micro-batch: GPU times ``lf``, ``lb``, ``lr`` (recompute) and
     the per-pass tensor-parallel collectives ``c_f`` (forward, and a full recompute's
-    re-forward) and ``c_b`` (exposed part of the backward's), each pass under its floor."""
-    f, cf = _floored(lf, c_f, 1.0)
-    b, cb = _floored(lb, c_b, 2.0)
+    re-forward) and ``c_b`` (exposed part of the backward's), each pass under its floor of
+    ``floor_s`` per pass."""
+    f, cf = _floored(lf, c_f, 1.0, floor_s)
+    b, cb = _floored(lb, c_b, 2.0, floor_s)
     if recompute is Recompute.FULL:
-        r, cr = _floored(lr, c_f, 1.0)
+        r, cr = _floored(lr, c_f, 1.0, floor_s)
         b, cb = b + r, cb + cr
     else:  # selective: the attention core re-run inside the backward, no floor of its own
         b += lr
@@ -423,13 +440,15 @@ class ComputeBound:
     the per-layer and head times of a (tp, micro-batch, recompute) are looked up once and
     shared by every pipeline depth."""
 
-    __slots__ = ("_cache", "_flash", "_mem_bps", "_rate", "_sp", "model", "train")
+    __slots__ = ("_cache", "_flash", "_floor", "_mem_bps", "_micro", "_rate", "_sp", "model",
+                 "train")
 
     def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType, flash: bool,
                  sequence_parallel: bool, runtime: str = DEFAULT_RUNTIME) -> None:
         self.model, self.train = model, train
         self._rate, self._mem_bps = device_rates(gpu, train.precision, runtime)
         self._flash, self._sp = flash, sequence_parallel
+        self._floor, self._micro = host_overheads(runtime)
         self._cache: dict[tuple[int, int, Recompute], tuple[float, float, float]] = {}
 
     def per_micro_batch(self, tp: int, pp: int, micro_batch: int, recompute: Recompute
@@ -443,7 +462,7 @@ class ComputeBound:
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch,
                                          tp, recompute, self._flash, self._sp, rate,
                                          self._mem_bps)
-            f, _, b, _ = _layer_passes(lf, lb, lr, recompute, 0.0, 0.0)
+            f, _, b, _ = _layer_passes(lf, lb, lr, recompute, 0.0, 0.0, self._floor)
             tokens = micro_batch * train.seq_len
             v_local = model.vocab_size / tp
             gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
@@ -452,8 +471,7 @@ class ComputeBound:
         layer, head, loss = parts
         # the head runs on the last stage only, m of the m + pp − 1 schedule steps: m/(m+pp−1)
         # >= 1/pp for every m >= 1, so a pp-th of it per step keeps this a lower bound
-        return (self.model.num_layers / pp * layer + MICRO_BATCH_OVERHEAD_S
-                + (head + loss) / pp)
+        return (self.model.num_layers / pp * layer + self._micro + (head + loss) / pp)
 
 
 def estimate_step_time(
@@ -503,13 +521,16 @@ class StepTimeModel:
     __slots__ = (
         "_compute",
         "_dp_overlap",
+        "_floor",
         "_grad_bytes",
         "_layouts",
         "_links",
         "_mem_bps",
+        "_micro",
         "_nbytes",
         "_opt_bytes",
         "_rate",
+        "_tp_bwd_wgrad",
         "gpu",
         "model",
         "runtime",
@@ -534,6 +555,8 @@ class StepTimeModel:
         self._opt_bytes = (profile.optimizer_bytes if train.optimizer.value in ("adam", "adamw")
                            else OPTIMIZER_BYTES.get(train.optimizer.value, 30.0))
         self._dp_overlap = profile.dp_overlap
+        self._floor, self._micro = host_overheads(runtime)
+        self._tp_bwd_wgrad = profile.tp_bwd_behind_wgrad
         self._layouts: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
     def _layout(self, t: int, p: int, d: int) -> tuple[float, ...]:
@@ -615,13 +638,24 @@ class StepTimeModel:
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t,
                                          recompute, flash, sp, rate, mem_bps)
             # 2 all-reduces per layer forward (and per full-recompute re-forward); 2 in the
-            # backward, of which 1 − TP_BWD_OVERLAP is exposed
+            # backward, of which the runtime's profile says how much is exposed
             one_ar = _group_collective_s(
                 act, t, tp_nodes, tp_groups, links.intra_bus_gbs, links.inter_gbs,
                 links.latency_s,
             )
-            f, cf, b, cb = _layer_passes(lf, lb, lr, recompute, 2.0 * one_ar,
-                                         2.0 * (1.0 - TP_BWD_OVERLAP) * one_ar)
+            if self._tp_bwd_wgrad:
+                # each of the 2 input-gradient all-reduces (attention QKV, MLP input) runs
+                # beside the weight-gradient GEMM of its own layer: what exceeds that GEMM
+                tokens = mb * train.seq_len
+                h = model.hidden_size
+                w_qkv = _gemm_s(2.0 * tokens * h * (h + 2 * model.kv_hidden) / t, rate)
+                w_in = _gemm_s(2.0 * tokens * h * model.ffn_hidden_size
+                               * (2 if model.swiglu else 1) / t, rate)
+                bwd_ar = max(0.0, one_ar - w_qkv) + max(0.0, one_ar - w_in)
+            else:
+                bwd_ar = 2.0 * (1.0 - TP_BWD_OVERLAP) * one_ar
+            f, cf, b, cb = _layer_passes(lf, lb, lr, recompute, 2.0 * one_ar, bwd_ar,
+                                         self._floor)
             # logits GEMM and fp32 cross-entropy on the last stage
             tokens = mb * train.seq_len
             v_local = model.vocab_size / t
@@ -634,7 +668,7 @@ class StepTimeModel:
         # -- compute of the slowest stage, per micro-batch ---------------------------------
         # (+ the runtime's own work per micro-batch: its forward/backward calls, loss
         # scaling, the pipeline engine's send/receive bookkeeping; every stage pays it)
-        layer_mb = MICRO_BATCH_OVERHEAD_S
+        layer_mb = self._micro
         if split is None:
             layers = model.num_layers / p
             slowest = layers * layer + head + layer_mb

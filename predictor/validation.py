@@ -170,7 +170,9 @@ def korthikanti_cases(rows: Iterable[Row]) -> list[Case]:
 
 # --- Megatron papers (paper-reported iteration times only) --------------------------------
 def megatron_paper_cases(rows: Iterable[Row]) -> list[Case]:
-    """Rows with a reported iteration time (others give only TFLOP/s without a batch)."""
+    """Rows with a reported iteration time (others give only TFLOP/s without a batch). The
+    runtime profile is the row's ``framework``: Megatron-DeepSpeed (MT-NLG) is ``deepspeed``,
+    Megatron-LM is ``megatron``."""
     cases = []
     for row in rows:
         if not row.get("iteration_time_s") or not row.get("global_batch"):
@@ -189,7 +191,8 @@ def megatron_paper_cases(rows: Iterable[Row]) -> list[Case]:
                         inter_bw_gbs=SELENE_INTER_BW_GBS)
         cases.append(Case("megatron_papers", f"{row['source']} {row['model']}", model, train,
                           par, "A100-80G", topo, float(row["iteration_time_s"]),
-                          runtime="megatron"))
+                          runtime="deepspeed" if "deepspeed" in row.get("framework", "").lower()
+                          else "megatron"))
     return cases
 
 

@@ -79,12 +79,12 @@ def fit_step_error(rows: Iterable[tuple[str, str, float, float]]) -> dict[str, L
 
 
 MEASURED_STEP_ERROR: dict[str, LogError] = {
-    "A100-40G": LogError(bias=-0.0838, sigma=0.1962, n=1665, sets=4),
-    "A100-80G": LogError(bias=0.0736, sigma=0.1148, n=71, sets=3),
+    "A100-40G": LogError(bias=-0.0840, sigma=0.1951, n=1665, sets=4),
+    "A100-80G": LogError(bias=0.0754, sigma=0.1176, n=71, sets=3),
     "H100-80G": LogError(bias=-0.0066, sigma=0.0878, n=70, sets=1),
     "RTX2080Ti": LogError(bias=-0.0221, sigma=0.0332, n=32, sets=1),
-    "T4": LogError(bias=0.7788, sigma=0.0833, n=47, sets=1),
-    POOLED: LogError(bias=0.0636, sigma=0.2864, n=1885, sets=10),
+    "T4": LogError(bias=0.7305, sigma=0.0829, n=47, sets=1),
+    POOLED: LogError(bias=0.0592, sigma=0.2746, n=1885, sets=10),
 }
 """Step-time error per GPU type: ``fit_step_error`` over every row of
 ``benchmarks.step_time_accuracy.load_cases()`` (the sets of docs/step_time_accuracy.md:

@@ -84,3 +84,19 @@ def test_measured_decisions_stay_within_reported_figures() -> None:
     assert s["share_within_5pct"] >= 0.8
     assert s["share_within_5pct"] > s["baseline_share_within_5pct"]
     assert ran_rejected == []
+
+
+def test_cell_oracle_rescales_each_cell_by_its_median_ratio(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # one decision, two cells (dp 1 / dp 2): the model ranks dp=2 first (1.0 < 2.0) but it
+    # ran slower (1.5 > 1.0): regret 50 %. Scaled by each cell's measured/predicted ratio
+    # (0.5 and 1.5) the predictions become the measurements, so the oracle picks dp=1.
+    runs = [_run(1, 1.0), _run(2, 1.5)]
+    predicted = {1: 2.0, 2: 1.0}
+    monkeypatch.setattr(pr, "predicted_s", lambda run, gpu: predicted[run.par.dp])
+    (d,) = pr.decide(runs, load_gpu_catalog())[0]
+    assert d.regret == pytest.approx(0.5)
+    share = pr.cell_oracle_share(runs, load_gpu_catalog(), lambda r: (r.par.dp,))
+    assert share == 1.0
+    # one cell for both: a common factor cannot change the ranking
+    assert pr.cell_oracle_share(runs, load_gpu_catalog(), lambda r: ()) == 0.0

@@ -305,3 +305,49 @@ def test_calibration_and_validation_splits_are_disjoint_and_named() -> None:
     for dataset, model in (("llm_foundry", "mpt-13b"), ("llm_foundry", "mpt-760m"),
                            ("vtrain_multi", "gpt"), ("gpt_pmp_rtx", "gpt"), ("amp_t4", "gpt")):
         assert is_validation(case(dataset, model)) and not is_calibration(case(dataset, model))
+
+
+def test_runtime_work_per_micro_batch_counts_on_every_schedule_step(
+        no_overheads: None) -> None:
+    # deepspeed and megatron differ, at tp = 1, only in the runtime's work per micro-batch:
+    # 2.5 ms (deepspeed's profile) against the module's figure (0 under this fixture). A
+    # 1F1B schedule of m = 8 micro-batches over p = 2 stages pays it m + p − 1 = 9 times.
+    gpu = _zero_latency_gpu()
+    model = _model(4, 1024, vocab=8)
+    train = TrainingSpec(global_batch=8, seq_len=256)
+    par = ParallelConfig(pp=2, micro_batch=1)
+    ds = estimate_step_time(model, train, par, gpu, Topology(), runtime="deepspeed")
+    mg = estimate_step_time(model, train, par, gpu, Topology(), runtime="megatron")
+    assert ds.total_s - mg.total_s == pytest.approx(9 * 2.5e-3, rel=1e-9)
+    # the frenzy (trace) runtime keeps the module's constants, read at call time
+    assert st.host_overheads("frenzy") == (0.0, 0.0)
+    assert st.host_overheads("deepspeed") == (0.0, 2.5e-3)
+
+
+def test_backward_tp_all_reduce_hides_behind_its_weight_gradient_gemm(
+        no_overheads: None) -> None:
+    # deepspeed: each backward input-gradient all-reduce is exposed by what exceeds the
+    # weight-gradient GEMM beside it (QKV: 2·T·h·3h/t FLOPs, MLP input: 2·T·h·4h/t);
+    # megatron keeps the fixed half. No floor, no latency: by hand from the ring formula.
+    from predictor.step_calibration import matmul_rate
+
+    gpu = _zero_latency_gpu()
+    n_layers, h, s, t, m = 2, 4096, 1024, 2, 2
+    model = _model(n_layers, h, 32, vocab=8)
+    train = TrainingSpec(global_batch=m, seq_len=s, precision=Precision.BF16)
+    par = ParallelConfig(tp=t, micro_batch=1, flash_attention=False)
+    rate = matmul_rate(gpu, Precision.BF16, "deepspeed")
+    w_qkv = 2 * s * h * 3 * h / t / rate
+    w_in = 2 * s * h * 4 * h / t / rate
+    for link, bw_raw in ((None, gpu.link_bw_gbs), ("pcie", gpu.pcie_bw_gbs)):
+        ar = 2 * (t - 1) / t * s * h * 2 / (bw_raw * gpu.nccl_efficiency * 1e9)
+        topo = Topology(intra_link=link)
+        ds = estimate_step_time(model, train, par, gpu, topo, runtime="deepspeed")
+        exposed = max(0.0, ar - w_qkv) + max(0.0, ar - w_in)
+        assert ds.tp_comm_s == pytest.approx(n_layers * m * (2 * ar + exposed), rel=1e-9)
+        mg = estimate_step_time(model, train, par, gpu, topo, runtime="megatron")
+        assert mg.tp_comm_s == pytest.approx(n_layers * m * (2 + 2 * 0.5) * ar, rel=1e-9)
+        if link is None:  # NVLink: both hidden, only the 2 forward all-reduces show
+            assert exposed == 0.0
+        else:  # PCIe: the all-reduce outlasts both GEMMs
+            assert ar > w_in > w_qkv
