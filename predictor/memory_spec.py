@@ -28,7 +28,7 @@ PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
                "sequence_parallel", "flash_attention")
 RUNTIME_OPTIONS = tuple(f.name for f in fields(RuntimeProfile)
                         if f.name not in ("name", "description", *EXECUTION_FIELDS))
-SPEC_FIELDS = ("model", *TRAIN_FIELDS, *PLAN_FIELDS, "dropout", "activation",
+SPEC_FIELDS = ("model", "hf_config", *TRAIN_FIELDS, *PLAN_FIELDS, "dropout", "activation",
                "layers_per_stage", "virtual_stages", "runtime", "runtime_options", "gpu",
                "stage")
 
@@ -77,6 +77,17 @@ def _model(raw: Any, activation: str | None, seq_len: int) -> ModelSpec:
     return model
 
 
+def _hf_model(config: Any, activation: str | None) -> ModelSpec:
+    """The model of a Hugging Face ``config.json`` object (``ModelSpec.from_hf_config``);
+    its errors name the field under ``hf_config``."""
+    try:
+        model = ModelSpec.from_hf_config(config)
+    except SpecError as exc:
+        field = exc.field.removeprefix("config")
+        raise SpecError(f"hf_config{field}", exc.reason) from None
+    return model.with_(activation=activation) if activation else model
+
+
 def parse_memory_spec(spec: Any) -> MemoryRequest:
     """Validate one spec object; ``SpecError`` names the first bad field."""
     if not isinstance(spec, dict):
@@ -84,12 +95,18 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
     for key in spec:
         if key not in SPEC_FIELDS:
             raise _unknown("", key, SPEC_FIELDS)
-    if "model" not in spec:
-        raise SpecError("model", "required: a catalog name or an object of dimensions")
+    if "model" in spec and "hf_config" in spec:
+        raise SpecError("hf_config", "give either model or hf_config, not both")
+    if "model" not in spec and "hf_config" not in spec:
+        raise SpecError("model", "required: a catalog name or an object of dimensions "
+                                 "(or hf_config: a Hugging Face config.json object)")
     for key in ("global_batch", "seq_len"):
         if key not in spec:
             raise SpecError(key, "required")
-    model = _model(spec["model"], spec.get("activation"), spec["seq_len"])
+    if "hf_config" in spec:
+        model = _hf_model(spec["hf_config"], spec.get("activation"))
+    else:
+        model = _model(spec["model"], spec.get("activation"), spec["seq_len"])
     plan = {k: spec[k] for k in PLAN_FIELDS if k in spec}
     train = TrainingSpec(
         **{k: spec[k] for k in TRAIN_FIELDS if k in spec},
