@@ -199,7 +199,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from orchestrator.clusters import load_cluster
     from service.api import create_app
     from service.app_runtime import Runtime
-    from service.db.engine import make_engine, make_session_factory, migrate
+    from service.db.engine import WalCheckpointer, make_engine, make_session_factory, migrate
     from service.settings import Settings
 
     overrides: dict[str, Any] = {}
@@ -214,7 +214,10 @@ def run_serve(args: argparse.Namespace) -> int:
     token_path = Path(args.token_file) if args.token_file else token_file()
     ensure_admin_token(settings.database_url, token_path)
 
-    engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+    engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+                         auto_checkpoint=not settings.sqlite_checkpoint_s)
+    checkpointer = (WalCheckpointer(engine, settings.sqlite_checkpoint_s).start()
+                    if settings.sqlite_checkpoint_s else None)
     runtime = Runtime(settings, make_session_factory(engine), cluster,
                       policy=args.policy, driver_factory=_driver_factory(args.backend))
     runtime.start()
@@ -235,6 +238,8 @@ def run_serve(args: argparse.Namespace) -> int:
             uvicorn.Server(uvicorn.Config(app, **common)).run()
     finally:
         runtime.stop()
+        if checkpointer is not None:
+            checkpointer.stop()
         engine.dispose()
     return 0
 

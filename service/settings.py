@@ -68,6 +68,10 @@ class Settings(BaseModel):
         description="SQLAlchemy URL; postgresql:// is read as postgresql+psycopg://",
     )
     sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout")
+    sqlite_checkpoint_s: float = Field(
+        1.0, ge=0, description="SQLite: seconds between WAL checkpoints that each process "
+                               "of the service runs on a thread of its own (0: SQLite "
+                               "checkpoints inside the commits, which makes writers wait)")
     db_pool_size: int = Field(10, ge=1, description="connections kept per process (PostgreSQL)")
     db_max_overflow: int = Field(20, ge=0)
     plan_cache_size: int = Field(

@@ -25,7 +25,7 @@ from service.api.planning import PlanningService, default_planner
 from service.api.quotas import Quotas
 from service.api.routes import admin, cluster, jobs, memory, plans
 from service.dashboard import install_dashboard
-from service.db.engine import make_engine, make_session_factory, migrate
+from service.db.engine import WalCheckpointer, make_engine, make_session_factory, migrate
 from service.db.models import utcnow
 from service.db.pg_async import AsyncJobWriter, AsyncPg
 from service.db.sqlite_reads import SqliteReads
@@ -51,7 +51,10 @@ def create_app(
     engine = make_engine(
         settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms,
         pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow,
+        auto_checkpoint=not settings.sqlite_checkpoint_s,
     )
+    checkpointer = (WalCheckpointer(engine, settings.sqlite_checkpoint_s)
+                    if settings.sqlite_checkpoint_s else None)
     factory = make_session_factory(engine)
     # PostgreSQL: the hot paths (GET a job, the submission batches) run on the event loop
     # with async psycopg (service.db.pg_async); SQLite keeps its writer thread, and its
@@ -89,6 +92,8 @@ def create_app(
         # The GPU catalog (a YAML file) is read before the first request, not by the
         # first submission that needs planning (it is cached for the process).
         load_gpu_catalog()
+        if checkpointer is not None:
+            checkpointer.start()
         if pg is not None:  # a few connections ready before the first burst of requests
             await pg.open(min(4, settings.db_pool_size))
         yield
@@ -98,6 +103,8 @@ def create_app(
             await pg.close()
         if lite is not None:
             lite.close()
+        if checkpointer is not None:
+            checkpointer.stop()
         engine.dispose()
 
     app = FastAPI(

@@ -140,8 +140,13 @@ def make_engine(
     pool_size: int = 10,
     max_overflow: int = 20,
     echo: bool = False,
+    auto_checkpoint: bool = True,
 ) -> sa.Engine:
-    """An engine for ``url``; SQLite files get their folder created, WAL and a busy timeout."""
+    """An engine for ``url``; SQLite files get their folder created, WAL and a busy timeout.
+
+    ``auto_checkpoint=False``: this engine's commits never checkpoint the WAL (SQLite's
+    default checkpoints in whichever commit crosses 1,000 pages, inside that writer's
+    transaction, so every other writer waits on it); the owner runs a ``WalCheckpointer``."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return sa.create_engine(
@@ -167,6 +172,8 @@ def make_engine(
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        if not auto_checkpoint:
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -175,6 +182,56 @@ def make_engine(
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+class WalCheckpointer:
+    """Checkpoints a SQLite database's WAL every ``interval_s`` on a thread of its own, off
+    every request's and the control loop's path (for engines made with
+    ``auto_checkpoint=False``). ``PASSIVE``: it copies what no reader still needs and
+    takes no writer's turn, so writers go on while it runs; what readers still hold is
+    copied on a later turn."""
+
+    def __init__(self, engine: sa.Engine, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        self._engine = engine
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.checkpoints = 0
+
+    def start(self) -> WalCheckpointer:
+        if self._engine.dialect.name == "sqlite" and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="frenzy-wal-checkpoint",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """One passive checkpoint: (busy, WAL frames, frames checkpointed), as SQLite says."""
+        conn = self._engine.raw_connection()
+        try:
+            busy, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            conn.close()
+        self.checkpoints += 1
+        return int(busy), int(frames), int(done)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.checkpoint()
+            except Exception:  # a busy or closing database: the next turn tries again
+                log.warning("WAL checkpoint failed", exc_info=True)
+
+    def stop(self) -> None:
+        """Stop the thread after one last checkpoint (what was written since is copied)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+            with contextlib.suppress(Exception):
+                self.checkpoint()
 
 
 def make_session_factory(engine: sa.Engine) -> sessionmaker[Session]:
