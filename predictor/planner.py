@@ -41,6 +41,7 @@ from predictor.overhead import FIT_MARGIN, NON_TENSOR, NonTensorModel
 from predictor.plan import Plan, scale_counted
 from predictor.runtimes import DEFAULT_RUNTIME, RuntimeProfile, get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from predictor.step_calibration import RUNTIME_STEP_PROFILES
 from predictor.step_time import (
     ComputeBound,
     StepTimeModel,
@@ -431,8 +432,11 @@ def plan_job(
     the ZeRO stages); the result's ``notes`` say what it excluded. ``memory_factors`` maps
     a GPU type to a measured correction of the counted tensors and why (an online
     residual, ``predictor.residual``): the fit and every plan of that type use the
-    corrected tensors, and the plans' notes say why."""
+    corrected tensors, and the plans' notes say why. Step time is priced for the same
+    runtime where it has a step-time profile (``RUNTIME_STEP_PROFILES``), else for the
+    built-in trainer's."""
     profile = get_runtime(runtime)
+    step_runtime = profile.name if profile.name in RUNTIME_STEP_PROFILES else DEFAULT_RUNTIME
     train.check_against(model)
     if not 0 <= margin < 1:
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
@@ -472,10 +476,11 @@ def plan_job(
         gtrain = train if precision is train.precision else replace(train, precision=precision)
         groups, all_keys = fitting[budget]
         # the lower bound's dp-free part depends on the GPU only through its rates
-        rates = (*device_rates(gpu, gtrain.precision), gtrain.precision)
+        rates = (*device_rates(gpu, gtrain.precision, step_runtime), gtrain.precision)
         bound = bounds.get(rates)
         if bound is None:
-            bound = bounds[rates] = (ComputeBound(model, gtrain, gpu, flash, sp_knob), {})
+            bound = bounds[rates] = (ComputeBound(model, gtrain, gpu, flash, sp_knob,
+                                                  step_runtime), {})
         per_micro = bound[1]
         per_micro_batch = bound[0].per_micro_batch
         per_micro.update({key: per_micro_batch(*key) for key in all_keys if key not in per_micro})
@@ -485,7 +490,8 @@ def plan_job(
             # candidates in increasing bound (ties: in search order)
             bounds_n = list(map(mul, fills, map(per_micro.__getitem__, keys)))
             step_model = StepTimeModel(model, gtrain, gpu,
-                                       default_topology(gpu, n, gpus_per_node), compute)
+                                       default_topology(gpu, n, gpus_per_node), compute,
+                                       step_runtime)
             best_total, best_cfg = 0.0, None
             for i in sorted(range(len(bounds_n)), key=bounds_n.__getitem__):
                 if not keep_all and best_cfg is not None and bounds_n[i] >= best_total:

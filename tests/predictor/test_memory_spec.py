@@ -40,3 +40,24 @@ def test_bad_hf_configs_name_the_field(spec: dict, field: str, says: str) -> Non
     with pytest.raises(SpecError) as err:
         memory_report({**PLAN, **spec})
     assert err.value.field == field and says in err.value.reason
+
+
+def test_the_planner_prices_step_time_for_the_named_runtime() -> None:
+    """fp32 matmuls: Megatron-LM runs them on TF32 tensor cores (156 TFLOP/s dense on an
+    A100, 8x its 19.5 TFLOP/s fp32 peak), the built-in trainer does not, so the same
+    compute-bound plan must be several times faster under ``megatron``; a runtime without
+    a step-time profile of its own is priced as the built-in trainer."""
+    from predictor.gpus import get_gpu
+    from predictor.planner import plan_job
+    from predictor.spec import ModelSpec, Precision, TrainingSpec
+
+    model = ModelSpec.from_name("gpt2-medium")
+    train = TrainingSpec(global_batch=16, seq_len=1024, precision=Precision.FP32)
+    gpus = [get_gpu("A100-80G")]
+
+    def best(runtime: str) -> float:
+        plans = plan_job(model, train, gpus=gpus, max_gpus=1, runtime=runtime).plans
+        return plans[0].step_time_s
+
+    assert best("megatron") < best("frenzy") / 3
+    assert best("hf-trainer") == best("frenzy")
