@@ -74,6 +74,20 @@ Choices the paper leaves open, and why:
   slowest plan; otherwise it waits. Without the guard a long job could hold GPUs for days
   at a tenth of the speed it was chosen for, and nothing moved it: growth needs a faster
   plan on its own GPUs plus idle ones, and a job split across two nodes blocks the other.
+* **Growth past the knee when nobody waits** (``idle_past_knee=True``, default): the knee
+  keeps a job's GPU-seconds low while GPUs are contended; GPUs that no waiting job can use
+  cost nothing, so once no job waits, the GPUs growth at the knee left idle go to running
+  jobs whose fastest plan of any efficiency cuts their remaining time by ``min_gain`` (a
+  long job onto more nodes, say). Such growth is undone like any other: a plan of fewer
+  GPUs and no more GPU-seconds is always smaller, so ``_shrink_for`` and ``reclaim`` take
+  it back for a job that needs the GPUs.
+* **Reclaim** (``reclaim=True``, default): when nobody else waits, an arriving job whose
+  knee walk lands on a plan slower (by ``min_gain``) than one held back only by jobs grown
+  past a smaller plan, each with more work left than it (SRPT), undoes that growth as a
+  loan (repaid when it ends) and starts on the faster plan, if its own gain exceeds what
+  the lenders lose (their slowdown over its run time plus two restarts each). Without it a
+  short arrival on a heterogeneous cluster runs on the slowest free type while a day-long
+  job holds the fast GPUs it grew into; a round-based policy re-places both every round.
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
