@@ -83,6 +83,15 @@ class PlanIndex:
         k = next((i for i, t in enumerate(times) if t >= limit_s), len(times))
         return k, prefix[k]
 
+    def past_knee(self, plan: Plan) -> bool:
+        """Whether ``plan`` (one of these plans, or a copy re-timed for its placement) is
+        of a (GPU type, count) that is not among ``efficient_by_speed``."""
+        at_knee = self.lazy.get("at_knee")
+        if at_knee is None:
+            at_knee = self.lazy["at_knee"] = {(p.gpu_type, p.num_gpus)
+                                               for p in self.efficient_by_speed}
+        return (plan.gpu_type, plan.num_gpus) not in at_knee
+
     def cheapest(self, gpu_type: str) -> tuple[Plan, ...]:
         """The plans of ``gpu_type`` by GPU-seconds, cheapest first (ties in ``by_type``
         order); empty if the job has none."""

@@ -337,8 +337,10 @@ class HasPolicy:
             # until then the first running job of this type ends and frees its GPUs
             runs, expected_wait = by_size[t]
             for rj in runs:
-                if self.srpt and self._left(rj.job) <= head_left:
-                    continue  # ahead of ``job`` in SRPT order: it keeps its GPUs
+                if self.srpt and self._left(rj.job) <= head_left and \
+                        not self._past_knee(rj):
+                    continue  # ahead of ``job`` in SRPT order: it keeps its GPUs (growth
+                    # past the knee was only lent while nobody waited)
                 cur = rj.allocation.plan
                 keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
                                                 expected_wait, state, undo)
@@ -395,8 +397,14 @@ class HasPolicy:
             if placement is None:
                 free.take(own)
                 continue
-            free.take(placement)
             placed = self.perf.placed_plan(rj.job, before, placement, state)
+            if placed.step_time_s > self.max_slowdown * before.step_time_s or \
+                    placed.step_time_s >= rj.allocation.plan.step_time_s:
+                # the GPUs it lent came back fragmented (a group split over nodes by the
+                # jobs started meanwhile): no faster than where it runs; growth may move it
+                free.take(own)
+                continue
+            free.take(placement)
             after = Allocation(lender, placed, placement)
             out.append(resize(
                 after,
@@ -657,7 +665,8 @@ class HasPolicy:
             freed = 0
             for rj in running:
                 cur = rj.allocation.plan
-                if cur.gpu_type != t or rj.job.id in moved or self._left(rj.job) <= head_left:
+                if cur.gpu_type != t or rj.job.id in moved or \
+                        (self._left(rj.job) <= head_left and not self._past_knee(rj)):
                     continue
                 back = self._undo_growth(rj, need - freed, state)
                 if back is None:
@@ -699,6 +708,10 @@ class HasPolicy:
             return taken
         free.take(here.placement)
         return None
+
+    def _past_knee(self, rj: RunningJob) -> bool:
+        """Whether ``rj`` runs on a plan past the knee (grown onto GPUs nobody waited for)."""
+        return self.idle_past_knee and self._plans.get(rj.job).past_knee(rj.allocation.plan)
 
     def _undo_growth(self, rj: RunningJob, need: int, state: ClusterState
                      ) -> tuple[Placement, Plan] | None:

@@ -393,3 +393,25 @@ def test_reclaim_keeps_the_lender_when_it_would_lose_more() -> None:
     (d,) = HasPolicy(IdentityPerf()).decide(state, [short], [long], 1_000.0)
     assert (d.kind, d.job_id) == (DecisionKind.START, "J")
     assert d.allocation is not None and d.allocation.placement == (("rtx", 8),)
+
+
+def test_a_loan_is_not_repaid_onto_gpus_split_over_nodes() -> None:
+    # L lent 4 of its 8 A100 (8 at 1 s/step, 4 at 2 s/step); its borrower has ended, but
+    # jobs started meanwhile leave 2 free on dgx-0 beside L's 4 and 2 on dgx-1: the 8 GPUs
+    # come back as 6 + 2 over two nodes, 1.5 s/step under NodesPenaltyPerf (> 1.25 x 1 s)
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 2, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 2, interconnect="nvlink"))
+    plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=10_000),
+                   make_plan("A100-40G", 4, step_s=2.0, num_steps=10_000))
+    lender = RunningJob(JobView(id="L", submit_time=0.0, plans=plans, total_steps=10_000),
+                        Allocation("L", plans[1], (("dgx-0", 4),)), started_at=1_000.0)
+    policy = HasPolicy(NodesPenaltyPerf())
+    policy._loans = {"L": ("B", plans[0])}
+    assert policy.decide(state, [], [lender], 1_100.0) == []  # (growth held by min_hold_s)
+    assert policy._loans == {}
+    # where the split costs nothing (IdentityPerf) the loan is repaid on the same 6 + 2
+    policy = HasPolicy(IdentityPerf())
+    policy._loans = {"L": ("B", plans[0])}
+    (d,) = policy.decide(state, [], [lender], 1_100.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "L")
+    assert d.allocation is not None and d.allocation.placement == (("dgx-0", 6), ("dgx-1", 2))
