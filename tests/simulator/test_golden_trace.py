@@ -49,8 +49,10 @@ GOLDEN = {
     # then re-pinned when has grew onto GPUs nobody waits for past the knee and reclaimed
     # grown GPUs for a shorter arrival as a loan (issue 14; chosen on the tuning split,
     # docs/validation.md): avg JCT 3010 s -> 2991 s, p99 32710 s -> 31685 s, avg queue
-    # 13.7 s -> 16.7 s, makespan 41345 s -> 39322 s
-    "has": (2991.459233382875, 31684.643158931925, 16.673781051228858, 39322.030324684405),
+    # 13.7 s -> 16.7 s, makespan 41345 s -> 39322 s; then when a loan was no longer repaid
+    # onto a placement slower than where the lender runs and growth past the knee gave way
+    # to any waiting job: avg JCT 2991 s -> 2990 s, makespan 39322 s -> 39315 s
+    "has": (2989.9469197076514, 31675.214111253423, 16.673781051228858, 39315.052241494785),
     "opportunistic": (5323.083104080297, 48972.582735083524, 271.83562780864105,
                       57288.409544705646),
 }
