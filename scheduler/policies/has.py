@@ -53,7 +53,10 @@ Choices the paper leaves open, and why:
   loan promises nothing (``has`` admits nothing and books nothing) and holds no GPUs of
   its own; the lender resumes on the smaller plan it runs, and after its borrower ends it
   grows back through the ordinary growth onto idle GPUs (``grow``) instead of before every
-  waiting job. Losing one costs at most that lender's speed for a while.
+  waiting job. Losing one costs at most that lender's speed for a while. A loan is not
+  repaid onto GPUs that come back split over nodes so that the lender would run more than
+  ``max_slowdown`` times slower than its plan, or no faster than where it runs: it stays,
+  and growth may move it later.
 * **SRPT growth and shrinking** (``srpt=True``, default): growth and shrinking follow the
   queue's key, each job's remaining time on its fastest plan. A running job grows onto idle
   GPUs before a waiting job with more work left starts on them (shortest remaining first,
@@ -80,7 +83,8 @@ Choices the paper leaves open, and why:
   jobs whose fastest plan of any efficiency cuts their remaining time by ``min_gain`` (a
   long job onto more nodes, say). Such growth is undone like any other: a plan of fewer
   GPUs and no more GPU-seconds is always smaller, so ``_shrink_for`` and ``reclaim`` take
-  it back for a job that needs the GPUs.
+  it back for a job that needs the GPUs, whatever its remaining time: GPUs lent past the
+  knee do not count as the grown job's in SRPT order.
 * **Reclaim** (``reclaim=True``, default): when nobody else waits, an arriving job whose
   knee walk lands on a plan slower (by ``min_gain``) than one held back only by jobs grown
   past a smaller plan, each with more work left than it (SRPT), undoes that growth as a
