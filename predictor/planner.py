@@ -422,6 +422,7 @@ def plan_job(
     runtime: str | RuntimeProfile = DEFAULT_RUNTIME,
     non_tensor: NonTensorModel = NON_TENSOR,
     memory_factors: Mapping[str, tuple[float, str]] | None = None,
+    inter_node_bw_gbs: float | None = None,
 ) -> PlanResult:
     """All plans of ``model`` trained as ``train`` on each GPU type of ``gpus`` (default:
     the whole catalog), ranked; ``keep_all`` keeps every fitting plan, not only the fastest
@@ -434,7 +435,11 @@ def plan_job(
     residual, ``predictor.residual``): the fit and every plan of that type use the
     corrected tensors, and the plans' notes say why. Step time is priced for the same
     runtime where it has a step-time profile (``RUNTIME_STEP_PROFILES``), else for the
-    built-in trainer's."""
+    built-in trainer's. ``inter_node_bw_gbs`` is the network between the nodes of the
+    cluster the job will run on (GB/s per node, what it declares): multi-node plans are
+    timed, and so chosen, on it; None times them on each GPU type's usual servers
+    (``GpuType.inter_node_bw_gbs``, e.g. a DGX A100's 200 GB/s), which is only right on
+    such a cluster."""
     profile = get_runtime(runtime)
     step_runtime = profile.name if profile.name in RUNTIME_STEP_PROFILES else DEFAULT_RUNTIME
     train.check_against(model)
@@ -442,6 +447,8 @@ def plan_job(
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
     if max_gpus < 1:
         raise SpecError("max_gpus", f"must be >= 1, got {max_gpus}")
+    if inter_node_bw_gbs is not None and not inter_node_bw_gbs > 0:
+        raise SpecError("inter_node_bw_gbs", f"must be > 0, got {inter_node_bw_gbs}")
     rank_key = RANKINGS.get(ranking) if isinstance(ranking, str) else ranking
     if rank_key is None:
         raise SpecError("ranking", f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
@@ -490,8 +497,8 @@ def plan_job(
             # candidates in increasing bound (ties: in search order)
             bounds_n = list(map(mul, fills, map(per_micro.__getitem__, keys)))
             step_model = StepTimeModel(model, gtrain, gpu,
-                                       default_topology(gpu, n, gpus_per_node), compute,
-                                       step_runtime)
+                                       default_topology(gpu, n, gpus_per_node, inter_node_bw_gbs),
+                                       compute, step_runtime)
             best_total, best_cfg = 0.0, None
             for i in sorted(range(len(bounds_n)), key=bounds_n.__getitem__):
                 if not keep_all and best_cfg is not None and bounds_n[i] >= best_total:

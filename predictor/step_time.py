@@ -207,11 +207,15 @@ class StepTime:
         }
 
 
-def default_topology(gpu: GpuType, num_gpus: int, gpus_per_node: int = 8) -> Topology:
+def default_topology(gpu: GpuType, num_gpus: int, gpus_per_node: int = 8,
+                     inter_bw_gbs: float | None = None) -> Topology:
     """What the planner assumes before placement: GPUs packed onto full nodes of
-    ``gpus_per_node``, the GPU type's default link inside a node and its default network."""
+    ``gpus_per_node``, the GPU type's default link inside a node, and between nodes the
+    network ``inter_bw_gbs`` the cluster declares (None: the GPU type's usual network, for
+    a plan made without a cluster in mind)."""
     nodes = max(1, math.ceil(num_gpus / gpus_per_node))
-    return Topology(num_nodes=nodes, inter_bw_gbs=gpu.inter_node_bw_gbs)
+    return Topology(num_nodes=nodes, inter_bw_gbs=gpu.inter_node_bw_gbs
+                    if inter_bw_gbs is None else inter_bw_gbs)
 
 
 # --- building blocks ---------------------------------------------------------------------

@@ -79,12 +79,16 @@ class PlanCache:
     """Ranked plans per (model, training shape) for one cluster's GPU types.
 
     Plans needing more GPUs of a type than the cluster has are dropped (ranks renumbered).
+    Multi-node plans are timed on the network the cluster declares
+    (``ClusterState.inter_node_bw_gbs``), the one the jobs run on, not on each GPU type's
+    usual servers: a plan is chosen for the step time it will have here.
     """
 
     def __init__(self, cluster: ClusterState, *, max_gpus: int = DEFAULT_MAX_GPUS) -> None:
         self._total = cluster.total_by_type()
         self._gpus = [get_gpu(t) for t in sorted(self._total)]
         self._max_gpus = min(max_gpus, max(self._total.values()))
+        self._inter_bw = cluster.inter_node_bw_gbs
         self._cache: dict[tuple[ModelSpec, TrainingSpec], tuple[Plan, ...]] = {}
         self.misses = 0
 
@@ -96,7 +100,7 @@ class PlanCache:
         if base is None:
             self.misses += 1
             result = plan_job(model, shape, self._gpus, max_gpus=self._max_gpus,
-                              runtime=TRACE_RUNTIME)
+                              runtime=TRACE_RUNTIME, inter_node_bw_gbs=self._inter_bw)
             kept = [p for p in result.plans if p.num_gpus <= self._total[p.gpu_type]]
             base = tuple(replace(p, rank=i) for i, p in enumerate(kept, start=1))
             self._cache[key] = base

@@ -64,6 +64,34 @@ class PlanIndex:
         # ``restamp`` scales the times by one factor, which keeps their order up to rounding
         return next((i for i, t in enumerate(times) if t >= limit_s), len(times))
 
+    def any_faster_than(self, limit_s: float) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """``faster_than`` and ``efficient_min_gpus`` over every plan (``by_speed``, the knee
+        ignored): how many plans lead ``by_speed`` with a job time below ``limit_s``, and
+        per GPU type the fewest GPUs any of them needs."""
+        got = self.lazy.get("any")
+        if got is None:
+            times = tuple(p.job_time_s for p in self.by_speed)
+            prefix: list[tuple[tuple[str, int], ...]] = [()]
+            acc: dict[str, int] = {}
+            for p in self.by_speed:
+                acc[p.gpu_type] = min(acc.get(p.gpu_type, p.num_gpus), p.num_gpus)
+                prefix.append(tuple(acc.items()))
+            got = self.lazy["any"] = (times, tuple(prefix))
+        times, prefix = got
+        # a walk in ``by_speed`` order stops at the first plan not fast enough (asked once
+        # per job and allocation: a scan of a few dozen plans)
+        k = next((i for i, t in enumerate(times) if t >= limit_s), len(times))
+        return k, prefix[k]
+
+    def past_knee(self, plan: Plan) -> bool:
+        """Whether ``plan`` (one of these plans, or a copy re-timed for its placement) is
+        of a (GPU type, count) that is not among ``efficient_by_speed``."""
+        at_knee = self.lazy.get("at_knee")
+        if at_knee is None:
+            at_knee = self.lazy["at_knee"] = {(p.gpu_type, p.num_gpus)
+                                               for p in self.efficient_by_speed}
+        return (plan.gpu_type, plan.num_gpus) not in at_knee
+
     def cheapest(self, gpu_type: str) -> tuple[Plan, ...]:
         """The plans of ``gpu_type`` by GPU-seconds, cheapest first (ties in ``by_type``
         order); empty if the job has none."""

@@ -53,7 +53,10 @@ Choices the paper leaves open, and why:
   loan promises nothing (``has`` admits nothing and books nothing) and holds no GPUs of
   its own; the lender resumes on the smaller plan it runs, and after its borrower ends it
   grows back through the ordinary growth onto idle GPUs (``grow``) instead of before every
-  waiting job. Losing one costs at most that lender's speed for a while.
+  waiting job. Losing one costs at most that lender's speed for a while. A loan is not
+  repaid onto GPUs that come back split over nodes so that the lender would run more than
+  ``max_slowdown`` times slower than its plan, or no faster than where it runs: it stays,
+  and growth may move it later.
 * **SRPT growth and shrinking** (``srpt=True``, default): growth and shrinking follow the
   queue's key, each job's remaining time on its fastest plan. A running job grows onto idle
   GPUs before a waiting job with more work left starts on them (shortest remaining first,
@@ -74,6 +77,21 @@ Choices the paper leaves open, and why:
   slowest plan; otherwise it waits. Without the guard a long job could hold GPUs for days
   at a tenth of the speed it was chosen for, and nothing moved it: growth needs a faster
   plan on its own GPUs plus idle ones, and a job split across two nodes blocks the other.
+* **Growth past the knee when nobody waits** (``idle_past_knee=True``, default): the knee
+  keeps a job's GPU-seconds low while GPUs are contended; GPUs that no waiting job can use
+  cost nothing, so once no job waits, the GPUs growth at the knee left idle go to running
+  jobs whose fastest plan of any efficiency cuts their remaining time by ``min_gain`` (a
+  long job onto more nodes, say). Such growth is undone like any other: a plan of fewer
+  GPUs and no more GPU-seconds is always smaller, so ``_shrink_for`` and ``reclaim`` take
+  it back for a job that needs the GPUs, whatever its remaining time: GPUs lent past the
+  knee do not count as the grown job's in SRPT order.
+* **Reclaim** (``reclaim=True``, default): when nobody else waits, an arriving job whose
+  knee walk lands on a plan slower (by ``min_gain``) than one held back only by jobs grown
+  past a smaller plan, each with more work left than it (SRPT), undoes that growth as a
+  loan (repaid when it ends) and starts on the faster plan, if its own gain exceeds what
+  the lenders lose (their slowdown over its run time plus two restarts each). Without it a
+  short arrival on a heterogeneous cluster runs on the slowest free type while a day-long
+  job holds the fast GPUs it grew into; a round-based policy re-places both every round.
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
@@ -139,6 +157,8 @@ class HasPolicy:
         min_saving_s: float = 60.0,
         srpt: bool = True,
         max_slowdown: float = 1.25,
+        idle_past_knee: bool = True,
+        reclaim: bool = True,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -162,6 +182,8 @@ class HasPolicy:
         if not max_slowdown >= 1.0:
             raise ValueError(f"max_slowdown must be >= 1, got {max_slowdown!r}")
         self.max_slowdown = max_slowdown
+        self.idle_past_knee = idle_past_knee
+        self.reclaim = reclaim
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -173,6 +195,8 @@ class HasPolicy:
         lead ``efficient_by_speed`` fast enough to grow into, and per GPU type the fewest
         idle GPUs any of them needs; a job none of whose needs the idle GPUs meet is skipped
         before it is keyed and sorted"""
+        self._grow_need_any: dict[str, tuple[Plan, int, tuple[tuple[str, int], ...]]] = {}
+        """``_grow_need`` over every plan, the knee ignored (``idle_past_knee``)"""
         self.wake_at: float | None = None
         """When the last call held a growth back only for ``min_hold_s``: the time to ask
         again even if nothing else happens (the controller's optional wake-up)."""
@@ -252,6 +276,12 @@ class HasPolicy:
             elif self.plan_order == "knee":
                 decision = self._place(job, index.worth_starting(self.min_saving_s),
                                        free, state)
+                if self.reclaim and decision is not None and running and not waiting \
+                        and k == len(pending) - 1:
+                    taken = self._reclaim(job, index, decision, running, out, free, state)
+                    if taken:
+                        out.extend(taken[:-1])
+                        decision = taken[-1]
             elif self.plan_order == "knee-share":
                 share = max(1, free.total_free // max(1, len(pending) - k))
                 fitting = tuple(p for p in index.efficient_by_speed if p.num_gpus <= share)
@@ -271,6 +301,13 @@ class HasPolicy:
             out.extend(self._grow(
                 ahead[a:] if self.srpt else self._growable(running, now, free_by_type),
                 free, state))
+            if self.idle_past_knee and free.total_free:
+                # nobody waits: GPUs left idle after growth at the knee go to the jobs that
+                # gain most from any faster plan (undone by ``_shrink_for`` when one waits)
+                out.extend(self._grow(
+                    self._growable([r for r in running if r.job.id not in
+                                    {d.job_id for d in out}], now, free_by_type, wide=True),
+                    free, state, wide=True))
         elif self.grow and first_waiting is not None and running:
             out.extend(self._shrink_for(first_waiting, running, free, state))
         self._prune(pending, running)
@@ -304,8 +341,10 @@ class HasPolicy:
             # until then the first running job of this type ends and frees its GPUs
             runs, expected_wait = by_size[t]
             for rj in runs:
-                if self.srpt and self._left(rj.job) <= head_left:
-                    continue  # ahead of ``job`` in SRPT order: it keeps its GPUs
+                if self.srpt and self._left(rj.job) <= head_left and \
+                        not self._past_knee(rj):
+                    continue  # ahead of ``job`` in SRPT order: it keeps its GPUs (growth
+                    # past the knee was only lent while nobody waited)
                 cur = rj.allocation.plan
                 keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
                                                 expected_wait, state, undo)
@@ -362,8 +401,14 @@ class HasPolicy:
             if placement is None:
                 free.take(own)
                 continue
-            free.take(placement)
             placed = self.perf.placed_plan(rj.job, before, placement, state)
+            if placed.step_time_s > self.max_slowdown * before.step_time_s or \
+                    placed.step_time_s >= rj.allocation.plan.step_time_s:
+                # the GPUs it lent came back fragmented (a group split over nodes by the
+                # jobs started meanwhile): no faster than where it runs; growth may move it
+                free.take(own)
+                continue
+            free.take(placement)
             after = Allocation(lender, placed, placement)
             out.append(resize(
                 after,
@@ -433,17 +478,19 @@ class HasPolicy:
         return None, None
 
     def _growable(self, running: Sequence[RunningJob], now: float,
-                  free_by_type: Mapping[str, int]) -> list[tuple[float, float, RunningJob]]:
+                  free_by_type: Mapping[str, int], wide: bool = False
+                  ) -> list[tuple[float, float, RunningJob]]:
         """The running jobs that may grow, each with its sort key and its remaining time on
         its current plan, in the order ``_grow`` tries them: held at least ``min_hold_s``
         (no thrashing; ``wake_at`` records when the others may move), with more than two
         restarts of work left, and with a plan fast enough to move to that the idle GPUs
         (``free_by_type``, which only shrink for the rest of the call) could hold; shortest
         remaining time on the fastest plan first (``srpt``), else longest remaining work
-        first."""
+        first. ``wide``: plans past the knee count too (``idle_past_knee``)."""
         order: list[tuple[float, float, RunningJob]] = []
         hold, twice_restart, wake = self.min_hold_s, 2 * self.restart_cost_s, self.wake_at
-        left_of, needs = self._left, self._grow_need
+        left_of = self._left
+        needs = self._grow_need_any if wide else self._grow_need
         for rj in running:
             if now - rj.started_at < hold:
                 end = rj.started_at + hold  # ask again once it may move
@@ -456,7 +503,7 @@ class HasPolicy:
                 continue
             got = needs.get(rj.job.id)
             if got is None or got[0] is not cur:
-                got = needs[rj.job.id] = (cur, *self._growth(rj))
+                got = needs[rj.job.id] = (cur, *self._growth(rj, wide))
             for t, extra in got[2]:
                 if free_by_type.get(t, 0) >= extra:
                     order.append((left_of(rj.job) if self.srpt else left, left, rj))
@@ -466,19 +513,24 @@ class HasPolicy:
         order.sort(key=itemgetter(0), reverse=not self.srpt)
         return order
 
-    def _growth(self, rj: RunningJob) -> tuple[int, tuple[tuple[str, int], ...]]:
-        """How many plans lead ``rj``'s ``efficient_by_speed`` at least ``min_gain`` faster
-        than its current one, and per GPU type the fewest idle GPUs any of them needs (its
-        own GPUs count on its own type; empty if there is none)."""
+    def _growth(self, rj: RunningJob, wide: bool = False
+                ) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """How many plans lead ``rj``'s ``efficient_by_speed`` (``wide``: ``by_speed``) at
+        least ``min_gain`` faster than its current one, and per GPU type the fewest idle GPUs
+        any of them needs (its own GPUs count on its own type; empty if there is none)."""
         cur = rj.allocation.plan
         index = self._plans.get(rj.job)
-        faster = index.faster_than(cur.job_time_s * (1.0 - self.min_gain))
+        limit = cur.job_time_s * (1.0 - self.min_gain)
+        if wide:
+            faster, mins = index.any_faster_than(limit)
+        else:
+            faster = index.faster_than(limit)
+            mins = index.efficient_min_gpus[faster]
         own_type, own_n = cur.gpu_type, rj.allocation.num_gpus
-        return faster, tuple((t, n - own_n if t == own_type else n)
-                             for t, n in index.efficient_min_gpus[faster])
+        return faster, tuple((t, n - own_n if t == own_type else n) for t, n in mins)
 
     def _grow(self, order: Sequence[tuple[float, float, RunningJob]], free: FreeGpus,
-              state: ClusterState) -> list[Decision]:
+              state: ClusterState, wide: bool = False) -> list[Decision]:
         """Elastic scale-up: move each job of ``order`` (``_growable``, which cached each
         one's ``_growth`` and gives its remaining time) to a faster plan on its own GPUs plus
         idle ones when the predicted remaining time drops by more than ``min_gain`` and by
@@ -492,7 +544,8 @@ class HasPolicy:
             index = self._plans.get(job)
             # skip the job at once when the GPUs taken since ``_growable`` leave no type
             # enough for any plan fast enough to be worth a move
-            _, faster, extra_by_type = self._grow_need[job.id]
+            _, faster, extra_by_type = (self._grow_need_any if wide
+                                        else self._grow_need)[job.id]
             for t, extra in extra_by_type:
                 if free_by_type.get(t, 0) >= extra:
                     break
@@ -501,7 +554,7 @@ class HasPolicy:
             own = rj.allocation.placement
             free.give(own)
             best: tuple[float, Plan, Placement] | None = None
-            for plan in index.efficient_by_speed[:faster]:
+            for plan in (index.by_speed if wide else index.efficient_by_speed)[:faster]:
                 n = plan.num_gpus
                 if free.free(plan.gpu_type, plan.required_bytes) < n:
                     continue
@@ -551,6 +604,9 @@ class HasPolicy:
             self._fastest = {k: v for k, v in self._fastest.items() if k in entries}
         if len(self._grow_need) > limit:
             self._grow_need = {k: v for k, v in self._grow_need.items() if k in entries}
+        if len(self._grow_need_any) > limit:
+            self._grow_need_any = {k: v for k, v in self._grow_need_any.items()
+                                   if k in entries}
 
     def _place(self, job: JobView, plans: Sequence[Plan], free: FreeGpus, state: ClusterState,
                fallback: PlanIndex | None = None) -> Decision | None:
@@ -581,6 +637,101 @@ class HasPolicy:
             return self._start(job, plans, plan, placed, placement, k, ava, free,
                                f"; every fitting plan runs > {self.max_slowdown:g}x slower "
                                "where it fits; this one ends soonest")
+        return None
+
+    def _reclaim(self, job: JobView, index: PlanIndex, got: Decision,
+                 running: Sequence[RunningJob], out: Sequence[Decision], free: FreeGpus,
+                 state: ClusterState) -> list[Decision] | None:
+        """The last waiting job, about to start on ``got`` (its GPUs already taken) while
+        nobody else waits, when a plan of it at least ``min_gain`` faster is held back only
+        by running jobs grown past a plan of fewer GPUs and no more GPU-seconds, with more
+        work left than ``job`` (SRPT): undo their growth as a loan (repaid when ``job``
+        ends) and start ``job`` on the faster plan, if what ``job`` gains exceeds what the
+        lenders lose (their slowdown over ``job``'s run time plus two restarts each).
+        Returns the lenders' resizes and the start, or None to keep ``got``."""
+        assert got.allocation is not None
+        here = got.allocation
+        limit = here.plan.job_time_s * (1.0 - self.min_gain)
+        faster = [p for p in index.worth_starting(self.min_saving_s) if p.job_time_s < limit]
+        if not faster:
+            return None
+        rem, head_left = job.remaining_fraction, self._left(job)
+        moved = {d.job_id for d in out}
+        free.give(here.placement)
+        for plan in faster:
+            t = plan.gpu_type
+            need = plan.num_gpus - free.free(t, plan.required_bytes)
+            if need <= 0:
+                continue
+            run_s = plan.job_time_s * rem
+            budget = (here.plan.job_time_s - plan.job_time_s) * rem
+            lenders: list[tuple[RunningJob, Plan, Placement]] = []
+            freed = 0
+            for rj in running:
+                cur = rj.allocation.plan
+                if cur.gpu_type != t or rj.job.id in moved or \
+                        (self._left(rj.job) <= head_left and not self._past_knee(rj)):
+                    continue
+                back = self._undo_growth(rj, need - freed, state)
+                if back is None:
+                    continue
+                keep, base = back
+                cost = run_s * (base.step_time_s / cur.step_time_s - 1.0) \
+                    + 2 * self.restart_cost_s
+                if cost >= budget:
+                    continue
+                budget -= cost
+                lenders.append((rj, base, keep))
+                freed += sum(n for node, n in _minus(rj.allocation.placement, keep)
+                             if state.by_id[node].gpu_memory >= plan.required_bytes)
+                if freed >= need:
+                    break
+            if freed < need:
+                continue
+            released = [_minus(rj.allocation.placement, keep) for rj, _, keep in lenders]
+            for r in released:
+                free.give(r)
+            start_d = self._place(job, (plan,), free, state)
+            if start_d is None:
+                for r in released:
+                    free.take(r)
+                continue
+            taken: list[Decision] = []
+            for rj, base, keep in lenders:
+                placed = self.perf.placed_plan(rj.job, base, keep, state)
+                if self.loans:
+                    self._loans.setdefault(rj.job.id, (job.id, rj.allocation.plan))
+                after = Allocation(rj.job.id, placed, keep)
+                taken.append(resize(
+                    after,
+                    f"HAS reclaim: {job.id} (predicted {run_s / 60:.0f} min) starts on "
+                    f"{plan.num_gpus}x{t} instead of {here.plan.label()}; "
+                    f"{rj.allocation.plan.label()} -> {placed.label()} until it ends",
+                    resize_code(rj.allocation, after)))
+            taken.append(start_d)
+            return taken
+        free.take(here.placement)
+        return None
+
+    def _past_knee(self, rj: RunningJob) -> bool:
+        """Whether ``rj`` runs on a plan past the knee (grown onto GPUs nobody waited for)."""
+        return self.idle_past_knee and self._plans.get(rj.job).past_knee(rj.allocation.plan)
+
+    def _undo_growth(self, rj: RunningJob, need: int, state: ClusterState
+                     ) -> tuple[Placement, Plan] | None:
+        """A plan of fewer GPUs and no more GPU-seconds than ``rj``'s on a prefix of its
+        GPUs (its growth undone in place): the largest that frees ``need`` GPUs, else the
+        one that frees most; None if there is none."""
+        cur = rj.allocation.plan
+        cands = sorted((p for p in self._plans.get(rj.job).cheapest(cur.gpu_type)
+                        if p.num_gpus < cur.num_gpus and p.gpu_seconds <= cur.gpu_seconds),
+                       key=lambda p: -p.num_gpus)
+        enough = [p for p in cands if cur.num_gpus - p.num_gpus >= need]
+        for cand in (enough or cands[::-1]):
+            keep = _prefix(rj.allocation.placement, cand.num_gpus, cand.parallel.tp)
+            if keep is not None and all(state.by_id[node].gpu_memory >= cand.required_bytes
+                                        for node, _ in keep):
+                return keep, cand
         return None
 
     def _start(self, job: JobView, plans: Sequence[Plan], plan: Plan, placed: Plan,

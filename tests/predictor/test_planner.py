@@ -241,3 +241,42 @@ def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> Non
                                      sequence_parallel=train.sequence_parallel,
                                      flash_attention=train.flash_attention)
                 assert got == estimate_memory(model, train, par, runtime=FRENZY).tensors
+
+
+def test_default_topology_takes_the_declared_network() -> None:
+    from predictor.step_time import default_topology
+
+    a100 = get_gpu("A100-40G")  # catalog: DGX A100 servers, 200 GB/s between nodes
+    assert a100.inter_node_bw_gbs == 200.0
+    # 20 GPUs packed on nodes of 8: 3 nodes; the cluster's 12.5 GB/s replaces the default
+    assert default_topology(a100, 20, 8, 12.5).num_nodes == 3
+    assert default_topology(a100, 20, 8, 12.5).inter_bw_gbs == 12.5
+    assert default_topology(a100, 20, 8).inter_bw_gbs == 200.0
+
+
+def test_multi_node_plans_are_timed_on_the_declared_network() -> None:
+    """``inter_node_bw_gbs`` is the network the plans are timed on: plans inside one node do
+    not move, every multi-node plan has the step time of its own configuration on nodes of
+    8 joined by that network, and none is faster on 12.5 GB/s than the best on 200 GB/s."""
+    import math
+
+    from predictor.step_time import Topology, estimate_step_time
+
+    model = ModelSpec.from_name("gpt2-large")
+    train = TrainingSpec(global_batch=128, seq_len=1024, steps=10)
+    a100 = get_gpu("A100-40G")
+    dgx = {p.num_gpus: p for p in plan_job(model, train, [a100], max_gpus=32).plans}
+    slow = {p.num_gpus: p for p in plan_job(model, train, [a100], max_gpus=32,
+                                            inter_node_bw_gbs=12.5).plans}
+    assert set(dgx) == set(slow) and max(slow) == 32
+    for n, p in slow.items():
+        if n <= 8:
+            assert p.parallel == dgx[n].parallel
+            assert p.step_time_s == dgx[n].step_time_s
+            continue
+        topo = Topology(num_nodes=math.ceil(n / 8), inter_bw_gbs=12.5)
+        assert p.step_time_s == pytest.approx(
+            estimate_step_time(model, train, p.parallel, a100, topo).total_s, rel=1e-9)
+        assert p.step_time_s > dgx[n].step_time_s
+    with pytest.raises(SpecError, match="inter_node_bw_gbs"):
+        plan_job(model, train, [a100], inter_node_bw_gbs=0.0)

@@ -297,3 +297,121 @@ def test_a_growth_held_back_by_min_hold_asks_to_be_called_again() -> None:
     assert policy.wake_at == 1_200.0
     (d,) = policy.decide(state, [], [r_run], 1_200.0)
     assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R") and policy.wake_at is None
+
+
+def _past_the_knee() -> tuple[ClusterState, RunningJob]:
+    """Two nodes of 8 A100, R on one of them since t = 0: 10,000 steps left, 8 A100 at
+    1 s/step (8 GPU-s a step, its cheapest) or 16 at 0.65 s/step (10.4 GPU-s: 1.3x the
+    cheapest, past the knee's 1.25x)."""
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 0, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, interconnect="nvlink"))
+    plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=10_000),
+                   make_plan("A100-40G", 16, step_s=0.65, num_steps=10_000))
+    job = JobView(id="R", submit_time=0.0, plans=plans, total_steps=10_000)
+    return state, RunningJob(job, Allocation("R", plans[0], (("dgx-0", 8),)), started_at=0.0)
+
+
+def test_idle_past_knee_grows_onto_idle_gpus_only_when_nothing_waits() -> None:
+    # 10,000 s left on 8 A100; on 16: 6,500 s + 70 s restart = 6,570 s, a 34% cut (>= 30%),
+    # but the 16-GPU plan is past the knee: growth at the knee leaves 8 A100 idle
+    state, r_run = _past_the_knee()
+    assert HasPolicy(IdentityPerf(), idle_past_knee=False).decide(
+        state, [], [r_run], 1_000.0) == []
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [], [r_run], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
+    assert d.allocation is not None
+    assert d.allocation.placement == (("dgx-0", 8), ("dgx-1", 8))
+    assert "167 -> 110 min" in d.reason  # 10,000 s -> 6,570 s
+    # a job waits (an RTX 2080Ti job, none here): the idle A100 are not handed out past the
+    # knee while anyone waits
+    waiting = make_job("W", ranked(make_plan("RTX2080Ti", 1)))
+    assert HasPolicy(IdentityPerf()).decide(state, [waiting], [r_run], 1_000.0) == []
+    # the cut must still clear min_gain: at 0.7 s/step (7,070 s, a 29% cut) it stays put
+    plans = ranked(r_run.job.plans[0], make_plan("A100-40G", 16, step_s=0.7, num_steps=10_000))
+    slow = RunningJob(JobView(id="R", submit_time=0.0, plans=plans, total_steps=10_000),
+                      Allocation("R", plans[0], (("dgx-0", 8),)), started_at=0.0)
+    assert HasPolicy(IdentityPerf()).decide(state, [], [slow], 1_000.0) == []
+
+
+def test_growth_past_the_knee_is_undone_for_a_shorter_waiting_job() -> None:
+    # R was grown onto both nodes (16 A100, 0.65 s/step: 6,500 s left on its fastest plan).
+    # W needs 8 A100 for 1,000 s, less work than R: R goes back to its 8-GPU plan (fewer
+    # GPU-seconds) on the first node, in place, and frees dgx-1 for W
+    _, r_run = _past_the_knee()
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 0, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 0, interconnect="nvlink"))
+    grown = RunningJob(r_run.job, Allocation("R", r_run.job.plans[1],
+                                             (("dgx-0", 8), ("dgx-1", 8))), started_at=0.0)
+    w = make_job("W", ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=1_000)),
+                 submit=900.0, total_steps=1_000)
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [w], [grown], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
+    assert d.allocation is not None and d.allocation.placement == (("dgx-0", 8),)
+    assert d.allocation.plan.num_gpus == 8
+
+
+def _grown_long_and_a_short_arrival(steps: int) -> tuple[ClusterState, RunningJob, JobView]:
+    """L grown onto both A100 nodes (16 at 0.55 s/step; 8 at 1 s/step costs fewer
+    GPU-seconds, 8 < 8.8 a step), 100,000 steps left. J arrives with ``steps`` steps:
+    8 A100 at 0.1 s/step or 8 RTX 2080Ti at 0.3 s/step; the RTX node is free."""
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 0, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 0, interconnect="nvlink"),
+                    make_node("rtx", "RTX2080Ti", 8))
+    plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=100_000),
+                   make_plan("A100-40G", 16, step_s=0.55, num_steps=100_000))
+    long = RunningJob(JobView(id="L", submit_time=0.0, plans=plans, total_steps=100_000),
+                      Allocation("L", plans[1], (("dgx-0", 8), ("dgx-1", 8))),
+                      started_at=0.0)
+    short = make_job("J", ranked(make_plan("A100-40G", 8, step_s=0.1, num_steps=steps),
+                                 make_plan("RTX2080Ti", 8, step_s=0.3, req_gib=9,
+                                           num_steps=steps)),
+                     submit=1_000.0, total_steps=steps)
+    return state, long, short
+
+
+def test_reclaim_undoes_growth_for_an_arrival_when_it_gains_more_than_the_lender_loses() -> None:
+    # J with 2,000 steps: 600 s on the RTX node, 200 s on 8 A100, a gain of 400 s. L back on
+    # 8 A100 while J runs loses 200 s x (1 / 0.55 - 1) = 164 s plus two 70 s restarts = 304 s
+    # < 400 s: L is shrunk in place to dgx-0 (a loan) and J starts on dgx-1
+    state, long, short = _grown_long_and_a_short_arrival(2_000)
+    policy = HasPolicy(IdentityPerf())
+    resize_d, start_d = policy.decide(state, [short], [long], 1_000.0)
+    assert (resize_d.kind, resize_d.job_id) == (DecisionKind.RESIZE, "L")
+    assert resize_d.allocation is not None and resize_d.allocation.placement == (("dgx-0", 8),)
+    assert (start_d.kind, start_d.job_id) == (DecisionKind.START, "J")
+    assert start_d.allocation is not None
+    assert start_d.allocation.placement == (("dgx-1", 8),)
+    assert policy._loans == {"L": ("J", long.allocation.plan)}
+    # without ``reclaim`` J starts on the RTX node and L keeps its GPUs
+    (d,) = HasPolicy(IdentityPerf(), reclaim=False).decide(state, [short], [long], 1_000.0)
+    assert d.allocation is not None and d.allocation.placement == (("rtx", 8),)
+
+
+def test_reclaim_keeps_the_lender_when_it_would_lose_more() -> None:
+    # J with 1,000 steps gains 300 - 100 = 200 s; L would lose 100 x 0.818 + 140 = 222 s
+    state, long, short = _grown_long_and_a_short_arrival(1_000)
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [short], [long], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.START, "J")
+    assert d.allocation is not None and d.allocation.placement == (("rtx", 8),)
+
+
+def test_a_loan_is_not_repaid_onto_gpus_split_over_nodes() -> None:
+    # L lent 4 of its 8 A100 (8 at 1 s/step, 4 at 2 s/step); its borrower has ended, but
+    # jobs started meanwhile leave 2 free on dgx-0 beside L's 4 and 2 on dgx-1: the 8 GPUs
+    # come back as 6 + 2 over two nodes, 1.5 s/step under NodesPenaltyPerf (> 1.25 x 1 s)
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 2, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 2, interconnect="nvlink"))
+    plans = ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=10_000),
+                   make_plan("A100-40G", 4, step_s=2.0, num_steps=10_000))
+    lender = RunningJob(JobView(id="L", submit_time=0.0, plans=plans, total_steps=10_000),
+                        Allocation("L", plans[1], (("dgx-0", 4),)), started_at=1_000.0)
+    policy = HasPolicy(NodesPenaltyPerf())
+    policy._loans = {"L": ("B", plans[0])}
+    assert policy.decide(state, [], [lender], 1_100.0) == []  # (growth held by min_hold_s)
+    assert policy._loans == {}
+    # where the split costs nothing (IdentityPerf) the loan is repaid on the same 6 + 2
+    policy = HasPolicy(IdentityPerf())
+    policy._loans = {"L": ("B", plans[0])}
+    (d,) = policy.decide(state, [], [lender], 1_100.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "L")
+    assert d.allocation is not None and d.allocation.placement == (("dgx-0", 6), ("dgx-1", 2))

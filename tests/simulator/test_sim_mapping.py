@@ -70,3 +70,30 @@ def test_new_workload_is_seeded_and_varied() -> None:
     assert all(m.trace.submit_time == 0 for m in a)
     c = new_workload(30, seed=4)
     assert [m.model.name for m in a] != [m.model.name for m in c]
+
+
+def test_plan_cache_times_plans_on_the_clusters_network() -> None:
+    """The simulator plans for the cluster the jobs run on: its declared network between
+    nodes, not the GPU type's usual servers (phoebe: 12.5 GB/s; the catalog's A100: 200)."""
+    from orchestrator.clusters import load_cluster
+    from predictor.gpus import get_gpu
+    from predictor.planner import plan_job
+    from predictor.spec import ModelSpec, TrainingSpec
+    from simulator.mapping import TRACE_RUNTIME
+    from simulator.replay import PlanCache
+
+    state = load_cluster("phoebe").state
+    assert state.inter_node_bw_gbs == 12.5
+    model = ModelSpec.from_name("gpt2-large")
+    train = TrainingSpec(global_batch=128, seq_len=1024, steps=10)
+    got = {(p.gpu_type, p.num_gpus): p for p in PlanCache(state).plans(model, train)}
+    a100 = get_gpu("A100-40G")
+    want = {p.num_gpus: p for p in plan_job(model, train, [a100], max_gpus=24,
+                                            runtime=TRACE_RUNTIME,
+                                            inter_node_bw_gbs=12.5).plans}
+    two_nodes = got[("A100-40G", 16)]
+    assert two_nodes.parallel == want[16].parallel
+    assert two_nodes.step_time_s == want[16].step_time_s
+    dgx = {p.num_gpus: p for p in plan_job(model, train, [a100], max_gpus=24,
+                                           runtime=TRACE_RUNTIME).plans}
+    assert two_nodes.step_time_s > dgx[16].step_time_s
