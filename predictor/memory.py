@@ -362,6 +362,12 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     one_layer += m.mlp_kept * f * Tf * D
     if rt.hidden_dropout:
         one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
+    if rt.fp32_weights_autocast and D == 2 and not selective:
+        # the residual stream stays fp32 (the embedding and the norms run on fp32 weights),
+        # so the norms keep fp32 inputs, and autocast casts a norm's output once for each
+        # linear reading it: Q, K and V, and the MLP's one or two input projections
+        one_layer += (1 if neox else 2) * h * T * 2
+        one_layer += (2 + (1 if m.swiglu else 0)) * h * T * D
     return q, f, a, vr, one_layer
 
 
@@ -452,31 +458,64 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     if full:
         bwd += one_layer  # the recomputed layer's activations
 
-    # the candidate peak moments on top of the static state, (activations, logits,
-    # transient); the first of equal sums wins, in this order
-    best = None
-    top = -1
+    # the candidate peak moments, (gradients alive, activations, logits, transient) on top of
+    # the parameters and optimizer states; the first of equal sums wins, in this order
+    lg = (0 if rt.classification_head else Tf * vr) if last else 0
+    low = _low_precision_logits(rt, mixed, bert)
+    hb = rt.logits_head_bwd_bytes * (1 if low else 2)
+    held = hb // 2  # logits the loop still holds through the layers' backward
+    head: list[tuple[int, int, int]] = []
     if last:
-        lg = 0 if rt.classification_head else Tf * vr
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
-        lf = _logit_bytes(rt, mixed, True) * lg
-        best, top = (activations, lf, 0), activations + lf
+        head.append((activations, _logit_bytes(rt, low, True) * lg, 0))
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
-        lb, tb = _logit_bytes(rt, mixed, False) * lg, vr * h * D + h * Tf * D
-        if activations + lb + tb > top:
-            best, top = (activations, lb, tb), activations + lb + tb
-    if activations + bwd > top:
-        best, top = (activations, 0, bwd), activations + bwd
-    if adam > top:  # Adam's sqrt(v) temporary; activations gone
-        best = (0, 0, adam)
-    assert best is not None
+        lb, tb = _logit_bytes(rt, low, False) * lg, vr * h * D + h * Tf * D
+        if hb:  # the loss's buffers go before the head's matmul backward
+            head += [(activations, lb, 0), (activations, hb * lg, tb)]
+            if rt.fp32_weights_autocast and mixed:  # the weight gradient cast to fp32
+                head.append((activations, held * lg, tb + 4 * vr * h))
+        else:
+            head.append((activations, lb, tb))
+    if rt.grads_set_to_none and m_total == 1:
+        # no gradient before the backward; then the head's and one layer's; all at its end
+        partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+        act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
+        cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
+        cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
+    else:
+        cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
+        cands.append((gradients, activations, held * lg, bwd))
+    cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
+    best = cands[0]
+    top = sum(best)
+    for c in cands[1:]:
+        if sum(c) > top:
+            best, top = c, sum(c)
     return MemoryBreakdown(
-        parameters=parameters, gradients=gradients, optimizer_states=optimizer_states,
-        activations=best[0], logits=best[1],
+        parameters=parameters, gradients=best[0], optimizer_states=optimizer_states,
+        activations=best[1], logits=best[2],
         overhead=gpu.cuda_context_bytes if gpu is not None else 0,
-        transient=best[2], stage=stage)
+        transient=best[3], stage=stage)
 
+
+def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, stage: int,
+                          n_layers: int, rt: RuntimeProfile) -> tuple[int, int]:
+    """Gradient bytes alive during the only micro-batch's backward under
+    ``grads_set_to_none``: at its first layer (the head's gradients on the last stage and
+    that layer's), and at its end (every gradient of the stage, unsharded: an upper bound of
+    a ZeRO-2/3 shard)."""
+    mixed = train.precision is not Precision.FP32
+    if rt.pure_low_precision:
+        unit = 2 if mixed else 4
+    else:
+        unit = rt.grad_bytes if mixed and not rt.fp32_weights_autocast else 4
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+    head = (sum(_edge_param_numels(m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
+            if stage == pp - 1 else 0)
+    layer = _static_sums(m, tp, 1, 0, 0, 0)[0] if n_layers else 0
+    whole = _static_bytes(m, train, tp, pp, 1, 0, stage, n_layers, rt)[1]
+    return unit * (head + layer), whole
 
 
 StaticTerms = tuple[tuple[int, int], ...]
@@ -661,12 +700,20 @@ def _traits(m: ModelSpec) -> tuple[bool, bool, bool, bool, bool]:
             m.learned_positions)
 
 
+def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
+    """Whether the logits are in the compute dtype: under ``fp32_weights_autocast`` BERT's
+    head adds its fp32 output bias to the bf16 matmul output, which promotes the logits to
+    fp32 (they then count as in an fp32 run)."""
+    return mixed and not (bert and rt.fp32_weights_autocast)
+
+
 def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:
     """Bytes per logit element alive at the loss forward / the output layer's backward
     (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy)."""
     if forward:
         return rt.logits_fwd_bytes if mixed else max(4, rt.logits_fwd_bytes - 2)
-    return rt.logits_bwd_bytes if mixed else max(4, rt.logits_bwd_bytes)
+    return rt.logits_bwd_bytes if mixed else (rt.logits_bwd_bytes_fp32
+                                              or max(4, rt.logits_bwd_bytes))
 
 
 def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,

@@ -47,6 +47,21 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   all of them: a 4-byte-per-parameter temporary after the backward.
 * ``pure_low_precision``: weights, gradients and optimizer states all in the compute dtype
   (torchtune and ms-swift full fine-tunes load the model in bf16: 2+2+4 = 8 bytes/param).
+* ``logits_head_bwd_bytes``: when the loss's backward buffers are freed before the head's
+  matmul backward runs (the built-in trainer: ``log_softmax``'s saved output and gradients go
+  once its backward is done), the bytes per logit still alive then — the low-precision logits
+  the loop still holds and their gradient (4; fp32: 8) — beside the head's weight and input
+  gradients, and under ``fp32_weights_autocast`` the moment after, when the weight gradient
+  is cast to fp32 (the logits only, 2 bytes, beside D + 4 bytes per head weight). 0: the
+  output layer's backward is counted at ``logits_bwd_bytes`` plus those gradients.
+* ``logits_bwd_bytes_fp32``: the loss backward's bytes per logit in an fp32 run (the built-in
+  trainer: the fp32 logits, ``log_softmax``'s output, its gradient and the input gradient,
+  16); 0 takes ``logits_bwd_bytes`` (at least 4).
+* ``grads_set_to_none``: the optimizer's ``zero_grad(set_to_none=True)`` frees the gradients
+  after every step, so none exist during the first micro-batch's forward and loss; with one
+  micro-batch per step (m = 1) they appear only during its backward (the head's first, then
+  one layer at a time as that layer's activations go) and all exist only at its end and at
+  the optimizer step. With m >= 2 every later micro-batch runs beside all of them.
 
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
@@ -100,6 +115,9 @@ class RuntimeProfile:
     dp_flat_allreduce: bool = False  # dp > 1: the gradients all-reduced as one flat copy
     ddp_grad_buckets: bool = False  # torch DDP's bucket copy of the gradients (dp > 1, no ZeRO)
     classification_head: bool = False  # a sequence-classification head: no vocabulary logits
+    logits_head_bwd_bytes: int = 0  # bytes per logit left at the head's matmul backward
+    logits_bwd_bytes_fp32: int = 0  # bytes per logit at the loss backward in fp32 (0: derived)
+    grads_set_to_none: bool = False  # no gradient exists before the step's first backward
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
 
@@ -212,9 +230,11 @@ FRENZY = RuntimeProfile(
         "the built-in trainer as it runs (orchestrator/trainer): fp32 weights under autocast, "
         "no dropout, embedding and head replicated on the tp ranks, no sequence parallelism, "
         "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
-        "gradients: 10 bytes per logit forward, 14 at its backward), one flat dp all-reduce"),
+        "gradients: 10 bytes per logit forward, 14 at its backward, 16 in fp32; 4 left at the "
+        "head's backward), one flat dp all-reduce, gradients set to None after each step"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
-    fp32_weights_autocast=True, dp_flat_allreduce=True,
+    fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
+    logits_bwd_bytes_fp32=16, grads_set_to_none=True,
     max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
 
