@@ -518,14 +518,19 @@ def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, s
     return unit * (head + layer), whole
 
 
-StaticTerms = tuple[tuple[int, int], ...]
+StaticTerms = tuple[tuple[int, int, int], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
-gradients, optimizer states — and Adam's sqrt(v) temporary, or -1 without Adam)."""
+gradients, optimizer states —, Adam's sqrt(v) temporary, or -1 without Adam, and the gradient
+bytes that do not exist yet during a step of one micro-batch: 0 unless the runtime sets the
+gradients to None between steps)."""
 
-ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...]], ...]
+ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
+                              tuple[tuple[int, int], ...]], ...]
 """Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
-constant)`` on top of the activations: logits, the backward working set)."""
+constant)`` on top of the activations: logits, the backward working set; and the moments of a
+step of one micro-batch, on top of the activations and the static bytes less the gradients
+that do not exist yet — the same moments unless the runtime sets the gradients to None)."""
 
 
 def _candidate_stages(pp: int) -> tuple[int, ...]:
@@ -544,7 +549,7 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
             n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
-        out.append((par + grad + opt, adam))
+        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0))
     return tuple(out)
 
 
@@ -607,47 +612,65 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             else:
                 c_mb += hTD + (4 * T if rmsnorm else 2 * T * D)
         c_rot = 2 * s * hd * D if n_layers and not learned else 0
-        moments = list(bwd)
+        lg = (0 if rt.classification_head else Tf * vr) if last else 0
+        low = _low_precision_logits(rt, mixed, bert)
+        hb = rt.logits_head_bwd_bytes * (1 if low else 2)
+        held = hb // 2 * lg
+        head = []
         if last:
-            lg = 0 if rt.classification_head else Tf * vr
-            moments += [(_logit_bytes(rt, mixed, True) * lg, 0),
-                        (_logit_bytes(rt, mixed, False) * lg + h * Tf * D, vr * h * D)]
-        out.append((pp - stage, c_mb, c_rot, tuple(moments)))
+            lb = _logit_bytes(rt, low, False) * lg
+            head.append((_logit_bytes(rt, low, True) * lg, 0))
+            if hb:
+                head += [(lb, 0), (hb * lg + h * Tf * D, vr * h * D)]
+                if rt.fp32_weights_autocast and mixed:
+                    head.append((held + h * Tf * D, vr * h * (D + 4)))
+            else:
+                head.append((lb + h * Tf * D, vr * h * D))
+        moments = [(c + held, k) for c, k in bwd] + head
+        first = moments
+        if rt.grads_set_to_none:
+            partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+            drop = (n_layers - 1) * per_layer if n_layers else 0
+            first = (head + [(c + held, k + partial) for c, k in bwd]
+                     + [(c + held - drop, k + whole) for c, k in bwd])
+        all_moments = tuple(moments)
+        out.append((pp - stage, c_mb, c_rot, all_moments,
+                    all_moments if first is moments else tuple(first)))
     return tuple(out)
 
 
-ActivationRows = tuple[tuple[int, dict[int, tuple[int, int]]], ...]
+ActivationRows = tuple[tuple[int, dict[int, tuple[int, int, int]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
-micro-batch in flight, constant activations plus the largest peak moment))."""
+micro-batch in flight, constant activations plus the largest peak moment, the same for a step
+of one micro-batch))."""
 
 
 def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
     """The parts of ``activation_peaks`` that do not depend on the micro-batches in flight,
     at each size of ``micro_batches``: shared by every data-parallel size."""
     out = []
-    for depth, c_mb, c_rot, moments in terms:
+    for depth, c_mb, c_rot, moments, first in terms:
         row = {}
         for b in micro_batches:
-            extra = moments[0][0] * b + moments[0][1]
-            for c, k in moments:
-                v = b * c + k
-                if v > extra:
-                    extra = v
-            row[b] = (b * c_mb, c_rot + extra)
+            extra = max(b * c + k for c, k in moments)
+            alone = extra if first is moments else max(b * c + k for c, k in first)
+            row[b] = (b * c_mb, c_rot + extra, c_rot + alone)
         out.append((depth, row))
     return tuple(out)
 
 
 def activation_peaks(terms: ActivationTerms, per_replica: int,
-                     micro_batches: Sequence[int]) -> tuple[list[int], ...]:
+                     micro_batches: Sequence[int]) -> tuple[list[tuple[int, bool]], ...]:
     """Per candidate stage, the peak bytes on top of the static state (activations, logits,
     working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
-    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``)."""
+    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``),
+    each with whether it is a step of one micro-batch (then on top of the static state less
+    the gradients not made yet, ``StaticTerms``' third part)."""
     return peaks_in_flight(activation_rows(terms, micro_batches), per_replica, micro_batches)
 
 
 def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Sequence[int]
-                    ) -> tuple[list[int], ...]:
+                    ) -> tuple[list[tuple[int, bool]], ...]:
     """``activation_peaks`` from ``activation_rows`` (which must hold every size of
     ``micro_batches``): 1F1B keeps ``min(m, pp - stage)`` micro-batches in flight, at least
     one."""
@@ -655,25 +678,25 @@ def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Seque
     for depth, row in rows:
         peaks = []
         for b in micro_batches:
-            per_mb, rest = row[b]
-            in_flight = per_replica // b
-            if in_flight > depth:
-                in_flight = depth
-            peaks.append((in_flight if in_flight > 1 else 1) * per_mb + rest)
+            per_mb, rest, alone = row[b]
+            m = per_replica // b
+            in_flight = depth if m > depth else m
+            if m <= 1:
+                peaks.append((per_mb + alone, True))
+            else:
+                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, False))
         out.append(peaks)
     return tuple(out)
 
 
-def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[int], ...]) -> list[int]:
+def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, bool]], ...]
+                      ) -> list[int]:
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
-    stage the static bytes plus the larger of the activation peak and Adam's temporary, the
-    worst stage."""
+    stage the static bytes (less the gradients not made yet in a step of one micro-batch)
+    plus the activation peak, or the static bytes plus Adam's temporary, the worst stage."""
     out: list[int] | None = None
-    for (fixed, adam), row in zip(static, peaks, strict=True):
-        if adam <= min(row):  # the usual case: Adam's temporary is never the peak
-            cur = [v + fixed for v in row]
-        else:
-            cur = [fixed + (v if v > adam else adam) for v in row]
+    for (fixed, adam, grads), row in zip(static, peaks, strict=True):
+        cur = [max(fixed - (grads if single else 0) + v, fixed + adam) for v, single in row]
         out = cur if out is None else list(map(max, out, cur))
     assert out is not None
     return out

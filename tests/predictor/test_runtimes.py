@@ -173,12 +173,13 @@ def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
 def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
     # orchestrator/trainer: fp32 weights (the master) + autocast's bf16 copies (2 B), fp32
     # grads, AdamW m and v: 4 + 2 + 4 + 8 = 18 B/param at tp = 1, with no separate master
-    par = ParallelConfig(micro_batch=2)
+    # (two micro-batches per step: the second runs beside every gradient)
+    par = ParallelConfig(micro_batch=1)
     mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
     n = LLAMA.num_params()
     assert (mem.parameters, mem.gradients, mem.optimizer_states) == (6 * n, 4 * n, 8 * n)
     # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
-    tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=2), runtime=FRENZY)
+    tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1), runtime=FRENZY)
     # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
     per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
     assert tp2.gradients == 4 * per_rank == 4 * 172352
