@@ -362,7 +362,7 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     one_layer += m.mlp_kept * f * Tf * D
     if rt.hidden_dropout:
         one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
-    if rt.fp32_weights_autocast and D == 2 and not selective:
+    if rt.fp32_stream and D == 2:
         # the residual stream stays fp32 (the embedding and the norms run on fp32 weights),
         # so the norms keep fp32 inputs, and autocast casts a norm's output once for each
         # linear reading it: Q, K and V, and the MLP's one or two input projections
@@ -724,10 +724,10 @@ def _traits(m: ModelSpec) -> tuple[bool, bool, bool, bool, bool]:
 
 
 def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
-    """Whether the logits are in the compute dtype: under ``fp32_weights_autocast`` BERT's
+    """Whether the logits are in the compute dtype: under ``fp32_stream`` BERT's
     head adds its fp32 output bias to the bf16 matmul output, which promotes the logits to
     fp32 (they then count as in an fp32 run)."""
-    return mixed and not (bert and rt.fp32_weights_autocast)
+    return mixed and not (bert and rt.fp32_stream)
 
 
 def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:

@@ -57,6 +57,11 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 * ``logits_bwd_bytes_fp32``: the loss backward's bytes per logit in an fp32 run (the built-in
   trainer: the fp32 logits, ``log_softmax``'s output, its gradient and the input gradient,
   16); 0 takes ``logits_bwd_bytes`` (at least 4).
+* ``fp32_stream``: with ``fp32_weights_autocast`` the embedding, the norms and the residual
+  adds run in fp32, so each norm keeps an fp32 input (2 bytes more per element than D) and
+  autocast casts a norm's output once per linear reading it (Q, K, V and the MLP's input
+  projections: 2 or 3 copies beyond the one counted); BERT's head adds its fp32 output bias
+  to the matmul output, so its logits are fp32 (counted as in an fp32 run).
 * ``grads_set_to_none``: the optimizer's ``zero_grad(set_to_none=True)`` frees the gradients
   after every step, so none exist during the first micro-batch's forward and loss; with one
   micro-batch per step (m = 1) they appear only during its backward (the head's first, then
@@ -118,6 +123,7 @@ class RuntimeProfile:
     logits_head_bwd_bytes: int = 0  # bytes per logit left at the head's matmul backward
     logits_bwd_bytes_fp32: int = 0  # bytes per logit at the loss backward in fp32 (0: derived)
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
+    fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
 
@@ -234,7 +240,7 @@ FRENZY = RuntimeProfile(
         "head's backward), one flat dp all-reduce, gradients set to None after each step"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
-    logits_bwd_bytes_fp32=16, grads_set_to_none=True,
+    logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True,
     max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
 
