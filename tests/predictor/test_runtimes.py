@@ -256,3 +256,23 @@ def test_memory_spec_rejects_execution_fields_as_runtime_options() -> None:
         parse_memory_spec({"model": "gpt2", "global_batch": 2, "seq_len": 128,
                     "runtime_options": {"zero_stages": [0, 1]}})
     assert e.value.field == "runtime_options.zero_stages"
+
+
+def test_built_in_trainer_frees_gradients_between_steps() -> None:
+    # zero_grad(set_to_none=True): with one micro-batch per step no gradient exists at the
+    # loss; with two, the second micro-batch's loss runs beside all 4·n bytes of fp32 grads.
+    # Tiny llama (h 64, V 1024), s 512, b 4: the loss backward holds 14 B per logit (bf16
+    # logits 2 + log_softmax output 4 + its gradient 4 + the input gradient 4), T·V =
+    # 2048·1024 logits, which outweighs every other moment of either step.
+    s, b = 512, 4
+    one = estimate_memory(LLAMA, _train(s, b), ParallelConfig(micro_batch=b), runtime=FRENZY)
+    two = estimate_memory(LLAMA, _train(s, 2 * b), ParallelConfig(micro_batch=b),
+                          runtime=FRENZY)
+    n = LLAMA.num_params()
+    assert (one.gradients, one.logits, one.transient) == (0, 14 * b * s * 1024, 0)
+    assert (two.gradients, two.logits) == (4 * n, 14 * b * s * 1024)
+    assert two.tensors - one.tensors == 4 * n
+    # fp32: the logits are fp32 already, 16 B per logit at the loss backward
+    fp32 = estimate_memory(LLAMA, _train(s, b, precision="fp32"),
+                           ParallelConfig(micro_batch=b), runtime=FRENZY)
+    assert fp32.logits == 16 * b * s * 1024
