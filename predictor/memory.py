@@ -230,7 +230,9 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         optimizer_states = D * n_shard * states
         adam = D * max_shard if states == 2 else -1
     elif rt.fp32_weights_autocast and mixed:  # fp32 weights + autocast's low-precision copies
-        parameters, gradients = 4 * n_param + D * n_full, 4 * n_grad
+        # (under fp32_stream the copies count with the activations: _autocast_copies)
+        parameters = 4 * n_param + (0 if rt.fp32_stream else D * n_full)
+        gradients = 4 * n_grad
         optimizer_states = 4 * n_shard * states
         adam = 4 * max_shard if states == 2 else -1
     elif rt.sharding == "fsdp2" and zero >= 3:
@@ -248,7 +250,7 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = (D if rt.pure_low_precision else 4) * n_shard
     if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
         adam = max(adam, 4 * n_grad)
-    if rt.fp32_weights_autocast and mixed and adam >= 0:
+    if rt.fp32_weights_autocast and mixed and adam >= 0 and not rt.fp32_stream:
         adam -= D * n_full  # after the backward autocast's weight copies are gone
     if rt.ddp_grad_buckets and dp > 1 and zero == 0:
         gradients += gradients  # DDP's flat buckets beside param.grad
@@ -362,6 +364,13 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     one_layer += m.mlp_kept * f * Tf * D
     if rt.hidden_dropout:
         one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
+    if rt.eager_blocks:
+        if flash and not selective and k != q:
+            one_layer += 2 * (q - k) * Tf * D  # K and V repeated to every head
+        if m.swiglu:
+            one_layer += f * Tf * D  # SiLU's output besides gate, up and the product
+        if rmsnorm:
+            one_layer += 2 * h * T * 4  # each RMSNorm's fp32 normalised input
     if rt.fp32_stream and D == 2:
         # the residual stream stays fp32 (the embedding and the norms run on fp32 weights),
         # so the norms keep fp32 inputs, and autocast casts a norm's output once for each
@@ -434,6 +443,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             mb += 3 * hTD + 2 * T * D  # dense output, GeLU output, LN output + stats
         else:
             mb += hTD + (4 * T if rmsnorm else 2 * T * D)  # final norm output + stats
+    mb += _stage_stream_bytes(rt, D, h, T, last and not bert and rmsnorm)
     m_total = max(1, train.global_batch // (dp * b))
     in_flight = min(m_total, pp - stage)
     activations = in_flight * (mb + n_layers * per_layer)
@@ -443,6 +453,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         activations = in_flight * mb + chunks * (n_layers // v) * per_layer
     if n_layers and not learned:
         activations += 2 * s * hd * D  # rotary cos/sin tables
+    copies = one_copy = 0
+    if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
+        copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
+        activations += copies
 
     # backward working set of the first layer (_backward_working_set)
     g_in = hTD
@@ -456,7 +470,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
                - n_mlp * f * Tf * D - 2 * hTD)
         bwd = max(bwd, w_c)
     if full:
-        bwd += one_layer  # the recomputed layer's activations
+        bwd += one_layer + one_copy  # the recomputed layer's activations and weight copies
 
     # the candidate peak moments, (gradients alive, activations, logits, transient) on top of
     # the parameters and optimizer states; the first of equal sums wins, in this order
@@ -480,7 +494,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     if rt.grads_set_to_none and m_total == 1:
         # no gradient before the backward; then the head's and one layer's; all at its end
         partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+        # at its end one layer's activations and (without full recompute, where the
+        # working set has them) weight copies are left
         act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
+        act_end -= copies - (0 if full else one_copy)
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
     else:
@@ -497,6 +514,36 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         activations=best[1], logits=best[2],
         overhead=gpu.cuda_context_bytes if gpu is not None else 0,
         transient=best[3], stage=stage)
+
+
+def _stage_stream_bytes(rt: RuntimeProfile, D: int, h: int, T: int, final_rmsnorm: bool
+                        ) -> int:
+    """What ``fp32_stream`` and ``eager_blocks`` add to a stage's per-micro-batch tensors:
+    its output is the fp32 residual (2 bytes more per element than D), and a final RMSNorm
+    keeps its fp32 normalised input."""
+    out = h * T * 2 if rt.fp32_stream and D == 2 else 0
+    if rt.eager_blocks and final_rmsnorm:
+        out += h * T * 4
+    return out
+
+
+def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, D: int,
+                     rt: RuntimeProfile, full: bool) -> tuple[int, int]:
+    """(bytes of autocast's low-precision weight copies held from the forward to the
+    backward, bytes of one layer's copies) under ``fp32_stream``: only what a matmul reads
+    is cast — the layers' linear weights and biases and the head (BERT's dense transform
+    and decoder), not the embeddings, norms or BERT's output bias; under full recomputation
+    the layers' copies are dropped with their activations, and only the layer being
+    recomputed has them again (counted with the backward's working set)."""
+    h = m.hidden_size
+    lay = _static_sums(m, tp, 1, 0, 0, 0)[0] - (2 if m.rmsnorm else 4) * h
+    cast = 0
+    if stage == pp - 1:
+        vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+        cast = -(-vocab // tp) * h + (h * h + h if m.family is Family.BERT else 0)
+    if not full:
+        cast += n_layers * lay
+    return D * cast, D * lay if n_layers else 0
 
 
 def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, stage: int,
@@ -611,7 +658,15 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                 c_mb += 3 * hTD + 2 * T * D
             else:
                 c_mb += hTD + (4 * T if rmsnorm else 2 * T * D)
+        c_mb += _stage_stream_bytes(rt, D, h, T, last and not bert and rmsnorm)
         c_rot = 2 * s * hd * D if n_layers and not learned else 0
+        layer_bwd = bwd
+        copies = one_copy = 0
+        if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
+            copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
+            c_rot += copies
+            if full:
+                layer_bwd = [(c, k + one_copy) for c, k in bwd]
         lg = (0 if rt.classification_head else Tf * vr) if last else 0
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
@@ -626,13 +681,14 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                     head.append((held + h * Tf * D, vr * h * (D + 4)))
             else:
                 head.append((lb + h * Tf * D, vr * h * D))
-        moments = [(c + held, k) for c, k in bwd] + head
+        moments = [(c + held, k) for c, k in layer_bwd] + head
         first = moments
         if rt.grads_set_to_none:
             partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
             drop = (n_layers - 1) * per_layer if n_layers else 0
-            first = (head + [(c + held, k + partial) for c, k in bwd]
-                     + [(c + held - drop, k + whole) for c, k in bwd])
+            left = copies - (0 if full else one_copy)
+            first = (head + [(c + held, k + partial) for c, k in layer_bwd]
+                     + [(c + held - drop, k + whole - left) for c, k in layer_bwd])
         all_moments = tuple(moments)
         out.append((pp - stage, c_mb, c_rot, all_moments,
                     all_moments if first is moments else tuple(first)))

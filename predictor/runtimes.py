@@ -62,6 +62,11 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   autocast casts a norm's output once per linear reading it (Q, K, V and the MLP's input
   projections: 2 or 3 copies beyond the one counted); BERT's head adds its fp32 output bias
   to the matmul output, so its logits are fp32 (counted as in an fp32 run).
+* ``eager_blocks``: the layers written in eager PyTorch as the built-in model has them: under
+  GQA K and V are repeated to every head before the attention kernel (which keeps the
+  repeated copies: 2·(q − k)·T more), SwiGLU keeps the gate, its SiLU, the up projection and
+  the product (4·f·T, one more than a fused kernel), and RMSNorm (composite on the CPU)
+  keeps its fp32 normalised input besides the statistics (4·h·T per norm, the final one too).
 * ``grads_set_to_none``: the optimizer's ``zero_grad(set_to_none=True)`` frees the gradients
   after every step, so none exist during the first micro-batch's forward and loss; with one
   micro-batch per step (m = 1) they appear only during its backward (the head's first, then
@@ -124,6 +129,7 @@ class RuntimeProfile:
     logits_bwd_bytes_fp32: int = 0  # bytes per logit at the loss backward in fp32 (0: derived)
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
+    eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors, fp32 RMSNorm
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
 
@@ -240,7 +246,7 @@ FRENZY = RuntimeProfile(
         "head's backward), one flat dp all-reduce, gradients set to None after each step"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
-    logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True,
+    logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
     max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
 

@@ -171,13 +171,14 @@ def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
 
 
 def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
-    # orchestrator/trainer: fp32 weights (the master) + autocast's bf16 copies (2 B), fp32
-    # grads, AdamW m and v: 4 + 2 + 4 + 8 = 18 B/param at tp = 1, with no separate master
-    # (two micro-batches per step: the second runs beside every gradient)
+    # orchestrator/trainer: fp32 weights (the master), fp32 grads, AdamW m and v: 4 + 4 + 8
+    # = 16 B/param at tp = 1, with no separate master (two micro-batches per step: the
+    # second runs beside every gradient); autocast's bf16 weight copies count with the
+    # activations (they live from the forward to the backward)
     par = ParallelConfig(micro_batch=1)
     mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
     n = LLAMA.num_params()
-    assert (mem.parameters, mem.gradients, mem.optimizer_states) == (6 * n, 4 * n, 8 * n)
+    assert (mem.parameters, mem.gradients, mem.optimizer_states) == (4 * n, 4 * n, 8 * n)
     # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
     tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1), runtime=FRENZY)
     # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
@@ -276,3 +277,21 @@ def test_built_in_trainer_frees_gradients_between_steps() -> None:
     fp32 = estimate_memory(LLAMA, _train(s, b, precision="fp32"),
                            ParallelConfig(micro_batch=b), runtime=FRENZY)
     assert fp32.logits == 16 * b * s * 1024
+
+
+def test_built_in_trainer_casts_only_the_matmul_weights() -> None:
+    # autocast copies (2 B) of what a matmul reads: per layer Q, K, V, O (4·64²) and gate,
+    # up, down (3·64·128) = 40960 elements, and the untied head 1024·64; not the embedding
+    # or the norms. Full recomputation drops the layers' copies with their activations; the
+    # head's stay (the recomputed layer's return during its backward, beside the working set).
+    from predictor.memory import _autocast_copies
+
+    assert _autocast_copies(LLAMA, 1, 1, 0, 2, 2, FRENZY, False) == (
+        2 * (2 * 40960 + 65536), 2 * 40960)
+    assert _autocast_copies(LLAMA, 1, 1, 0, 2, 2, FRENZY, True) == (2 * 65536, 2 * 40960)
+    # at the optimizer step no copy exists: parameters, grads, states and Adam's temporary
+    # of the largest tensor (the 1024·64 head or embedding), 16·n + 4·65536
+    big = estimate_memory(LLAMA, _train(s=2, B=1), ParallelConfig(micro_batch=1),
+                          runtime=FRENZY)
+    assert big.tensors == 16 * LLAMA.num_params() + 4 * 65536
+    assert (big.activations, big.logits, big.transient) == (0, 0, 4 * 65536)
