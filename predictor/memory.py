@@ -248,6 +248,9 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = 4 * max_shard if states == 2 else -1
     if rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
         adam = (D if rt.pure_low_precision else 4) * n_shard
+    if rt.weight_decay_grad_copy and train.optimizer is not Optimizer.ADAMW:
+        # grad + wd·param; Adam drops the copy before its sqrt(v) temporary
+        adam = max(adam, 4 * (n_shard if rt.optimizer_foreach else max_shard))
     if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
         adam = max(adam, 4 * n_grad)
     if rt.fp32_weights_autocast and mixed and adam >= 0 and not rt.fp32_stream:
@@ -491,18 +494,25 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
                 head.append((activations, held * lg, tb + 4 * vr * h))
         else:
             head.append((activations, lb, tb))
+    # at the backward's end one layer's activations and (without full recompute, where the
+    # working set has them) weight copies are left; a tied embedding's two gradients are
+    # summed there into a third tensor (and an earlier micro-batch's is accumulated)
+    act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
+    act_end -= copies - (0 if full else one_copy)
+    tied = 4 * vr * h if rt.eager_blocks and first and last and (
+        m.tie_embeddings or bert) else 0
     if rt.grads_set_to_none and m_total == 1:
         # no gradient before the backward; then the head's and one layer's; all at its end
         partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
-        # at its end one layer's activations and (without full recompute, where the
-        # working set has them) weight copies are left
-        act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
-        act_end -= copies - (0 if full else one_copy)
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
+        if tied:
+            cands.append((whole, act_end, held * lg, 2 * tied))
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
+        if tied:
+            cands.append((gradients, act_end, held * lg, 3 * tied))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)
@@ -682,16 +692,22 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             else:
                 head.append((lb + h * Tf * D, vr * h * D))
         moments = [(c + held, k) for c, k in layer_bwd] + head
-        first = moments
+        drop = (n_layers - 1) * per_layer if n_layers else 0
+        left = copies - (0 if full else one_copy)
+        tied = 4 * vr * h if rt.eager_blocks and first and last and (
+            m.tie_embeddings or bert) else 0
+        if tied:
+            moments.append((held - drop, 3 * tied - left))
+        alone = moments
         if rt.grads_set_to_none:
             partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
-            drop = (n_layers - 1) * per_layer if n_layers else 0
-            left = copies - (0 if full else one_copy)
-            first = (head + [(c + held, k + partial) for c, k in layer_bwd]
+            alone = (head + [(c + held, k + partial) for c, k in layer_bwd]
                      + [(c + held - drop, k + whole - left) for c, k in layer_bwd])
+            if tied:
+                alone.append((held - drop, whole + 2 * tied - left))
         all_moments = tuple(moments)
         out.append((pp - stage, c_mb, c_rot, all_moments,
-                    all_moments if first is moments else tuple(first)))
+                    all_moments if alone is moments else tuple(alone)))
     return tuple(out)
 
 
