@@ -296,3 +296,28 @@ def test_built_in_trainer_casts_only_the_matmul_weights() -> None:
                           runtime=FRENZY)
     assert big.tensors == 20 * n
     assert (big.gradients, big.activations, big.logits, big.transient) == (4 * n, 0, 0, 4 * n)
+
+
+def test_built_in_trainer_peak_counted_by_hand() -> None:
+    # Tiny llama (2 layers, h 64, 4 heads of 16, no GQA, SwiGLU f 128, V 1024, untied),
+    # bf16, flash, s 512, micro-batch 4: T = 2048 tokens. Bytes kept, counted by hand:
+    # per layer: norm inputs and outputs 4·h·T·2 = 512T, RMSNorm statistics 2·4T = 8T,
+    #   Q, K, V, kernel output, re-laid output 5·64·T·2 = 640T + logsumexp 4·4T = 16T,
+    #   SwiGLU's gate, SiLU, up, product 4·128·T·2 = 1024T, each RMSNorm's fp32
+    #   normalised input 2·64·T·4 = 512T, the fp32 norm inputs' 2 more bytes 2·64·T·2 =
+    #   256T, the three extra autocast casts of the norm outputs (K, V, up) 3·64·T·2 = 384T
+    #   -> 3352T;
+    # per micro-batch: the stage output 64·T·4 = 256T, token ids and labels 8T + 8T, the
+    #   final norm's output 128T, statistics 4T and fp32 normalised input 256T -> 660T;
+    # rotary tables 2·s·16·2 = 64·s; autocast's weight copies 2·(2·40960 + 1024·64);
+    # the loss backward: 14 bytes per logit, 14·T·1024.
+    # Static: fp32 weights 4·n and AdamW's m, v 8·n; the gradients only with m >= 2.
+    s, b = 512, 4
+    T = b * s
+    n = LLAMA.num_params()
+    act = 2 * 3352 * T + 660 * T + 64 * s + 2 * (2 * 40960 + 1024 * 64)
+    one = estimate_memory(LLAMA, _train(s, b), ParallelConfig(micro_batch=b), runtime=FRENZY)
+    assert one.tensors == 12 * n + act + 14 * T * 1024
+    two = estimate_memory(LLAMA, _train(s, 2 * b), ParallelConfig(micro_batch=b),
+                          runtime=FRENZY)
+    assert two.tensors == 16 * n + act + 14 * T * 1024
