@@ -248,9 +248,8 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = 4 * max_shard if states == 2 else -1
     if rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
         adam = (D if rt.pure_low_precision else 4) * n_shard
-    if rt.weight_decay_grad_copy and train.optimizer is not Optimizer.ADAMW:
-        # grad + wd·param; Adam drops the copy before its sqrt(v) temporary
-        adam = max(adam, 4 * (n_shard if rt.optimizer_foreach else max_shard))
+    if rt.optimizer_fused:  # updated in place
+        adam = -1
     if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
         adam = max(adam, 4 * n_grad)
     if rt.fp32_weights_autocast and mixed and adam >= 0 and not rt.fp32_stream:
@@ -490,8 +489,9 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         lb, tb = _logit_bytes(rt, low, False) * lg, vr * h * D + h * Tf * D
         if hb:  # the loss's buffers go before the head's matmul backward
             head += [(activations, lb, 0), (activations, hb * lg, tb)]
-            if rt.fp32_weights_autocast and mixed:  # the weight gradient cast to fp32
-                head.append((activations, held * lg, tb + 4 * vr * h))
+            if rt.fp32_weights_autocast and mixed:
+                # the weight gradient cast to fp32, the matmul's saved weight copy freed
+                head.append((activations, held * lg, tb + (4 - D) * vr * h))
         else:
             head.append((activations, lb, tb))
     # at the backward's end one layer's activations and (without full recompute, where the
@@ -577,9 +577,9 @@ def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, s
 
 StaticTerms = tuple[tuple[int, int, int], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
-gradients, optimizer states —, Adam's sqrt(v) temporary, or -1 without Adam, and the gradient
-bytes that do not exist yet during a step of one micro-batch: 0 unless the runtime sets the
-gradients to None between steps)."""
+gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
+without one, and the gradient bytes that do not exist yet during a step of one micro-batch:
+0 unless the runtime sets the gradients to None between steps)."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
                               tuple[tuple[int, int], ...]], ...]
@@ -688,7 +688,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             if hb:
                 head += [(lb, 0), (hb * lg + h * Tf * D, vr * h * D)]
                 if rt.fp32_weights_autocast and mixed:
-                    head.append((held + h * Tf * D, vr * h * (D + 4)))
+                    head.append((held + h * Tf * D, vr * h * 4))
             else:
                 head.append((lb + h * Tf * D, vr * h * D))
         moments = [(c + held, k) for c, k in layer_bwd] + head

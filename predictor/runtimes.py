@@ -53,7 +53,8 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   the loop still holds and their gradient (4; fp32: 8) — beside the head's weight and input
   gradients, and under ``fp32_weights_autocast`` the moment after, when the weight gradient
   is cast to fp32 (the logits only, 2 bytes, beside D + 4 bytes per head weight). 0: the
-  output layer's backward is counted at ``logits_bwd_bytes`` plus those gradients.
+  output layer's backward is counted at ``logits_bwd_bytes`` plus those gradients. (The
+  matmul's saved weight copy is freed before the cast.)
 * ``logits_bwd_bytes_fp32``: the loss backward's bytes per logit in an fp32 run (the built-in
   trainer: the fp32 logits, ``log_softmax``'s output, its gradient and the input gradient,
   16); 0 takes ``logits_bwd_bytes`` (at least 4).
@@ -67,9 +68,10 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   repeated copies: 2·(q − k)·T more), SwiGLU keeps the gate, its SiLU, the up projection and
   the product (4·f·T, one more than a fused kernel), and RMSNorm (composite on the CPU)
   keeps its fp32 normalised input besides the statistics (4·h·T per norm, the final one too).
-* ``weight_decay_grad_copy``: torch's ``Adam`` (L2 decay) and ``SGD`` with weight decay add
-  ``wd·param`` to a new copy of the gradients at the step (with ``optimizer_foreach`` all of
-  them at once: 4 bytes per element of the shard; Adam frees it before its sqrt(v)).
+* ``optimizer_fused``: fused optimizer kernels (torch's ``fused=True``, the built-in trainer's
+  on every device) update in place and make no temporary at the step (torch's foreach path
+  would take sqrt(v), or for ``Adam``'s L2 / ``SGD``'s decay a gradient copy, of every
+  parameter at once; its single-tensor path two of the largest tensor).
 * ``grads_set_to_none``: the optimizer's ``zero_grad(set_to_none=True)`` frees the gradients
   after every step, so none exist during the first micro-batch's forward and loss; with one
   micro-batch per step (m = 1) they appear only during its backward (the head's first, then
@@ -133,7 +135,7 @@ class RuntimeProfile:
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
     eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors, fp32 RMSNorm
-    weight_decay_grad_copy: bool = False  # Adam's L2 / SGD's decay add to a gradient copy
+    optimizer_fused: bool = False  # fused optimizer kernels: no temporary at the step
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
 
@@ -248,11 +250,11 @@ FRENZY = RuntimeProfile(
         "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
         "gradients: 10 bytes per logit forward, 14 at its backward, 16 in fp32; 4 left at the "
         "head's backward), one flat dp all-reduce, gradients set to None after each step, "
-        "torch's foreach optimizers with weight decay (matrices)"),
+        "fused optimizers"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
-    optimizer_foreach=True, weight_decay_grad_copy=True,  # torch's defaults on CUDA
+    optimizer_fused=True,
     max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
 
