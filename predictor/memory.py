@@ -537,6 +537,7 @@ def _stage_stream_bytes(rt: RuntimeProfile, D: int, h: int, T: int, final_rmsnor
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, D: int,
                      rt: RuntimeProfile, full: bool) -> tuple[int, int]:
     """(bytes of autocast's low-precision weight copies held from the forward to the
@@ -556,6 +557,7 @@ def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, 
     return D * cast, D * lay if n_layers else 0
 
 
+@functools.lru_cache(maxsize=4096)
 def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, stage: int,
                           n_layers: int, rt: RuntimeProfile) -> tuple[int, int]:
     """Gradient bytes alive during the only micro-batch's backward under
