@@ -372,20 +372,24 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
         budget = np.where(several, multi, single)
         fit = values <= budget[:, None, None]
         cheapest = fit.argmax(axis=1).tolist()
-        fitting = fit.any(axis=1).tolist()
+        fit_any = fit.any(axis=1)
+        counts = fit_any.sum(axis=1)
+        # the usual case: the fitting micro-batches are the first ``count`` ones
+        leading = np.where(fit_any.all(axis=1), fit_any.shape[1], fit_any.argmin(axis=1))
+        prefix = (leading >= counts).tolist()
         by_count: dict[int, _Group] = {}
-        for layout, ok, fits, first in zip(layouts, (least <= budget).tolist(), fitting,
-                                          cheapest, strict=True):
-            idx = [c for c, f in enumerate(fits) if f]
-            if not ok or not idx:
+        for li, (layout, ok, n_fit, first) in enumerate(zip(
+                layouts, (least <= budget).tolist(), counts.tolist(), cheapest, strict=True)):
+            if not ok or not n_fit:
                 continue  # not even the most frugal saver fits one sequence
+            idx = range(n_fit) if prefix[li] else np.flatnonzero(fit_any[li]).tolist()
             n = layout.tp * layout.pp * layout.dp
             group = by_count.get(n)
             if group is None:
                 group = by_count[n] = (n, [], [], [])
             _, fills, keys, cfgs = group
             pipelined, no_zero = layout.pp > 1, layout.dp == 1
-            lo, n_fit = 0, len(idx)
+            lo = 0
             while lo < n_fit:
                 saver = first[idx[lo]]
                 hi = lo + 1
