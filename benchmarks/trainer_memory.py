@@ -4,7 +4,8 @@ One rank of ``orchestrator.trainer``'s ``ParallelTransformer`` (the model the se
 runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 ``StorageTracker``: the step is the trainer loop's (``orchestrator/trainer/loop.py``:
 autocast forward, cross entropy on ``logits.float()``, ``(loss * scale).backward()`` per
-micro-batch, the flattened dp gradient all-reduce, ``opt.step()``, ``zero_grad``). The
+micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
+optimizer (``loop._optimizer``: weight decay on the matrices), ``zero_grad``). The
 tensor-parallel and data-parallel all-reduces are replaced by no-ops for the measurement
 (they work in place, so they change no memory), which lets one process measure rank 0 of a
 tp·dp plan. The trainer executes no ZeRO, no vocabulary-parallel head and no pipeline, so
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from predictor.measure.tracker import StorageTracker
 from predictor.memory import estimate_memory
 from predictor.runtimes import FRENZY
-from predictor.spec import Family, ModelSpec, Optimizer, ParallelConfig, Precision, TrainingSpec
+from predictor.spec import Family, ModelSpec, ParallelConfig, Precision, TrainingSpec
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.trainer.loop import FP16_LOSS_SCALE, _autocast
+    from orchestrator.trainer.loop import FP16_LOSS_SCALE, RunConfig, _autocast, _optimizer
     from orchestrator.trainer.model import ParallelTransformer
     from orchestrator.trainer.parallel import Layout, allreduce_grads
 
@@ -64,12 +65,9 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
         net = ParallelTransformer(model, layout, par.recompute)
         params = list(net.parameters())
         tracker.label(params, "parameters")
-        if train.optimizer is Optimizer.SGD:
-            opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-        elif train.optimizer is Optimizer.ADAM:
-            opt = torch.optim.Adam(params, lr=1e-3)
-        else:
-            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+        opt = _optimizer(RunConfig(job_id="trainer-memory", model=model,
+                                   global_batch=train.global_batch, seq_len=train.seq_len,
+                                   total_steps=steps, optimizer=train.optimizer), params)
         net.train()
         peak = 0
         for _ in range(steps):
@@ -190,6 +188,16 @@ CASES: list[TrainerCase] = [
     _case(BERT_S, 512, 8, "fp32", "adamw", micro_batch=2, dp=2),
     _case(GPT_S, 1024, 4, micro_batch=1, tp=4),
     _case(LLAMA_S, 1024, 4, micro_batch=1, recompute="selective"),
+    # few tokens: the peak moves to the end of the backward (a tied embedding's gradients
+    # summed), the dp all-reduce's flat copy or the optimizer step
+    _case(GPT_S, 64, 1, micro_batch=1),
+    _case(GPT_S, 64, 2, micro_batch=1),
+    _case(LLAMA_S, 64, 1, micro_batch=1),
+    _case(LLAMA_S, 64, 1, "fp32", "adam", micro_batch=1),
+    _case(NEOX_S, 32, 2, "bf16", "sgd", micro_batch=1, dp=2),
+    _case(BERT_S, 64, 1, micro_batch=1),
+    _case(QWEN_S, 128, 2, "fp16", "adam", micro_batch=1, tp=2),
+    _case(LLAMA_S, 128, 1, micro_batch=1, recompute="full"),
 ]
 
 

@@ -230,7 +230,9 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         optimizer_states = D * n_shard * states
         adam = D * max_shard if states == 2 else -1
     elif rt.fp32_weights_autocast and mixed:  # fp32 weights + autocast's low-precision copies
-        parameters, gradients = 4 * n_param + D * n_full, 4 * n_grad
+        # (under fp32_stream the copies count with the activations: _autocast_copies)
+        parameters = 4 * n_param + (0 if rt.fp32_stream else D * n_full)
+        gradients = 4 * n_grad
         optimizer_states = 4 * n_shard * states
         adam = 4 * max_shard if states == 2 else -1
     elif rt.sharding == "fsdp2" and zero >= 3:
@@ -246,9 +248,11 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = 4 * max_shard if states == 2 else -1
     if rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
         adam = (D if rt.pure_low_precision else 4) * n_shard
+    if rt.optimizer_fused:  # updated in place
+        adam = -1
     if rt.dp_flat_allreduce and dp > 1 and zero == 0:  # torch.cat of every gradient
         adam = max(adam, 4 * n_grad)
-    if rt.fp32_weights_autocast and mixed and adam >= 0:
+    if rt.fp32_weights_autocast and mixed and adam >= 0 and not rt.fp32_stream:
         adam -= D * n_full  # after the backward autocast's weight copies are gone
     if rt.ddp_grad_buckets and dp > 1 and zero == 0:
         gradients += gradients  # DDP's flat buckets beside param.grad
@@ -362,6 +366,19 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     one_layer += m.mlp_kept * f * Tf * D
     if rt.hidden_dropout:
         one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
+    if rt.eager_blocks:
+        if flash and not selective and k != q:
+            one_layer += 2 * (q - k) * Tf * D  # K and V repeated to every head
+        if m.swiglu:
+            one_layer += f * Tf * D  # SiLU's output besides gate, up and the product
+        if rmsnorm:
+            one_layer += 2 * h * T * 4  # each RMSNorm's fp32 normalised input
+    if rt.fp32_stream and D == 2:
+        # the residual stream stays fp32 (the embedding and the norms run on fp32 weights),
+        # so the norms keep fp32 inputs, and autocast casts a norm's output once for each
+        # linear reading it: Q, K and V, and the MLP's one or two input projections
+        one_layer += (1 if neox else 2) * h * T * 2
+        one_layer += (2 + (1 if m.swiglu else 0)) * h * T * D
     return q, f, a, vr, one_layer
 
 
@@ -428,6 +445,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             mb += 3 * hTD + 2 * T * D  # dense output, GeLU output, LN output + stats
         else:
             mb += hTD + (4 * T if rmsnorm else 2 * T * D)  # final norm output + stats
+    mb += _stage_stream_bytes(rt, D, h, T, last and not bert and rmsnorm)
     m_total = max(1, train.global_batch // (dp * b))
     in_flight = min(m_total, pp - stage)
     activations = in_flight * (mb + n_layers * per_layer)
@@ -437,6 +455,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         activations = in_flight * mb + chunks * (n_layers // v) * per_layer
     if n_layers and not learned:
         activations += 2 * s * hd * D  # rotary cos/sin tables
+    copies = one_copy = 0
+    if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
+        copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
+        activations += copies
 
     # backward working set of the first layer (_backward_working_set)
     g_in = hTD
@@ -450,43 +472,124 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
                - n_mlp * f * Tf * D - 2 * hTD)
         bwd = max(bwd, w_c)
     if full:
-        bwd += one_layer  # the recomputed layer's activations
+        bwd += one_layer + one_copy  # the recomputed layer's activations and weight copies
 
-    # the candidate peak moments on top of the static state, (activations, logits,
-    # transient); the first of equal sums wins, in this order
-    best = None
-    top = -1
+    # the candidate peak moments, (gradients alive, activations, logits, transient) on top of
+    # the parameters and optimizer states; the first of equal sums wins, in this order
+    lg = (0 if rt.classification_head else Tf * vr) if last else 0
+    low = _low_precision_logits(rt, mixed, bert)
+    hb = rt.logits_head_bwd_bytes * (1 if low else 2)
+    held = hb // 2  # logits the loop still holds through the layers' backward
+    head: list[tuple[int, int, int]] = []
     if last:
-        lg = 0 if rt.classification_head else Tf * vr
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
-        lf = _logit_bytes(rt, mixed, True) * lg
-        best, top = (activations, lf, 0), activations + lf
+        head.append((activations, _logit_bytes(rt, low, True) * lg, 0))
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
-        lb, tb = _logit_bytes(rt, mixed, False) * lg, vr * h * D + h * Tf * D
-        if activations + lb + tb > top:
-            best, top = (activations, lb, tb), activations + lb + tb
-    if activations + bwd > top:
-        best, top = (activations, 0, bwd), activations + bwd
-    if adam > top:  # Adam's sqrt(v) temporary; activations gone
-        best = (0, 0, adam)
-    assert best is not None
+        lb, tb = _logit_bytes(rt, low, False) * lg, vr * h * D + h * Tf * D
+        if hb:  # the loss's buffers go before the head's matmul backward
+            head += [(activations, lb, 0), (activations, hb * lg, tb)]
+            if rt.fp32_weights_autocast and mixed:
+                # the weight gradient cast to fp32, the matmul's saved weight copy freed
+                head.append((activations, held * lg, tb + (4 - D) * vr * h))
+        else:
+            head.append((activations, lb, tb))
+    # at the backward's end one layer's activations and (without full recompute, where the
+    # working set has them) weight copies are left; a tied embedding's two gradients are
+    # summed there into a third tensor (and an earlier micro-batch's is accumulated)
+    act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
+    act_end -= copies - (0 if full else one_copy)
+    tied = 4 * vr * h if rt.eager_blocks and first and last and (
+        m.tie_embeddings or bert) else 0
+    if rt.grads_set_to_none and m_total == 1:
+        # no gradient before the backward; then the head's and one layer's; all at its end
+        partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+        cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
+        cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
+        if tied:
+            cands.append((whole, act_end, held * lg, 2 * tied))
+    else:
+        cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
+        cands.append((gradients, activations, held * lg, bwd))
+        if tied:
+            cands.append((gradients, act_end, held * lg, 3 * tied))
+    cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
+    best = cands[0]
+    top = sum(best)
+    for c in cands[1:]:
+        if sum(c) > top:
+            best, top = c, sum(c)
     return MemoryBreakdown(
-        parameters=parameters, gradients=gradients, optimizer_states=optimizer_states,
-        activations=best[0], logits=best[1],
+        parameters=parameters, gradients=best[0], optimizer_states=optimizer_states,
+        activations=best[1], logits=best[2],
         overhead=gpu.cuda_context_bytes if gpu is not None else 0,
-        transient=best[2], stage=stage)
+        transient=best[3], stage=stage)
 
 
+def _stage_stream_bytes(rt: RuntimeProfile, D: int, h: int, T: int, final_rmsnorm: bool
+                        ) -> int:
+    """What ``fp32_stream`` and ``eager_blocks`` add to a stage's per-micro-batch tensors:
+    its output is the fp32 residual (2 bytes more per element than D), and a final RMSNorm
+    keeps its fp32 normalised input."""
+    out = h * T * 2 if rt.fp32_stream and D == 2 else 0
+    if rt.eager_blocks and final_rmsnorm:
+        out += h * T * 4
+    return out
 
-StaticTerms = tuple[tuple[int, int], ...]
+
+@functools.lru_cache(maxsize=4096)
+def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, D: int,
+                     rt: RuntimeProfile, full: bool) -> tuple[int, int]:
+    """(bytes of autocast's low-precision weight copies held from the forward to the
+    backward, bytes of one layer's copies) under ``fp32_stream``: only what a matmul reads
+    is cast — the layers' linear weights and biases and the head (BERT's dense transform
+    and decoder), not the embeddings, norms or BERT's output bias; under full recomputation
+    the layers' copies are dropped with their activations, and only the layer being
+    recomputed has them again (counted with the backward's working set)."""
+    h = m.hidden_size
+    lay = _static_sums(m, tp, 1, 0, 0, 0)[0] - (2 if m.rmsnorm else 4) * h
+    cast = 0
+    if stage == pp - 1:
+        vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+        cast = -(-vocab // tp) * h + (h * h + h if m.family is Family.BERT else 0)
+    if not full:
+        cast += n_layers * lay
+    return D * cast, D * lay if n_layers else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, stage: int,
+                          n_layers: int, rt: RuntimeProfile) -> tuple[int, int]:
+    """Gradient bytes alive during the only micro-batch's backward under
+    ``grads_set_to_none``: at its first layer (the head's gradients on the last stage and
+    that layer's), and at its end (every gradient of the stage, unsharded: an upper bound of
+    a ZeRO-2/3 shard)."""
+    mixed = train.precision is not Precision.FP32
+    if rt.pure_low_precision:
+        unit = 2 if mixed else 4
+    else:
+        unit = rt.grad_bytes if mixed and not rt.fp32_weights_autocast else 4
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+    head = (sum(_edge_param_numels(m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
+            if stage == pp - 1 else 0)
+    layer = _static_sums(m, tp, 1, 0, 0, 0)[0] if n_layers else 0
+    whole = _static_bytes(m, train, tp, pp, 1, 0, stage, n_layers, rt)[1]
+    return unit * (head + layer), whole
+
+
+StaticTerms = tuple[tuple[int, int, int], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
-gradients, optimizer states — and Adam's sqrt(v) temporary, or -1 without Adam)."""
+gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
+without one, and the gradient bytes that do not exist yet during a step of one micro-batch:
+0 unless the runtime sets the gradients to None between steps)."""
 
-ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...]], ...]
+ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
+                              tuple[tuple[int, int], ...]], ...]
 """Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
-constant)`` on top of the activations: logits, the backward working set)."""
+constant)`` on top of the activations: logits, the backward working set; and the moments of a
+step of one micro-batch, on top of the activations and the static bytes less the gradients
+that do not exist yet — the same moments unless the runtime sets the gradients to None)."""
 
 
 def _candidate_stages(pp: int) -> tuple[int, ...]:
@@ -505,7 +608,7 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
             n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
-        out.append((par + grad + opt, adam))
+        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0))
     return tuple(out)
 
 
@@ -567,48 +670,81 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                 c_mb += 3 * hTD + 2 * T * D
             else:
                 c_mb += hTD + (4 * T if rmsnorm else 2 * T * D)
+        c_mb += _stage_stream_bytes(rt, D, h, T, last and not bert and rmsnorm)
         c_rot = 2 * s * hd * D if n_layers and not learned else 0
-        moments = list(bwd)
+        layer_bwd = bwd
+        copies = one_copy = 0
+        if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
+            copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
+            c_rot += copies
+            if full:
+                layer_bwd = [(c, k + one_copy) for c, k in bwd]
+        lg = (0 if rt.classification_head else Tf * vr) if last else 0
+        low = _low_precision_logits(rt, mixed, bert)
+        hb = rt.logits_head_bwd_bytes * (1 if low else 2)
+        held = hb // 2 * lg
+        head = []
         if last:
-            lg = 0 if rt.classification_head else Tf * vr
-            moments += [(_logit_bytes(rt, mixed, True) * lg, 0),
-                        (_logit_bytes(rt, mixed, False) * lg + h * Tf * D, vr * h * D)]
-        out.append((pp - stage, c_mb, c_rot, tuple(moments)))
+            lb = _logit_bytes(rt, low, False) * lg
+            head.append((_logit_bytes(rt, low, True) * lg, 0))
+            if hb:
+                head += [(lb, 0), (hb * lg + h * Tf * D, vr * h * D)]
+                if rt.fp32_weights_autocast and mixed:
+                    head.append((held + h * Tf * D, vr * h * 4))
+            else:
+                head.append((lb + h * Tf * D, vr * h * D))
+        moments = [(c + held, k) for c, k in layer_bwd] + head
+        drop = (n_layers - 1) * per_layer if n_layers else 0
+        left = copies - (0 if full else one_copy)
+        tied = 4 * vr * h if rt.eager_blocks and first and last and (
+            m.tie_embeddings or bert) else 0
+        if tied:
+            moments.append((held - drop, 3 * tied - left))
+        alone = moments
+        if rt.grads_set_to_none:
+            partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+            alone = (head + [(c + held, k + partial) for c, k in layer_bwd]
+                     + [(c + held - drop, k + whole - left) for c, k in layer_bwd])
+            if tied:
+                alone.append((held - drop, whole + 2 * tied - left))
+        all_moments = tuple(moments)
+        out.append((pp - stage, c_mb, c_rot, all_moments,
+                    all_moments if alone is moments else tuple(alone)))
     return tuple(out)
 
 
-ActivationRows = tuple[tuple[int, dict[int, tuple[int, int]]], ...]
+ActivationRows = tuple[tuple[int, dict[int, tuple[int, int, int]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
-micro-batch in flight, constant activations plus the largest peak moment))."""
+micro-batch in flight, constant activations plus the largest peak moment, the same for a step
+of one micro-batch))."""
 
 
 def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
     """The parts of ``activation_peaks`` that do not depend on the micro-batches in flight,
     at each size of ``micro_batches``: shared by every data-parallel size."""
     out = []
-    for depth, c_mb, c_rot, moments in terms:
+    for depth, c_mb, c_rot, moments, first in terms:
         row = {}
         for b in micro_batches:
-            extra = moments[0][0] * b + moments[0][1]
-            for c, k in moments:
-                v = b * c + k
-                if v > extra:
-                    extra = v
-            row[b] = (b * c_mb, c_rot + extra)
+            extra = max(b * c + k for c, k in moments)
+            alone = extra if first is moments else max(b * c + k for c, k in first)
+            row[b] = (b * c_mb, c_rot + extra, c_rot + alone)
         out.append((depth, row))
     return tuple(out)
 
 
 def activation_peaks(terms: ActivationTerms, per_replica: int,
-                     micro_batches: Sequence[int]) -> tuple[list[int], ...]:
+                     micro_batches: Sequence[int]) -> tuple[list[tuple[int, bool]], ...]:
     """Per candidate stage, the peak bytes on top of the static state (activations, logits,
     working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
-    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``)."""
+    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``),
+    each with whether it is a step of one micro-batch (then on top of the static state less
+    the gradients not made yet, ``StaticTerms``' third part)."""
     return peaks_in_flight(activation_rows(terms, micro_batches), per_replica, micro_batches)
 
 
 def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Sequence[int]
-                    ) -> tuple[list[int], ...]:
+                    ) -> tuple[list[tuple[int, bool]], ...]:
     """``activation_peaks`` from ``activation_rows`` (which must hold every size of
     ``micro_batches``): 1F1B keeps ``min(m, pp - stage)`` micro-batches in flight, at least
     one."""
@@ -616,25 +752,25 @@ def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Seque
     for depth, row in rows:
         peaks = []
         for b in micro_batches:
-            per_mb, rest = row[b]
-            in_flight = per_replica // b
-            if in_flight > depth:
-                in_flight = depth
-            peaks.append((in_flight if in_flight > 1 else 1) * per_mb + rest)
+            per_mb, rest, alone = row[b]
+            m = per_replica // b
+            in_flight = depth if m > depth else m
+            if m <= 1:
+                peaks.append((per_mb + alone, True))
+            else:
+                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, False))
         out.append(peaks)
     return tuple(out)
 
 
-def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[int], ...]) -> list[int]:
+def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, bool]], ...]
+                      ) -> list[int]:
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
-    stage the static bytes plus the larger of the activation peak and Adam's temporary, the
-    worst stage."""
+    stage the static bytes (less the gradients not made yet in a step of one micro-batch)
+    plus the activation peak, or the static bytes plus Adam's temporary, the worst stage."""
     out: list[int] | None = None
-    for (fixed, adam), row in zip(static, peaks, strict=True):
-        if adam <= min(row):  # the usual case: Adam's temporary is never the peak
-            cur = [v + fixed for v in row]
-        else:
-            cur = [fixed + (v if v > adam else adam) for v in row]
+    for (fixed, adam, grads), row in zip(static, peaks, strict=True):
+        cur = [max(fixed - (grads if single else 0) + v, fixed + adam) for v, single in row]
         out = cur if out is None else list(map(max, out, cur))
     assert out is not None
     return out
@@ -661,12 +797,20 @@ def _traits(m: ModelSpec) -> tuple[bool, bool, bool, bool, bool]:
             m.learned_positions)
 
 
+def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
+    """Whether the logits are in the compute dtype: under ``fp32_stream`` BERT's
+    head adds its fp32 output bias to the bf16 matmul output, which promotes the logits to
+    fp32 (they then count as in an fp32 run)."""
+    return mixed and not (bert and rt.fp32_stream)
+
+
 def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:
     """Bytes per logit element alive at the loss forward / the output layer's backward
     (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy)."""
     if forward:
         return rt.logits_fwd_bytes if mixed else max(4, rt.logits_fwd_bytes - 2)
-    return rt.logits_bwd_bytes if mixed else max(4, rt.logits_bwd_bytes)
+    return rt.logits_bwd_bytes if mixed else (rt.logits_bwd_bytes_fp32
+                                              or max(4, rt.logits_bwd_bytes))
 
 
 def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,

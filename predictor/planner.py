@@ -285,8 +285,8 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     pad = len(sizes)  # the column of a missing micro-batch: no bytes per micro-batch, _NEVER
     width = max(len(layout.mbs) for layout in layouts)
     pairs: dict[tuple[int, int], int] = {}
-    per_mb, rest, depths = [], [], []  # per (tp, pp): [micro-batch size][recompute][stage]
-    which, cols, n_mbs, fixed, adam = [], [], [], [], []
+    per_mb, rest, alone, depths = [], [], [], []  # per (tp, pp): [size][recompute][stage]
+    which, cols, n_mbs, fixed, adam, grads = [], [], [], [], [], []
     for layout in layouts:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
         q = pairs.get((tp, pp))
@@ -299,36 +299,47 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
                             for by_rc in rows] for b in sizes] + [[[0, 0]] * 3])
             rest.append([[[row[b][1] for _, row in by_rc] + [_NEVER] * (2 - stages)
                           for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
+            alone.append([[[row[b][2] for _, row in by_rc] + [_NEVER] * (2 - stages)
+                           for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
         which.append(q)
         extra = width - len(layout.mbs)
         cols.append([column[b] for b in layout.mbs] + [pad] * extra)
         n_mbs.append([layout.per_replica // b for b in layout.mbs] + [1] * extra)
-        f_z, a_z = [], []
+        f_z, a_z, g_z = [], [], []
         for zero in range(4):
             if zero and (dp == 1 or zero not in runnable):
                 f_z.append((_NEVER, _NEVER))
                 a_z.append((-1, -1))
+                g_z.append((0, 0))
                 continue
             static = table.static_of(tp, pp, dp, zero)
             if len(static) == 1:
-                static = (static[0], (-_NEVER, -1))
+                static = (static[0], (-_NEVER, -1, 0))
             f_z.append((static[0][0], static[1][0]))
             a_z.append((static[0][1], static[1][1]))
+            g_z.append((static[0][2], static[1][2]))
         fixed.append(f_z)
         adam.append(a_z)
+        grads.append(g_z)
     which_a = np.array(which)[:, None]
     col_a = np.array(cols)
     # 1F1B keeps min(m, pp - stage) micro-batches in flight, at least one (peaks_in_flight)
     in_flight = np.maximum(np.minimum(np.array(n_mbs)[:, None, :],
                                       np.array(depths)[which][:, :, None]), 1)
-    peaks = ((in_flight[:, :, :, None]
-              * np.array(per_mb, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
-             + np.array(rest, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
+    held = (in_flight[:, :, :, None]
+            * np.array(per_mb, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
     # peaks: layout, stage, micro-batch index, recompute -> layout, recompute, stage, index
-    peaks = peaks.transpose(0, 3, 1, 2)
+    peaks = (held + np.array(rest, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
+             ).transpose(0, 3, 1, 2)
     p = peaks[:, _RC_OF_SAVER]  # layout, saver, stage, micro-batch index
     f = np.array(fixed, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     a = np.array(adam, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
+    g = np.array(grads, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
+    if g.any():  # a step of one micro-batch runs before the gradients exist
+        single = (np.array(n_mbs) == 1)[:, None, None, :]
+        first = (held + np.array(alone, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
+                 ).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER]
+        p = np.where(single, first - g, p)
     return (f + np.maximum(p, a)).max(axis=2)
 
 
@@ -341,9 +352,11 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
     micro-batch), and the distinct lower-bound keys among them.
 
     Per micro-batch of a layout the cheapest memory saver that fits is kept (the savers only
-    cost time), provided the most frugal saver fits one sequence. Memory grows with the
-    micro-batch under any saver, so the fitting micro-batches are a prefix and their savers
-    never get cheaper along it; the result is a list of (saver, micro-batch range) runs.
+    cost time), provided the most frugal saver fits at some micro-batch. Memory grows with
+    the micro-batch under any saver, except at the last one (one micro-batch per step) when
+    the runtime frees the gradients between steps: there none exist during the forward, so
+    it may fit where smaller micro-batches do not. The fitting micro-batches are grouped into
+    runs of the same cheapest saver (a gap does not split a run).
     Without pipelining (pp = 1) a larger micro-batch with the same saver does the same work
     in fewer, larger GEMMs, so only the largest one of each saver is kept; with pp > 1
     smaller micro-batches shrink the 1F1B bubble, so all are. All layouts and budgets are
@@ -352,7 +365,7 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
     values = _memory_values(table, layouts)
     most = _FRUGAL[max(table.runtime.zero_stages)]  # the runtime's most frugal saver
     frugal = np.array([most if layout.dp > 1 else _FRUGAL[0] for layout in layouts])
-    least = values[np.arange(len(layouts)), frugal, 0]
+    least = values[np.arange(len(layouts)), frugal].min(axis=1)
     table.floor = min(table.floor, int(least.min()))
     several = np.array([layout.tp * layout.pp * layout.dp > 1 for layout in layouts])
     out = []
@@ -360,12 +373,17 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
         budget = np.where(several, multi, single)
         fit = values <= budget[:, None, None]
         cheapest = fit.argmax(axis=1).tolist()
-        counts = fit.any(axis=1).sum(axis=1).tolist()
+        fit_any = fit.any(axis=1)
+        counts = fit_any.sum(axis=1)
+        # the usual case: the fitting micro-batches are the first ``count`` ones
+        leading = np.where(fit_any.all(axis=1), fit_any.shape[1], fit_any.argmin(axis=1))
+        prefix = (leading >= counts).tolist()
         by_count: dict[int, _Group] = {}
-        for layout, ok, n_fit, first in zip(layouts, (least <= budget).tolist(), counts,
-                                            cheapest, strict=True):
+        for li, (layout, ok, n_fit, first) in enumerate(zip(
+                layouts, (least <= budget).tolist(), counts.tolist(), cheapest, strict=True)):
             if not ok or not n_fit:
                 continue  # not even the most frugal saver fits one sequence
+            idx = range(n_fit) if prefix[li] else np.flatnonzero(fit_any[li]).tolist()
             n = layout.tp * layout.pp * layout.dp
             group = by_count.get(n)
             if group is None:
@@ -374,15 +392,17 @@ def _fitting_groups(table: _MemoryTable, layouts: list[_Layout],
             pipelined, no_zero = layout.pp > 1, layout.dp == 1
             lo = 0
             while lo < n_fit:
-                saver = first[lo]
+                saver = first[idx[lo]]
                 hi = lo + 1
-                while hi < n_fit and first[hi] == saver:
+                while hi < n_fit and first[idx[hi]] == saver:
                     hi += 1
                 i = _NO_ZERO_POS[saver] if no_zero else saver
-                start = lo if pipelined else hi - 1
-                fills.extend(layout.fills[start:hi])
-                keys.extend(layout.keys[layout.savers[i][0]][start:hi])
-                cfgs.extend((layout.cfgs[i] or layout.saver_cfgs(i))[start:hi])
+                keep = idx[lo:hi] if pipelined else idx[hi - 1:hi]
+                rc_keys = layout.keys[layout.savers[i][0]]
+                saver_cfgs = layout.cfgs[i] or layout.saver_cfgs(i)
+                fills.extend(layout.fills[c] for c in keep)
+                keys.extend(rc_keys[c] for c in keep)
+                cfgs.extend(saver_cfgs[c] for c in keep)
                 lo = hi
         all_keys = list(dict.fromkeys(k for group in by_count.values() for k in group[2]))
         out.append((list(by_count.values()), all_keys))

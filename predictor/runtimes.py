@@ -47,6 +47,36 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   all of them: a 4-byte-per-parameter temporary after the backward.
 * ``pure_low_precision``: weights, gradients and optimizer states all in the compute dtype
   (torchtune and ms-swift full fine-tunes load the model in bf16: 2+2+4 = 8 bytes/param).
+* ``logits_head_bwd_bytes``: when the loss's backward buffers are freed before the head's
+  matmul backward runs (the built-in trainer: ``log_softmax``'s saved output and gradients go
+  once its backward is done), the bytes per logit still alive then — the low-precision logits
+  the loop still holds and their gradient (4; fp32: 8) — beside the head's weight and input
+  gradients, and under ``fp32_weights_autocast`` the moment after, when the weight gradient
+  is cast to fp32 (the logits only, 2 bytes, beside D + 4 bytes per head weight). 0: the
+  output layer's backward is counted at ``logits_bwd_bytes`` plus those gradients. (The
+  matmul's saved weight copy is freed before the cast.)
+* ``logits_bwd_bytes_fp32``: the loss backward's bytes per logit in an fp32 run (the built-in
+  trainer: the fp32 logits, ``log_softmax``'s output, its gradient and the input gradient,
+  16); 0 takes ``logits_bwd_bytes`` (at least 4).
+* ``fp32_stream``: with ``fp32_weights_autocast`` the embedding, the norms and the residual
+  adds run in fp32, so each norm keeps an fp32 input (2 bytes more per element than D) and
+  autocast casts a norm's output once per linear reading it (Q, K, V and the MLP's input
+  projections: 2 or 3 copies beyond the one counted); BERT's head adds its fp32 output bias
+  to the matmul output, so its logits are fp32 (counted as in an fp32 run).
+* ``eager_blocks``: the layers written in eager PyTorch as the built-in model has them: under
+  GQA K and V are repeated to every head before the attention kernel (which keeps the
+  repeated copies: 2·(q − k)·T more), SwiGLU keeps the gate, its SiLU, the up projection and
+  the product (4·f·T, one more than a fused kernel), and RMSNorm (composite on the CPU)
+  keeps its fp32 normalised input besides the statistics (4·h·T per norm, the final one too).
+* ``optimizer_fused``: fused optimizer kernels (torch's ``fused=True``, the built-in trainer's
+  on every device) update in place and make no temporary at the step (torch's foreach path
+  would take sqrt(v), or for ``Adam``'s L2 / ``SGD``'s decay a gradient copy, of every
+  parameter at once; its single-tensor path two of the largest tensor).
+* ``grads_set_to_none``: the optimizer's ``zero_grad(set_to_none=True)`` frees the gradients
+  after every step, so none exist during the first micro-batch's forward and loss; with one
+  micro-batch per step (m = 1) they appear only during its backward (the head's first, then
+  one layer at a time as that layer's activations go) and all exist only at its end and at
+  the optimizer step. With m >= 2 every later micro-batch runs beside all of them.
 
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
@@ -100,6 +130,12 @@ class RuntimeProfile:
     dp_flat_allreduce: bool = False  # dp > 1: the gradients all-reduced as one flat copy
     ddp_grad_buckets: bool = False  # torch DDP's bucket copy of the gradients (dp > 1, no ZeRO)
     classification_head: bool = False  # a sequence-classification head: no vocabulary logits
+    logits_head_bwd_bytes: int = 0  # bytes per logit left at the head's matmul backward
+    logits_bwd_bytes_fp32: int = 0  # bytes per logit at the loss backward in fp32 (0: derived)
+    grads_set_to_none: bool = False  # no gradient exists before the step's first backward
+    fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
+    eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors, fp32 RMSNorm
+    optimizer_fused: bool = False  # fused optimizer kernels: no temporary at the step
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
 
@@ -212,9 +248,13 @@ FRENZY = RuntimeProfile(
         "the built-in trainer as it runs (orchestrator/trainer): fp32 weights under autocast, "
         "no dropout, embedding and head replicated on the tp ranks, no sequence parallelism, "
         "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
-        "gradients: 10 bytes per logit forward, 14 at its backward), one flat dp all-reduce"),
+        "gradients: 10 bytes per logit forward, 14 at its backward, 16 in fp32; 4 left at the "
+        "head's backward), one flat dp all-reduce, gradients set to None after each step, "
+        "fused optimizers"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
-    fp32_weights_autocast=True, dp_flat_allreduce=True,
+    fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
+    logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
+    optimizer_fused=True,
     max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
 

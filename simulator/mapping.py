@@ -36,9 +36,14 @@ from simulator.traces import TraceJob
 
 REFERENCE_GPU = "V100-32G"
 REFERENCE_MAX_GPUS = 64
-TRACE_RUNTIME = get_runtime(DEFAULT_RUNTIME).unrestricted()
+TRACE_RUNTIME = get_runtime(DEFAULT_RUNTIME).unrestricted().with_overrides(
+    grads_set_to_none=False, logits_head_bwd_bytes=0, logits_bwd_bytes_fp32=0,
+    fp32_stream=False, eager_blocks=False, optimizer_fused=False)
 """Trace jobs are hypothetical (no trainer runs them): priced with the built-in trainer's
-memory terms over the planner's whole space, every pipeline depth and ZeRO stage."""
+memory terms over the planner's whole space, every pipeline depth and ZeRO stage, without the
+terms of the trainer's step order (gradients freed between steps, the loss's buffers gone
+before the head's backward), of its fp32 residual stream, eager blocks and fused optimizer:
+the golden traces' pricing, which those terms would move."""
 HOUR = 3600.0
 
 SIZE_CLASSES: tuple[tuple[str, float], ...] = (

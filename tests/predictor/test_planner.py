@@ -280,3 +280,23 @@ def test_multi_node_plans_are_timed_on_the_declared_network() -> None:
         assert p.step_time_s > dgx[n].step_time_s
     with pytest.raises(SpecError, match="inter_node_bw_gbs"):
         plan_job(model, train, [a100], inter_node_bw_gbs=0.0)
+
+
+def test_a_single_micro_batch_that_fits_where_smaller_ones_do_not_is_kept() -> None:
+    # The built-in trainer frees the gradients between steps: with one micro-batch per step
+    # none exists at the loss, so gpt2-medium's 4·n bytes of gradients (1.4 GB) outweigh
+    # the activations that micro-batch 2 adds over micro-batch 1 at 128 tokens. With the
+    # budget at micro-batch 2's peak, micro-batch 1 (m = 2) does not fit but 2 (m = 1) does:
+    # the planner must keep it although the fitting micro-batches are no prefix.
+    from predictor.planner import _fitting_groups, _Layout, _MemoryTable
+    from predictor.spec import ParallelConfig
+
+    model = ModelSpec.from_name("gpt2-medium")
+    train = TrainingSpec(global_batch=2, seq_len=128, steps=10)
+    one = estimate_memory(model, train, ParallelConfig(micro_batch=2), runtime=FRENZY).tensors
+    two = estimate_memory(model, train, ParallelConfig(micro_batch=1), runtime=FRENZY).tensors
+    assert one < two
+    table = _MemoryTable(model, train, FRENZY)
+    (groups, _), = _fitting_groups(table, [_Layout(table, 1, 1, 1)], [(one, one)])
+    cfgs = [cfg for _, _, _, group_cfgs in groups for cfg in group_cfgs]
+    assert [(cfg[3], cfg[4]) for cfg in cfgs] == [(2, Recompute.NONE)]

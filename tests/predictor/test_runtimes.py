@@ -171,14 +171,16 @@ def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
 
 
 def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
-    # orchestrator/trainer: fp32 weights (the master) + autocast's bf16 copies (2 B), fp32
-    # grads, AdamW m and v: 4 + 2 + 4 + 8 = 18 B/param at tp = 1, with no separate master
-    par = ParallelConfig(micro_batch=2)
+    # orchestrator/trainer: fp32 weights (the master), fp32 grads, AdamW m and v: 4 + 4 + 8
+    # = 16 B/param at tp = 1, with no separate master (two micro-batches per step: the
+    # second runs beside every gradient); autocast's bf16 weight copies count with the
+    # activations (they live from the forward to the backward)
+    par = ParallelConfig(micro_batch=1)
     mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
     n = LLAMA.num_params()
-    assert (mem.parameters, mem.gradients, mem.optimizer_states) == (6 * n, 4 * n, 8 * n)
+    assert (mem.parameters, mem.gradients, mem.optimizer_states) == (4 * n, 4 * n, 8 * n)
     # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
-    tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=2), runtime=FRENZY)
+    tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1), runtime=FRENZY)
     # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
     per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
     assert tp2.gradients == 4 * per_rank == 4 * 172352
@@ -255,3 +257,69 @@ def test_memory_spec_rejects_execution_fields_as_runtime_options() -> None:
         parse_memory_spec({"model": "gpt2", "global_batch": 2, "seq_len": 128,
                     "runtime_options": {"zero_stages": [0, 1]}})
     assert e.value.field == "runtime_options.zero_stages"
+
+
+def test_built_in_trainer_frees_gradients_between_steps() -> None:
+    # zero_grad(set_to_none=True): with one micro-batch per step no gradient exists at the
+    # loss; with two, the second micro-batch's loss runs beside all 4·n bytes of fp32 grads.
+    # Tiny llama (h 64, V 1024), s 512, b 4: the loss backward holds 14 B per logit (bf16
+    # logits 2 + log_softmax output 4 + its gradient 4 + the input gradient 4), T·V =
+    # 2048·1024 logits, which outweighs every other moment of either step.
+    s, b = 512, 4
+    one = estimate_memory(LLAMA, _train(s, b), ParallelConfig(micro_batch=b), runtime=FRENZY)
+    two = estimate_memory(LLAMA, _train(s, 2 * b), ParallelConfig(micro_batch=b),
+                          runtime=FRENZY)
+    n = LLAMA.num_params()
+    assert (one.gradients, one.logits, one.transient) == (0, 14 * b * s * 1024, 0)
+    assert (two.gradients, two.logits) == (4 * n, 14 * b * s * 1024)
+    assert two.tensors - one.tensors == 4 * n
+    # fp32: the logits are fp32 already, 16 B per logit at the loss backward
+    fp32 = estimate_memory(LLAMA, _train(s, b, precision="fp32"),
+                           ParallelConfig(micro_batch=b), runtime=FRENZY)
+    assert fp32.logits == 16 * b * s * 1024
+
+
+def test_built_in_trainer_casts_only_the_matmul_weights() -> None:
+    # autocast copies (2 B) of what a matmul reads: per layer Q, K, V, O (4·64²) and gate,
+    # up, down (3·64·128) = 40960 elements, and the untied head 1024·64; not the embedding
+    # or the norms. Full recomputation drops the layers' copies with their activations; the
+    # head's stay (the recomputed layer's return during its backward, beside the working set).
+    from predictor.memory import _autocast_copies
+
+    assert _autocast_copies(LLAMA, 1, 1, 0, 2, 2, FRENZY, False) == (
+        2 * (2 * 40960 + 65536), 2 * 40960)
+    assert _autocast_copies(LLAMA, 1, 1, 0, 2, 2, FRENZY, True) == (2 * 65536, 2 * 40960)
+    # 2 tokens, one micro-batch: the peak is the backward's end, every gradient (4·n) beside
+    # the last layer's copies and activations (3352 B per token, see the test below), the
+    # stage's 660 B per token, the rotary tables 64·s and the bf16 logits the loop holds
+    # (2·2·1024); the fused optimizer step adds nothing to 16·n
+    n = LLAMA.num_params()
+    big = estimate_memory(LLAMA, _train(s=2, B=1), ParallelConfig(micro_batch=1),
+                          runtime=FRENZY)
+    assert (big.gradients, big.logits) == (4 * n, 2 * 2 * 1024)
+    assert big.activations == 2 * 40960 + 3352 * 2 + 660 * 2 + 64 * 2
+
+
+def test_built_in_trainer_peak_counted_by_hand() -> None:
+    # Tiny llama (2 layers, h 64, 4 heads of 16, no GQA, SwiGLU f 128, V 1024, untied),
+    # bf16, flash, s 512, micro-batch 4: T = 2048 tokens. Bytes kept, counted by hand:
+    # per layer: norm inputs and outputs 4·h·T·2 = 512T, RMSNorm statistics 2·4T = 8T,
+    #   Q, K, V, kernel output, re-laid output 5·64·T·2 = 640T + logsumexp 4·4T = 16T,
+    #   SwiGLU's gate, SiLU, up, product 4·128·T·2 = 1024T, each RMSNorm's fp32
+    #   normalised input 2·64·T·4 = 512T, the fp32 norm inputs' 2 more bytes 2·64·T·2 =
+    #   256T, the three extra autocast casts of the norm outputs (K, V, up) 3·64·T·2 = 384T
+    #   -> 3352T;
+    # per micro-batch: the stage output 64·T·4 = 256T, token ids and labels 8T + 8T, the
+    #   final norm's output 128T, statistics 4T and fp32 normalised input 256T -> 660T;
+    # rotary tables 2·s·16·2 = 64·s; autocast's weight copies 2·(2·40960 + 1024·64);
+    # the loss backward: 14 bytes per logit, 14·T·1024.
+    # Static: fp32 weights 4·n and AdamW's m, v 8·n; the gradients only with m >= 2.
+    s, b = 512, 4
+    T = b * s
+    n = LLAMA.num_params()
+    act = 2 * 3352 * T + 660 * T + 64 * s + 2 * (2 * 40960 + 1024 * 64)
+    one = estimate_memory(LLAMA, _train(s, b), ParallelConfig(micro_batch=b), runtime=FRENZY)
+    assert one.tensors == 12 * n + act + 14 * T * 1024
+    two = estimate_memory(LLAMA, _train(s, 2 * b), ParallelConfig(micro_batch=b),
+                          runtime=FRENZY)
+    assert two.tensors == 16 * n + act + 14 * T * 1024
