@@ -298,14 +298,10 @@ class SiaPolicy:
         current: Config | None = None
         if run is not None:
             current = (run.allocation.plan.gpu_type, run.allocation.num_gpus)
-            # Its current configuration is valued like every other (on the packed shape),
-            # not at the rate its actual placement gives: valuing only the current one on
-            # a fragmented placement made every alternative look better, and a job moved
-            # every round, before its restore had paid off (69 restarts per job on
-            # sia-rate_30 at phoebe). Sia values configurations, not placements.
-            if current not in cand.configs:
-                # running outside the config set (started by another rule): staying is a
-                # choice, valued at what it runs at
+            if current in cand.configs:
+                k = cand.configs.index(current)
+                cand.goodput[k] = 1.0 / run.allocation.plan.step_time_s  # what it really runs at
+            else:  # running outside the config set (started by another rule): staying is a choice
                 cand.configs.append(current)
                 cand.plans.append(run.allocation.plan)
                 cand.goodput.append(1.0 / run.allocation.plan.step_time_s)

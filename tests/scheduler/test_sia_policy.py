@@ -231,22 +231,3 @@ def test_rejects_parameters_outside_the_implemented_regime() -> None:
         SiaPolicy(lambda_n=0.9)
     with pytest.raises(ValueError):
         SiaPolicy(mode="elastic")
-
-
-def test_a_job_on_a_split_placement_is_valued_like_its_configuration() -> None:
-    """R holds 2 A100s split over two nodes, where its step (as re-timed for that placement)
-    is 4 s against 2 s packed; its 1-GPU plan takes 3 s. Valuing only the current
-    configuration at its placement (goodput 1/4) against the 1-GPU one packed (1/3) made
-    Sia move it to 1 GPU, and the next round back to 2 (packed 1/2 looks better again) onto
-    another split: a restart every round. Sia values configurations: (A100, 2) is worth 1/2
-    here, as for any job, so R stays and nothing restarts."""
-    one = make_plan("A100-40G", 1, step_s=3.0)
-    packed = make_plan("A100-40G", 2, step_s=2.0)
-    split = make_plan("A100-40G", 2, step_s=4.0)
-    r = make_job("r", ranked(packed, one), submit=-1000.0)
-    state = cluster(make_node("a", "A100-40G", 2, 0), make_node("b", "A100-40G", 2, 0))
-    run = _running(r, split, (("a", 1), ("b", 1)), started_at=0.0)
-    # by hand: configs {1: G 1/3, 2: G 1/2} normalised to {1: 1.0, 2: 1.5}; age 1,300 s,
-    # R = 70 s: r = 1300/1370; moving to 1 GPU costs round((1.0 * r)^-0.5, 2) + 0.01 = 1.04
-    # > staying at round(1.5^-0.5, 2) = 0.82
-    assert _sia().decide(state, [], [run], 300.0) == []
