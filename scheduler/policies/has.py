@@ -351,8 +351,7 @@ class HasPolicy:
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
-                freed += sum(n for node, n in _minus(rj.allocation.placement, keep)
-                             if state.by_id[node].gpu_memory >= plan.required_bytes)
+                freed += _usable(_minus(rj.allocation.placement, keep), state, plan)
                 if freed >= need:
                     break
             if freed < need:
@@ -682,8 +681,7 @@ class HasPolicy:
                     continue
                 budget -= cost
                 lenders.append((rj, base, keep))
-                freed += sum(n for node, n in _minus(rj.allocation.placement, keep)
-                             if state.by_id[node].gpu_memory >= plan.required_bytes)
+                freed += _usable(_minus(rj.allocation.placement, keep), state, plan)
                 if freed >= need:
                     break
             if freed < need:
@@ -773,6 +771,11 @@ def _prefix(placement: Placement, n: int, align: int) -> Placement | None:
 def _minus(placement: Placement, keep: Placement) -> Placement:
     kept = dict(keep)
     return tuple((node, k - kept.get(node, 0)) for node, k in placement if k - kept.get(node, 0))
+
+
+def _usable(released: Placement, state: ClusterState, plan: Plan) -> int:
+    """The GPUs of ``released`` on nodes whose GPUs have the memory ``plan`` needs."""
+    return sum(n for node, n in released if state.by_id[node].gpu_memory >= plan.required_bytes)
 
 
 @register("has-paper")
