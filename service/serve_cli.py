@@ -228,8 +228,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         if args.workers > 1:
             # The workers share one listening socket, and libuv (uvloop) accepts every
-            # pending connection on a wake-up: a burst of keep-alive clients all landed on
-            # one worker (46 of 50 in a test). One accept per wake-up spreads them.
+            # pending connection on a wake-up: a burst of keep-alive clients can all land
+            # on one worker. One accept per wake-up gives the other worker its turn (it
+            # does not guarantee an even split: tests/service/test_serve_workers.py).
             os.environ.setdefault(SINGLE_ACCEPT, "1")
             uvicorn.run("service.serve_cli:worker_app", factory=True, workers=args.workers,
                         **common)
