@@ -146,14 +146,18 @@ class QueueCache:
         self._value: tuple[list[Any], dict[str, Waiting]] = ([], {})
         self._known: dict[str, list[PlanSummary]] = {}
 
+    def _fresh(self, max_owner_gpus: int) -> bool:
+        """Whether the kept explanation answers for ``max_owner_gpus`` and is fresh (call
+        under ``_lock``)."""
+        return self._key == max_owner_gpus and self._clock() - self._at < self._fresh_s
+
     def peek(self, max_owner_gpus: int = 0) -> tuple[list[Any], dict[str, Waiting]] | None:
         """What ``get`` would answer without working anything out: the explanation while
         it is fresh, or while another request works out the next one; else None (then
         ``get`` works it out: the async routes call it in the thread pool)."""
         with self._lock:
-            if self._key != max_owner_gpus:
-                return None
-            if self._clock() - self._at < self._fresh_s or self._compute.locked():
+            if self._fresh(max_owner_gpus) or (
+                    self._key == max_owner_gpus and self._compute.locked()):
                 return self._value
         return None
 
@@ -163,7 +167,7 @@ class QueueCache:
             return known
         with self._compute:
             with self._lock:  # another request may have just worked it out
-                if self._key == max_owner_gpus and self._clock() - self._at < self._fresh_s:
+                if self._fresh(max_owner_gpus):
                     return self._value
             start = self._clock()
             view = as_view(self._cluster())
