@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ from predictor.spec import Family, ModelSpec, Optimizer, Precision, Recompute
 log = logging.getLogger(__name__)
 
 FP16_LOSS_SCALE = 1024.0
+DIST_BACKEND_ENV = "FRENZY_DIST_BACKEND"
 
 
 @dataclass(frozen=True)
@@ -248,10 +250,11 @@ def _optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.
 
 
 def init_distributed(cfg: RunConfig, rank: int, device: torch.device) -> None:
-    """Join the job's process group (gloo on CPU, NCCL on GPU)."""
+    """Join the job's process group (gloo on CPU, NCCL on GPU; ``FRENZY_DIST_BACKEND=gloo``
+    lets several ranks share one GPU, which NCCL refuses, for measuring a rank's memory)."""
     if cfg.world_size == 1 or dist.is_initialized():
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = os.environ.get(DIST_BACKEND_ENV) or ("nccl" if device.type == "cuda" else "gloo")
     dist.init_process_group(backend, init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}",
                             rank=rank, world_size=cfg.world_size,
                             timeout=timedelta(seconds=cfg.dist_timeout_s))

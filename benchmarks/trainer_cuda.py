@@ -1,0 +1,299 @@
+"""The built-in trainer on a real GPU: measured peak memory and step time against the planner.
+
+    python -m benchmarks.trainer_cuda [--json] [--quick] [--out FILE.jsonl] [--gpu NAME]
+
+Each plan runs ``orchestrator.trainer.loop.train`` itself (synthetic data, ``steps`` steps)
+on the one CUDA device of this machine, and is priced by the ``frenzy`` runtime profile:
+``predictor.memory_spec.memory_report`` (tensors / reserved / device bytes) and
+``predictor.step_time.estimate_step_time`` for ``--gpu``, the catalog type of this device.
+
+Measured, per step (the peak statistics are reset after each step):
+``torch.cuda.max_memory_allocated`` (the tensors), ``max_memory_reserved`` (the caching
+allocator's segments) and the step's wall time (the loop synchronises on its loss every
+step). ``device`` is what nvidia-smi would read for the process at the peak: the process's
+use outside the allocator (``mem_get_info`` used minus reserved, at the end of the run, while
+the cache still holds its segments) plus the reserved peak. Peaks are over all measured steps
+(the first step allocates the optimizer states); step time is the median over steps 3 on.
+
+Plans of one rank run in this process one after the other (the cache emptied and the peak
+statistics reset between them). Plans of several ranks run as that many local processes on
+the one GPU with ``FRENZY_DIST_BACKEND=gloo`` (NCCL refuses two ranks on one device): rank 0's
+memory is the plan's per-rank memory; their step time is not a plan's and is not reported.
+The checkpoint write is skipped (disk I/O of the last step, not the training step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+log = logging.getLogger("benchmarks.trainer_cuda")
+GIB = 1 << 30
+STEPS = 6
+
+TINYLLAMA = {"family": "llama", "num_layers": 22, "hidden_size": 2048, "num_heads": 32,
+             "num_kv_heads": 4, "ffn_hidden_size": 5632, "vocab_size": 32000,
+             "max_seq_len": 2048, "tie_embeddings": False, "name": "tinyllama-1.1b"}
+QWEN2_05B = {"family": "qwen2", "num_layers": 24, "hidden_size": 896, "num_heads": 14,
+             "num_kv_heads": 2, "ffn_hidden_size": 4864, "vocab_size": 151936,
+             "max_seq_len": 2048, "tie_embeddings": True, "name": "qwen2-0.5b"}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    model: str | dict[str, Any]
+    seq_len: int
+    global_batch: int
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    micro_batch: int = 1
+    recompute: str = "none"
+    tp: int = 1
+    dp: int = 1
+
+    def spec(self, gpu: str) -> dict[str, Any]:
+        """The ``frenzy memory`` spec of this plan."""
+        return {"model": self.model, "global_batch": self.global_batch, "seq_len": self.seq_len,
+                "precision": self.precision, "optimizer": self.optimizer, "tp": self.tp,
+                "dp": self.dp, "micro_batch": self.micro_batch, "recompute": self.recompute,
+                "runtime": "frenzy", "gpu": gpu}
+
+    def label(self) -> str:
+        name = self.model if isinstance(self.model, str) else self.model["name"]
+        return (f"{name} s{self.seq_len} B{self.global_batch} {self.precision} "
+                f"{self.optimizer} tp{self.tp}dp{self.dp} mb{self.micro_batch} "
+                f"rc={self.recompute}")
+
+
+PLANS: list[Plan] = [
+    Plan("gpt2", 1024, 16, micro_batch=4),
+    Plan("gpt2", 1024, 16, "fp32", micro_batch=8),
+    Plan("gpt2-medium", 1024, 16, micro_batch=8, recompute="selective"),
+    Plan("gpt2-medium", 1024, 32, micro_batch=16, recompute="full"),
+    Plan("gpt2-large", 1024, 8, micro_batch=8),
+    Plan("gpt2-large", 1024, 8, "fp16", "adam", micro_batch=4, recompute="selective"),
+    Plan("bert-large", 512, 32, micro_batch=32),
+    Plan("pythia-1.4b", 2048, 8, micro_batch=4, recompute="selective"),
+    Plan("pythia-1.4b", 2048, 8, micro_batch=8, recompute="full"),
+    Plan("pythia-1.4b", 1024, 16, "fp32", micro_batch=2),
+    Plan("gpt2-xl", 1024, 8, micro_batch=4),
+    Plan("gpt2-xl", 1024, 8, "bf16", "sgd", micro_batch=8, recompute="full"),
+    Plan(TINYLLAMA, 2048, 8, micro_batch=4, recompute="selective"),
+    Plan(TINYLLAMA, 2048, 8, micro_batch=2),
+    Plan(QWEN2_05B, 1024, 16, micro_batch=8),
+    # several ranks on the one GPU (gloo): rank 0's memory only
+    Plan("gpt2-medium", 1024, 16, micro_batch=4, tp=2),
+    Plan(TINYLLAMA, 1024, 8, micro_batch=2, tp=2, dp=2, recompute="selective"),
+    Plan("gpt2-large", 1024, 8, micro_batch=2, tp=4),
+    Plan("pythia-1.4b", 1024, 8, micro_batch=4, dp=2),
+]
+QUICK = [0, 2, 15]
+
+
+def predict(plan: Plan, gpu: str) -> dict[str, Any]:
+    """The ``frenzy`` profile's memory and step time of ``plan`` on ``gpu``."""
+    from predictor.gpus import get_gpu
+    from predictor.memory_spec import memory_report, parse_memory_spec
+    from predictor.step_time import estimate_step_time
+
+    mem = memory_report(plan.spec(gpu))
+    req = parse_memory_spec(plan.spec(gpu))
+    step = estimate_step_time(req.model, req.train, req.par, get_gpu(gpu), runtime="frenzy")
+    return {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"],
+            "device": mem["device_bytes"], "step_s": step.total_s,
+            "breakdown": mem["breakdown"]}
+
+
+def _run_config(plan: Plan, tmp: str) -> Any:
+    from orchestrator.trainer.loop import RunConfig
+    from predictor.memory_spec import parse_memory_spec
+
+    req = parse_memory_spec(plan.spec("H100-80G"))
+    return RunConfig(job_id="trainer-cuda", model=req.model, global_batch=plan.global_batch,
+                     seq_len=plan.seq_len, total_steps=STEPS, tp=plan.tp, dp=plan.dp,
+                     micro_batch=plan.micro_batch, recompute=req.par.recompute,
+                     precision=req.train.precision, optimizer=req.train.optimizer,
+                     checkpoint_dir=tmp, checkpoint_every=10**9)
+
+
+def rank_run(cfg: Any, rank: int) -> dict[str, Any]:
+    """``train(cfg, rank)`` with the peak statistics read and reset after every step."""
+    from orchestrator.trainer import loop
+
+    loop.ckpt.save = lambda *a, **k: None  # type: ignore[assignment]
+    dev = loop.pick_device()
+    cuda = dev.type == "cuda"
+    steps: list[dict[str, float]] = []
+    last = [time.perf_counter()]
+
+    def on_step(status: dict[str, Any]) -> None:
+        if cuda:
+            torch.cuda.synchronize(dev)
+        now = time.perf_counter()
+        row = {"s": now - last[0]}
+        if cuda:
+            row["alloc"] = torch.cuda.max_memory_allocated(dev)
+            row["reserved"] = torch.cuda.max_memory_reserved(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        elif status.get("peak_tensors_bytes"):
+            row["alloc"] = status["peak_tensors_bytes"]
+        steps.append(row)
+        last[0] = time.perf_counter()
+
+    out: dict[str, Any] = {"rank": rank}
+    if cuda:
+        torch.empty(1, device=dev)  # the peak statistics need an initialised device
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    last[0] = time.perf_counter()
+    loop.train(cfg, rank, loop.Control(on_step=on_step))
+    out["steps"] = steps
+    if cuda:
+        free, total = torch.cuda.mem_get_info(dev)
+        out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved(dev)
+        out["gpu_total"] = total
+    return out
+
+
+def measure(plan: Plan) -> dict[str, Any]:
+    """Run ``plan`` on this machine; rank 0's figures."""
+    from orchestrator.trainer.local import run_local
+
+    with tempfile.TemporaryDirectory(prefix="frz-trainer-cuda-") as tmp:
+        cfg = _run_config(plan, tmp)
+        if cfg.world_size == 1:
+            r0 = rank_run(cfg, 0)
+        else:
+            os.environ["FRENZY_DIST_BACKEND"] = "gloo"
+            r0 = run_local(cfg, fn=rank_run, timeout_s=600.0)[0]
+    steps = r0["steps"]
+    out: dict[str, Any] = {
+        "alloc": max(s.get("alloc", 0) for s in steps),
+        "alloc_steady": max((s.get("alloc", 0) for s in steps[1:]), default=0),
+        "alloc_first": steps[0].get("alloc", 0),
+    }
+    if "reserved" in steps[0]:
+        out["reserved"] = max(s["reserved"] for s in steps)
+    if "reserved" in steps[0] and plan.tp * plan.dp == 1:  # else the GPU holds other ranks
+        out["device"] = r0["outside_allocator"] + out["reserved"]
+        out["outside_allocator"] = r0["outside_allocator"]
+    if plan.tp * plan.dp == 1 and len(steps) > 2:
+        out["step_s"] = statistics.median(s["s"] for s in steps[2:])
+    return out
+
+
+def _err(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas
+
+
+def run(plans: list[Plan], gpu: str, out_path: str | None) -> list[dict[str, Any]]:
+    rows = []
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    for i, plan in enumerate(plans):
+        pred = predict(plan, gpu)
+        t0 = time.perf_counter()
+        try:
+            meas = measure(plan)
+        except Exception as exc:  # one failed plan is a row, not the end
+            log.exception("[%d/%d] %s failed", i + 1, len(plans), plan.label())
+            row = {"plan": plan.label(), "device_name": device, "error": repr(exc)[:400]}
+        else:
+            row = {"plan": plan.label(), "device_name": device, "gpu": gpu,
+                   "world": plan.tp * plan.dp, "measured": meas, "predicted": pred,
+                   "err_tensors_pct": _err(pred["tensors"], meas["alloc"]),
+                   "seconds": round(time.perf_counter() - t0, 1)}
+            if "reserved" in meas:
+                row["err_reserved_pct"] = _err(pred["reserved"], meas["reserved"])
+            if "device" in meas:
+                row["err_device_pct"] = _err(pred["device"], meas["device"])
+            if "step_s" in meas:
+                row["err_step_pct"] = _err(pred["step_s"], meas["step_s"])
+            log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), step %s", i + 1,
+                     len(plans), plan.label(), meas["alloc"] / GIB, row["err_tensors_pct"],
+                     f"{meas['step_s'] * 1e3:.1f} ms" if "step_s" in meas else "-")
+        rows.append(row)
+        if out_path:
+            with open(out_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if "error" not in r]
+
+    def stats(key: str) -> dict[str, Any]:
+        errs = [r[key] for r in ok if key in r]
+        if not errs:
+            return {"n": 0}
+        return {"n": len(errs), "mape": statistics.fmean(abs(e) for e in errs),
+                "worst": max(errs, key=abs), "bias": statistics.fmean(errs),
+                "under_5pct": sum(e < -5 for e in errs)}
+
+    return {"plans": len(rows), "failed": len(rows) - len(ok),
+            "device_name": rows[0]["device_name"] if rows else None,
+            "tensors": stats("err_tensors_pct"), "reserved": stats("err_reserved_pct"),
+            "device": stats("err_device_pct"), "step_time": stats("err_step_pct")}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"| {'plan':<62} | alloc GiB | err % | reserved GiB | err % | device GiB | "
+             "err % | step ms | err % |",
+             f"|{'-' * 64}|----------:|------:|-------------:|------:|-----------:|------:|"
+             "--------:|------:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['plan']:<62} | failed: {r['error'][:80]}")
+            continue
+        m = r["measured"]
+        cells = []
+        for key, err, scale, fmt in (("alloc", "err_tensors_pct", 1 / GIB, "9.2f"),
+                                     ("reserved", "err_reserved_pct", 1 / GIB, "12.2f"),
+                                     ("device", "err_device_pct", 1 / GIB, "10.2f"),
+                                     ("step_s", "err_step_pct", 1e3, "7.1f")):
+            cells.append(f"{m[key] * scale:{fmt}} | {r[err]:+5.1f}" if key in m
+                         else f"{'-':>9} | {'-':>5}")
+        lines.append(f"| {r['plan']:<62} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    ap.add_argument("--quick", action="store_true", help=f"only plans {QUICK}")
+    ap.add_argument("--gpu", default="H200", help="catalog GPU type of this device")
+    ap.add_argument("--out", help="append each plan's row to this JSON-lines file")
+    ap.add_argument("--plans", help="comma-separated plan indices (default: all)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    plans = PLANS
+    if args.quick:
+        plans = [PLANS[i] for i in QUICK]
+    if args.plans:
+        plans = [PLANS[int(i)] for i in args.plans.split(",")]
+    if not torch.cuda.is_available():
+        log.warning("no CUDA device: the plans run on the CPU (tensor peaks only, step times "
+                    "of the CPU)")
+        plans = [replace(p, global_batch=p.micro_batch * p.dp, seq_len=64) for p in plans]
+    rows = run(plans, args.gpu, args.out)
+    print(table(rows))
+    s = summary(rows)
+    print(json.dumps(s, indent=2))
+    if args.json:
+        print(json.dumps(s))
+    return 0 if s["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
