@@ -1,6 +1,7 @@
 """The built-in trainer on a real GPU: measured peak memory and step time against the planner.
 
     python -m benchmarks.trainer_cuda [--json] [--quick] [--out FILE.jsonl] [--gpu NAME]
+    python -m benchmarks.trainer_cuda --replay docs/gpu_runs/trainer_cuda_h200*.jsonl [--json]
 
 Each plan runs ``orchestrator.trainer.loop.train`` itself (synthetic data, ``steps`` steps)
 on the one CUDA device of this machine, and is priced by the ``frenzy`` runtime profile:
@@ -241,10 +242,18 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "worst": max(errs, key=abs), "bias": statistics.fmean(errs),
                 "under_5pct": sum(e < -5 for e in errs)}
 
+    # a plan the planner just fits (device figure = capacity · (1 − FIT_MARGIN)) runs out of
+    # memory when the measured device figure exceeds the capacity
+    from predictor.overhead import FIT_MARGIN
+
+    dev = [r for r in ok if "device" in r["measured"]]
+    oom = sum(r["predicted"]["device"] / (1.0 - FIT_MARGIN) < r["measured"]["device"]
+              for r in dev)
     return {"plans": len(rows), "failed": len(rows) - len(ok),
             "device_name": rows[0]["device_name"] if rows else None,
             "tensors": stats("err_tensors_pct"), "reserved": stats("err_reserved_pct"),
-            "device": stats("err_device_pct"), "step_time": stats("err_step_pct")}
+            "device": stats("err_device_pct"), "step_time": stats("err_step_pct"),
+            "fit_margin": FIT_MARGIN, "oom_after_margin": oom}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -268,6 +277,34 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def replay(paths: list[str], gpu: str = "H200") -> list[dict[str, Any]]:
+    """The measured rows of earlier runs (JSON lines written by ``--out``) priced again by
+    today's predictor: no GPU needed. Rows of plans no longer in ``PLANS`` are skipped."""
+    by_label = {p.label(): p for p in PLANS}
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                old = json.loads(line)
+                plan = by_label.get(old["plan"])
+                if plan is None or "error" in old:
+                    continue
+                meas = old["measured"]
+                pred = predict(plan, old.get("gpu", gpu))
+                row = {"plan": old["plan"], "device_name": old["device_name"],
+                       "gpu": old.get("gpu", gpu), "world": old["world"], "measured": meas,
+                       "predicted": pred, "err_tensors_pct": _err(pred["tensors"], meas["alloc"]),
+                       "source": os.path.basename(path)}
+                if "reserved" in meas:
+                    row["err_reserved_pct"] = _err(pred["reserved"], meas["reserved"])
+                if "device" in meas:
+                    row["err_device_pct"] = _err(pred["device"], meas["device"])
+                if "step_s" in meas:
+                    row["err_step_pct"] = _err(pred["step_s"], meas["step_s"])
+                rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
@@ -275,8 +312,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="H200", help="catalog GPU type of this device")
     ap.add_argument("--out", help="append each plan's row to this JSON-lines file")
     ap.add_argument("--plans", help="comma-separated plan indices (default: all)")
+    ap.add_argument("--replay", nargs="+", metavar="FILE.jsonl",
+                    help="price the rows of earlier runs again (no GPU), e.g. "
+                         "docs/gpu_runs/trainer_cuda_h200*.jsonl")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    if args.replay:
+        rows = replay(args.replay, args.gpu)
+        print(table(rows))
+        s = summary(rows)
+        print(json.dumps(s, indent=2))
+        if args.json:
+            print(json.dumps(s))
+        return 0
     plans = PLANS
     if args.quick:
         plans = [PLANS[i] for i in QUICK]

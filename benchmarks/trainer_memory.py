@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from predictor.measure.tracker import StorageTracker
 from predictor.memory import estimate_memory
-from predictor.runtimes import FRENZY
+from predictor.runtimes import FRENZY_CPU
 from predictor.spec import Family, ModelSpec, ParallelConfig, Precision, TrainingSpec
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ CASES: list[TrainerCase] = [
 
 
 def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict[str, Any]]:
-    """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY).tensors``; ``real``:
+    """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY_CPU).tensors``; ``real``:
     measured by the trainer itself on real tensors (``measure_real_peak``), else its step
     under fake tensors (``measure_trainer_peak``, seconds instead of minutes)."""
     rows = []
@@ -210,7 +210,7 @@ def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict
     for i, case in enumerate(cases or CASES):
         m, tr, par = case.model, case.train, case.par
         measured = measure(m, tr, par)
-        predicted = estimate_memory(m, tr, par, runtime=FRENZY).tensors
+        predicted = estimate_memory(m, tr, par, runtime=FRENZY_CPU).tensors
         err = 100.0 * (predicted - measured) / measured
         log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
                  len(cases or CASES), case.label(), measured / 2**20, err)

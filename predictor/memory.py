@@ -371,7 +371,7 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
             one_layer += 2 * (q - k) * Tf * D  # K and V repeated to every head
         if m.swiglu:
             one_layer += f * Tf * D  # SiLU's output besides gate, up and the product
-        if rmsnorm:
+        if rmsnorm and rt.cpu_rmsnorm:
             one_layer += 2 * h * T * 4  # each RMSNorm's fp32 normalised input
     if rt.fp32_stream and D == 2:
         # the residual stream stays fp32 (the embedding and the norms run on fp32 weights),
@@ -529,10 +529,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
 def _stage_stream_bytes(rt: RuntimeProfile, D: int, h: int, T: int, final_rmsnorm: bool
                         ) -> int:
     """What ``fp32_stream`` and ``eager_blocks`` add to a stage's per-micro-batch tensors:
-    its output is the fp32 residual (2 bytes more per element than D), and a final RMSNorm
-    keeps its fp32 normalised input."""
+    its output is the fp32 residual (2 bytes more per element than D), and a final composite
+    RMSNorm keeps its fp32 normalised input."""
     out = h * T * 2 if rt.fp32_stream and D == 2 else 0
-    if rt.eager_blocks and final_rmsnorm:
+    if rt.eager_blocks and rt.cpu_rmsnorm and final_rmsnorm:
         out += h * T * 4
     return out
 

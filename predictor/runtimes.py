@@ -66,8 +66,12 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 * ``eager_blocks``: the layers written in eager PyTorch as the built-in model has them: under
   GQA K and V are repeated to every head before the attention kernel (which keeps the
   repeated copies: 2·(q − k)·T more), SwiGLU keeps the gate, its SiLU, the up projection and
-  the product (4·f·T, one more than a fused kernel), and RMSNorm (composite on the CPU)
-  keeps its fp32 normalised input besides the statistics (4·h·T per norm, the final one too).
+  the product (4·f·T, one more than a fused kernel), and with ``cpu_rmsnorm`` RMSNorm keeps
+  its fp32 normalised input besides the statistics (4·h·T per norm, the final one too).
+* ``cpu_rmsnorm``: RMSNorm runs as torch's composite ops, as on the CPU (the emulated
+  cluster), which keep the normalised input; on CUDA torch's fused RMSNorm kernel keeps the
+  input and the statistics only (measured on an H200: docs/trainer_cuda.md). The ``frenzy``
+  profile prices the GPU; ``FRENZY_CPU`` the same trainer on the CPU.
 * ``optimizer_fused``: fused optimizer kernels (torch's ``fused=True``, the built-in trainer's
   on every device) update in place and make no temporary at the step (torch's foreach path
   would take sqrt(v), or for ``Adam``'s L2 / ``SGD``'s decay a gradient copy, of every
@@ -134,7 +138,8 @@ class RuntimeProfile:
     logits_bwd_bytes_fp32: int = 0  # bytes per logit at the loss backward in fp32 (0: derived)
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
-    eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors, fp32 RMSNorm
+    eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors
+    cpu_rmsnorm: bool = False  # eager_blocks: RMSNorm composite (CPU), keeps its fp32 output
     optimizer_fused: bool = False  # fused optimizer kernels: no temporary at the step
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
@@ -257,6 +262,8 @@ FRENZY = RuntimeProfile(
     optimizer_fused=True,
     max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
 )
+FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)
+"""The built-in trainer on the CPU (the emulated cluster, the fake-tensor measurement)."""
 
 MEGATRON = RuntimeProfile(
     name="megatron",

@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 from benchmarks.trainer_memory import LLAMA_S, _case, measure_trainer_peak
 from predictor.memory import estimate_memory
-from predictor.runtimes import FRENZY, REFERENCE
+from predictor.runtimes import FRENZY_CPU, REFERENCE
 
 
 def test_frenzy_profile_tracks_the_trainer_and_the_builder_counts_do_not() -> None:
@@ -15,7 +15,7 @@ def test_frenzy_profile_tracks_the_trainer_and_the_builder_counts_do_not() -> No
     before = dist.all_reduce
     measured = measure_trainer_peak(case.model, case.train, case.par)
     assert dist.all_reduce is before  # the no-op collectives are undone
-    frenzy = estimate_memory(case.model, case.train, case.par, runtime=FRENZY).tensors
+    frenzy = estimate_memory(case.model, case.train, case.par, runtime=FRENZY_CPU).tensors
     builder = estimate_memory(case.model, case.train, case.par, runtime=REFERENCE).tensors
     assert abs(frenzy - measured) / measured < 0.08
     assert (measured - builder) / measured > 0.15  # replicated head, fp32 weights, CE copies

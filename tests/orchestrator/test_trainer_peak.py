@@ -11,7 +11,7 @@ import pytest
 from orchestrator.trainer.loop import Control, RunConfig, train
 from orchestrator.trainer.memory import RankOutOfMemory
 from predictor.memory import estimate_memory
-from predictor.runtimes import FRENZY
+from predictor.runtimes import FRENZY_CPU
 from predictor.spec import Family, ModelSpec, ParallelConfig, Precision, TrainingSpec
 
 TINY = ModelSpec("tiny-gpt2", Family.GPT2, num_layers=2, hidden_size=64, num_heads=4,
@@ -29,7 +29,7 @@ def test_the_measured_peak_is_reported_and_matches_the_frenzy_prediction(tmp_pat
     result = train(_cfg(tmp_path), 0, control)
     predicted = estimate_memory(
         TINY, TrainingSpec(global_batch=8, seq_len=32, steps=3, precision=Precision.BF16),
-        ParallelConfig(micro_batch=2), None, runtime=FRENZY).tensors
+        ParallelConfig(micro_batch=2), None, runtime=FRENZY_CPU).tensors
     assert result.peak_tensors_bytes is not None and result.peak_reserved_bytes is None
     # the real trainer's tensor peak, counted storage by storage, vs the predictor
     assert abs(result.peak_tensors_bytes - predicted) / predicted < 0.02
