@@ -14,6 +14,8 @@
   ``ParallelTransformer`` and loop step under fake tensors) against the ``frenzy`` profile,
   over 24 plans of what it executes (tp, dp, micro-batch, recomputation, precision); it runs
   no ZeRO, vocab-parallel head or pipeline yet (issue 11 item 3), so those are not in it.
+* ``runtime_cuda``: the same trainer's peaks measured on a real GPU (``benchmarks.trainer_cuda``
+  rows committed under docs/gpu_runs/), priced again by today's predictor.
 """
 
 from __future__ import annotations
@@ -339,6 +341,19 @@ def main(argv: list[str] | None = None) -> int:
     rt = out["runtime"]
     print(f"\nruntime n={rt['n']}  MAPE {rt['mape']:.2f}%  worst {rt['worst_pct']:+.2f}%  "
           f"bias {rt['bias_pct']:+.2f}%  under 5%: {rt['under_5pct']}")
+    from benchmarks import trainer_cuda
+
+    cuda_rows = trainer_cuda.replay(trainer_cuda.COMMITTED_ROWS)
+    if cuda_rows:
+        cuda = trainer_cuda.summary(cuda_rows)
+        out["runtime_cuda"] = cuda
+        out["runtime_cuda_mape"] = cuda["tensors"]["mape"]
+        out["runtime_cuda_n"] = cuda["tensors"]["n"]
+        print(f"\nruntime on a real GPU ({cuda['device_name']}, the built-in trainer's committed "
+              f"rows, docs/trainer_cuda.md): n={cuda['tensors']['n']}  tensors MAPE "
+              f"{cuda['tensors']['mape']:.2f}%  worst {cuda['tensors']['worst']:+.1f}%  "
+              f"device MAPE {cuda['device']['mape']:.1f}%  OOM after the margin: "
+              f"{cuda['oom_after_margin']}")
     if args.json:
         print(json.dumps({**out, "rows": rows, "real_rows": real_rows,
                           "runtime_rows": runtime_rows}))

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -100,6 +101,8 @@ PLANS: list[Plan] = [
     Plan("pythia-1.4b", 1024, 8, micro_batch=4, dp=2),
 ]
 QUICK = [0, 2, 15]
+GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
+COMMITTED_ROWS = sorted(str(p) for p in GPU_RUNS.glob("trainer_cuda_*.jsonl"))
 
 
 def predict(plan: Plan, gpu: str) -> dict[str, Any]:
