@@ -31,12 +31,18 @@ the target is about the policy, not one draw.
 
     python -m benchmarks.deadlines [--quick] [--json] [--workers 2] [--docs docs] [--slack S]
                                    [--seeds N] [--error none|measured|2x] [--no-estimator]
+                                   [--split paper|validation] [--max-jobs N]
                                    [--elastic-arg KEY=VALUE ...]
 
 ``--error measured|2x`` replays with prediction error (``simulator.error``: each job's true
 step time is the prediction × a per-GPU-type bias and per-job noise calibrated on the measured
 step times); ``elastic`` then gets the online step-time estimator (``--no-estimator``: not),
 and every row reports ``over_memory`` (jobs whose true peak memory exceeded their GPU's).
+
+``--split validation`` replays instead the first workload of every validation-split set
+(``benchmarks.splits``: the sets no threshold was chosen on), its first ``--max-jobs`` jobs,
+and adds per cluster the median, lowest and highest ratio (JSON ``split``); it writes no docs
+unless ``--docs`` names a folder.
 
 ``--elastic-arg`` passes a keyword argument to ``elastic`` only (an ablation or a parameter
 sweep in the same run as the baselines).
@@ -189,6 +195,29 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
                 res["elastic"]["jct_vs_has"] = res["elastic"]["avg_jct_s"] / has
         out["results"][key] = res
     return out
+
+
+def split_summary(out: dict[str, Any], clusters: tuple[str, ...]) -> dict[str, Any]:
+    """Per cluster, over the workloads of a split: the median, lowest and highest of
+    ``elastic``'s deadline ratio against ElasticFlow's and of its average JCT against
+    ``has``'s (the issue's headline figures), and how many workloads fall below 1.0x."""
+    summ: dict[str, Any] = {}
+    for cl in clusters:
+        rows = [res["elastic"] for key, res in out["results"].items()
+                if key.endswith(f"@{cl}") and "elastic" in res]
+        ratios = [r["ratio_vs_elasticflow"] for r in rows if "ratio_vs_elasticflow" in r]
+        jcts = [r["jct_vs_has"] for r in rows
+                if "jct_vs_has" in r and not math.isnan(r["jct_vs_has"])]
+        summ[cl] = {
+            "workloads": len(rows),
+            "median_ratio_vs_elasticflow": statistics.median(ratios) if ratios else math.nan,
+            "min_ratio_vs_elasticflow": min(ratios, default=math.nan),
+            "max_ratio_vs_elasticflow": max(ratios, default=math.nan),
+            "below_1x": sum(r < 1.0 for r in ratios),
+            "median_jct_vs_has": statistics.median(jcts) if jcts else math.nan,
+            "jct_above_has": sum(j > 1.0 for j in jcts),
+        }
+    return summ
 
 
 def seed_sweep(sets: tuple[str, ...], clusters: tuple[str, ...], seeds: int, *, workers: int,
@@ -360,6 +389,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-estimator", action="store_true",
                     help="under --error, do not give elastic the online step-time estimator "
                          "(ablation)")
+    ap.add_argument("--split", choices=("paper", "validation"), default="paper",
+                    help="paper: ElasticFlow's trace and Sia's philly / saturn (the latter two "
+                         "are the tuning split); validation: the first workload of every "
+                         "validation-split set (benchmarks.splits), its first --max-jobs jobs, "
+                         "with medians per cluster (default paper)")
+    ap.add_argument("--max-jobs", type=int, default=150,
+                    help="with --split validation: first N jobs of each workload (default 150)")
     ap.add_argument("--elastic-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="a keyword argument for the elastic policy only (VALUE as JSON, e.g. "
                          "opportunity_cost=1 or replan=false); repeatable")
@@ -375,17 +411,32 @@ def main(argv: list[str] | None = None) -> int:
     clusters = CLUSTERS[:1] if args.quick else CLUSTERS
     policies = tuple(p for p in args.policies.split(",") if p)
     max_jobs = QUICK_MAX_JOBS if args.quick else None
+    if args.split == "validation":
+        from benchmarks.splits import VALIDATION, first_files
+
+        sets = first_files(VALIDATION)
+        max_jobs = QUICK_MAX_JOBS if args.quick else args.max_jobs
     out = run(sets, policies, clusters, workers=args.workers, max_jobs=max_jobs,
               slack=args.slack, elastic_kw=elastic_kw, error=args.error,
               estimator=not args.no_estimator, error_seed=args.error_seed)
+    if args.split == "validation":
+        out["split"] = {"name": "validation", "max_jobs": max_jobs, "workloads": list(sets),
+                        "clusters": split_summary(out, clusters)}
     print(table(out))
+    if "split" in out:
+        for cl, sm in out["split"]["clusters"].items():
+            print(f"validation split @ {cl}: {sm['workloads']} workloads, elastic vs "
+                  f"ElasticFlow deadlines met median {sm['median_ratio_vs_elasticflow']:.2f}x "
+                  f"(min {sm['min_ratio_vs_elasticflow']:.2f}x, {sm['below_1x']} below 1.0x), "
+                  f"avg JCT vs has median {sm['median_jct_vs_has']:.2f}x "
+                  f"({sm['jct_above_has']} above)")
     if args.seeds > 1:
         out["seed_sweep"] = seed_sweep(sets, clusters, args.seeds, workers=args.workers,
                                        max_jobs=max_jobs, slack=args.slack,
                                        elastic_kw=elastic_kw, error=args.error,
                                        estimator=not args.no_estimator)
         print(sweep_table(out["seed_sweep"]))
-    docs = args.docs or (None if args.quick else "docs")
+    docs = args.docs or (None if args.quick or args.split != "paper" else "docs")
     if docs:
         d = Path(docs)
         plot(out, d / "deadlines_ratio.png")

@@ -148,3 +148,19 @@ def test_benchmark_names_the_elastic_arguments_it_knows(
         deadlines.main(["--quick", "--elastic-arg", "opportunity=1"])
     err = capsys.readouterr().err
     assert "'opportunity=1'" in err and "opportunity_cost" in err and "replan" in err
+
+
+def test_split_summary_takes_medians_per_cluster_over_the_split() -> None:
+    from benchmarks.deadlines import split_summary
+
+    def res(ratio: float, jct: float) -> dict:
+        return {"elastic": {"ratio_vs_elasticflow": ratio, "jct_vs_has": jct}}
+
+    out = {"results": {"a@phoebe": res(0.9, 1.2), "b@phoebe": res(1.5, 0.8),
+                       "c@phoebe": res(1.1, 1.0), "a@hetero-128": res(2.0, 0.5)}}
+    s = split_summary(out, ("phoebe", "hetero-128"))
+    # phoebe: ratios 0.9, 1.1, 1.5 -> median 1.1, one below 1.0x; JCTs 0.8, 1.0, 1.2
+    assert s["phoebe"] == {"workloads": 3, "median_ratio_vs_elasticflow": 1.1,
+                           "min_ratio_vs_elasticflow": 0.9, "max_ratio_vs_elasticflow": 1.5,
+                           "below_1x": 1, "median_jct_vs_has": 1.0, "jct_above_has": 1}
+    assert s["hetero-128"]["workloads"] == 1 and s["hetero-128"]["below_1x"] == 0
