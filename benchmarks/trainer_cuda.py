@@ -202,6 +202,15 @@ def _err(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
 
+def _errors(pred: dict[str, Any], meas: dict[str, Any]) -> dict[str, float]:
+    """Signed errors in percent of every figure both sides have."""
+    out = {"err_tensors_pct": _err(pred["tensors"], meas["alloc"])}
+    for key, name in (("reserved", "reserved"), ("device", "device"), ("step_s", "step")):
+        if key in meas:
+            out[f"err_{name}_pct"] = _err(pred[key], meas[key])
+    return out
+
+
 def run(plans: list[Plan], gpu: str, out_path: str | None) -> list[dict[str, Any]]:
     rows = []
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
@@ -216,14 +225,7 @@ def run(plans: list[Plan], gpu: str, out_path: str | None) -> list[dict[str, Any
         else:
             row = {"plan": plan.label(), "device_name": device, "gpu": gpu,
                    "world": plan.tp * plan.dp, "measured": meas, "predicted": pred,
-                   "err_tensors_pct": _err(pred["tensors"], meas["alloc"]),
-                   "seconds": round(time.perf_counter() - t0, 1)}
-            if "reserved" in meas:
-                row["err_reserved_pct"] = _err(pred["reserved"], meas["reserved"])
-            if "device" in meas:
-                row["err_device_pct"] = _err(pred["device"], meas["device"])
-            if "step_s" in meas:
-                row["err_step_pct"] = _err(pred["step_s"], meas["step_s"])
+                   **_errors(pred, meas), "seconds": round(time.perf_counter() - t0, 1)}
             log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), step %s", i + 1,
                      len(plans), plan.label(), meas["alloc"] / GIB, row["err_tensors_pct"],
                      f"{meas['step_s'] * 1e3:.1f} ms" if "step_s" in meas else "-")
@@ -294,17 +296,10 @@ def replay(paths: list[str], gpu: str = "H200") -> list[dict[str, Any]]:
                     continue
                 meas = old["measured"]
                 pred = predict(plan, old.get("gpu", gpu))
-                row = {"plan": old["plan"], "device_name": old["device_name"],
-                       "gpu": old.get("gpu", gpu), "world": old["world"], "measured": meas,
-                       "predicted": pred, "err_tensors_pct": _err(pred["tensors"], meas["alloc"]),
-                       "source": os.path.basename(path)}
-                if "reserved" in meas:
-                    row["err_reserved_pct"] = _err(pred["reserved"], meas["reserved"])
-                if "device" in meas:
-                    row["err_device_pct"] = _err(pred["device"], meas["device"])
-                if "step_s" in meas:
-                    row["err_step_pct"] = _err(pred["step_s"], meas["step_s"])
-                rows.append(row)
+                rows.append({"plan": old["plan"], "device_name": old["device_name"],
+                             "gpu": old.get("gpu", gpu), "world": old["world"],
+                             "measured": meas, "predicted": pred, **_errors(pred, meas),
+                             "source": os.path.basename(path)})
     return rows
 
 
