@@ -6,8 +6,9 @@ for a deployment's one-off migration job) and its HTTP clients ``frenzy submit``
 every live job (``service.app_runtime``), makes sure the local admin has a token (written to
 ``~/.config/frenzy/token``, mode 600, so the client commands work without set-up), and serves
 the API, the dashboard and ``/metrics`` with uvicorn. With ``--workers N`` the API runs in N
-uvicorn worker processes while the one Controller runs in the supervising process; they meet
-in the database.
+uvicorn worker processes (on Linux each with its own ``SO_REUSEPORT`` socket:
+``service.serve_workers``) while the one Controller runs in the supervising process; they
+meet in the database.
 
 The client commands talk to ``$FRENZY_URL`` (default http://127.0.0.1:8000) with the token
 from ``$FRENZY_TOKEN``, else the token file.
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "http://127.0.0.1:8000"
 SINGLE_ACCEPT = "UV_TCP_SINGLE_ACCEPT"
 """libuv's switch to accept one connection per wake-up of a listening socket (then yield to
-the other processes sharing it), read by each worker process at its first ``listen``."""
+the other processes sharing it), read by each worker process at its first ``listen``; used
+where the workers share one socket (no ``SO_REUSEPORT`` balancing: not Linux)."""
 DEFAULT_CLUSTER = "frenzy-testbed"
 LOCAL_ADMIN = "admin"
 
@@ -200,6 +202,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from service.api import create_app
     from service.app_runtime import Runtime
     from service.db.engine import WalCheckpointer, make_engine, make_session_factory, migrate
+    from service.serve_workers import ReusePortWorkers, reuse_port_available
     from service.settings import Settings
 
     overrides: dict[str, Any] = {}
@@ -223,14 +226,21 @@ def run_serve(args: argparse.Namespace) -> int:
     runtime.start()
     log.info("serving on http://%s:%d/ (dashboard), API under /v1, docs at /docs",
              args.host, args.port)
-    common: dict[str, Any] = dict(host=args.host, port=args.port, log_level=args.log_level,
-                                  access_log=False, timeout_keep_alive=30)
+    common_config: dict[str, Any] = dict(log_level=args.log_level, access_log=False,
+                                         timeout_keep_alive=30)
+    common: dict[str, Any] = dict(host=args.host, port=args.port, **common_config)
+    status = 0
     try:
-        if args.workers > 1:
-            # The workers share one listening socket, and libuv (uvloop) accepts every
-            # pending connection on a wake-up: a burst of keep-alive clients can all land
-            # on one worker. One accept per wake-up gives the other worker its turn (it
-            # does not guarantee an even split: tests/service/test_serve_workers.py).
+        if args.workers > 1 and reuse_port_available():
+            # One SO_REUSEPORT socket per worker: the kernel spreads the connections
+            # (service.serve_workers; tests/service/test_serve_workers.py).
+            status = ReusePortWorkers("service.serve_cli:worker_app", args.workers, args.host,
+                                      args.port, config={**common_config, "factory": True}).run()
+        elif args.workers > 1:
+            # Elsewhere the workers share one listening socket, and libuv (uvloop) accepts
+            # every pending connection on a wake-up: a burst of keep-alive clients can all
+            # land on one worker. One accept per wake-up gives the other worker its turn (it
+            # does not guarantee an even split: docs/api_load.md).
             os.environ.setdefault(SINGLE_ACCEPT, "1")
             uvicorn.run("service.serve_cli:worker_app", factory=True, workers=args.workers,
                         **common)
@@ -242,7 +252,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if checkpointer is not None:
             checkpointer.stop()
         engine.dispose()
-    return 0
+    return status
 
 
 # -- HTTP clients ----------------------------------------------------------------------------
