@@ -158,18 +158,24 @@ def ensure_admin_token(url: str, path: Path) -> str:
 def worker_app() -> Any:
     """App factory for uvicorn worker processes (``--workers N``): settings from the
     environment ``serve`` exported; jobs reach the Controller through the database."""
-    import gc
-
     from service.api import create_app
     from service.app_runtime import WakeRunner
     from service.settings import Settings
 
     app = create_app(settings=Settings.from_env(), runner=WakeRunner())
-    # The modules and the app are built: keep them out of the collector's generations so a
-    # full collection under load does not walk them (a latency spike per collection).
+    freeze_startup_heap()
+    return app
+
+
+def freeze_startup_heap() -> None:
+    """The modules and the app are built: keep them out of the collector's generations so
+    a full collection under load does not walk them (a latency spike per collection; in the
+    supervising process it can stall the Controller while it holds the SQLite writer lock:
+    docs/api_load.md)."""
+    import gc
+
     gc.collect()
     gc.freeze()
-    return app
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -224,6 +230,7 @@ def run_serve(args: argparse.Namespace) -> int:
     runtime = Runtime(settings, make_session_factory(engine), cluster,
                       policy=args.policy, driver_factory=_driver_factory(args.backend))
     runtime.start()
+    freeze_startup_heap()
     log.info("serving on http://%s:%d/ (dashboard), API under /v1, docs at /docs",
              args.host, args.port)
     common_config: dict[str, Any] = dict(log_level=args.log_level, access_log=False,
