@@ -4,6 +4,8 @@ when (each job on its chosen plan, or its best plan that fits)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import threading
 import time
@@ -39,6 +41,19 @@ def summarise(plans: Sequence[dict[str, Any]] | None) -> list[PlanSummary]:
             for p in plans or ()]
 
 
+PLAN_DOCUMENTS_KEPT = 256
+"""Distinct stored plan documents whose summaries ``summarise_text`` keeps."""
+
+
+@functools.lru_cache(maxsize=PLAN_DOCUMENTS_KEPT)
+def summarise_text(text: str | None) -> tuple[PlanSummary, ...]:
+    """``summarise`` of a stored plans document as the database holds it (JSON text),
+    worked out once per distinct document: identical submissions store identical
+    documents, and decoding each new job's (~11 KB) in the recomputation held the GIL
+    long enough to stall the worker's event loop. Shared between jobs (immutable)."""
+    return tuple(summarise(None if text is None else json.loads(text)))
+
+
 def _remaining(job: Any, plan: PlanSummary) -> float:
     left = max(0.0, float(job.total_steps) - float(job.steps_done))
     return left * plan[2]
@@ -55,15 +70,17 @@ def best_need(job: Any, plans: Sequence[PlanSummary], total: dict[str, int]) -> 
     return Need(p[0], p[1], _remaining(job, p))
 
 
-def _summaries(session: Session, live: Sequence[Any],
-               known: dict[str, list[PlanSummary]]) -> dict[str, list[PlanSummary]]:
+def _summaries(session: Session, live: Sequence[Any], known: dict[str, Sequence[PlanSummary]]
+               ) -> dict[str, Sequence[PlanSummary]]:
     """The plan summaries of ``live`` jobs: from ``known`` (stored plans never change), the
-    others read and decoded once here; ``known`` is pruned to the live jobs."""
+    others read here (as stored text: ``summarise_text``); ``known`` is pruned to the live
+    jobs."""
     missing = [j.id for j in live if j.id not in known]
     for k in range(0, len(missing), 500):
-        for job_id, plans in session.execute(
-                sa.select(Job.id, Job.plans).where(Job.id.in_(missing[k:k + 500]))):
-            known[job_id] = summarise(plans)
+        for job_id, text in session.execute(
+                sa.select(Job.id, sa.cast(Job.plans, sa.Text))
+                .where(Job.id.in_(missing[k:k + 500]))):
+            known[job_id] = summarise_text(text)
     ids = {j.id for j in live}
     for job_id in [i for i in known if i not in ids]:
         del known[job_id]
@@ -71,7 +88,7 @@ def _summaries(session: Session, live: Sequence[Any],
 
 
 def queue_of(session: Session, view: ClusterView, max_owner_gpus: int = 0,
-             known: dict[str, list[PlanSummary]] | None = None
+             known: dict[str, Sequence[PlanSummary]] | None = None
              ) -> tuple[list[Any], dict[str, Waiting]]:
     """The queued jobs (``LIVE_QUEUE_ROWS`` rows) in queue order (priority, then
     submission) and why each waits; ``max_owner_gpus``: ``quota_max_gpus`` (0: none),
@@ -144,7 +161,7 @@ class QueueCache:
         self._key: int | None = None
         self._at = -math.inf
         self._value: tuple[list[Any], dict[str, Waiting]] = ([], {})
-        self._known: dict[str, list[PlanSummary]] = {}
+        self._known: dict[str, Sequence[PlanSummary]] = {}
 
     def _fresh(self, max_owner_gpus: int) -> bool:
         """Whether the kept explanation answers for ``max_owner_gpus`` and is fresh (call
