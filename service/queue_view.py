@@ -59,12 +59,26 @@ def _remaining(job: Any, plan: PlanSummary) -> float:
     return left * plan[2]
 
 
-def best_need(job: Any, plans: Sequence[PlanSummary], total: dict[str, int]) -> Need | None:
-    """The job's first ranked plan that fits the cluster; else its first plan on a GPU type
-    the cluster has (it is larger than the cluster); None when no plan's type is here."""
-    here = [p for p in plans if p[0] in total]
-    fits = [p for p in here if p[1] <= total[p[0]]]
-    p = (fits or here or [None])[0]
+def best_plan(plans: Sequence[PlanSummary], total: dict[str, int]) -> PlanSummary | None:
+    """The first ranked plan that fits the cluster; else the first plan on a GPU type the
+    cluster has (it is larger than the cluster); None when no plan's type is here."""
+    for p in plans:
+        if p[0] in total and p[1] <= total[p[0]]:
+            return p
+    return next((p for p in plans if p[0] in total), None)
+
+
+def best_need(job: Any, plans: Sequence[PlanSummary], total: dict[str, int],
+              chosen: dict[int, PlanSummary | None] | None = None) -> Need | None:
+    """What ``job`` needs on its ``best_plan``. ``chosen``: the best plans worked out so
+    far in this call, by the identity of the (shared, ``summarise_text``) plans sequence."""
+    if chosen is None:
+        p = best_plan(plans, total)
+    else:
+        key = id(plans)
+        if key not in chosen:
+            chosen[key] = best_plan(plans, total)
+        p = chosen[key]
     if p is None:
         return None
     return Need(p[0], p[1], _remaining(job, p))
@@ -119,7 +133,8 @@ def queue_of(session: Session, view: ClusterView, max_owner_gpus: int = 0,
             [QuotaQueued(j.id, j.owner, max_owner_gpus, [p[1] for p in plans[j.id]])
              for j in sorted(queued, key=lambda j: (j.created_at, j.id)) if plans.get(j.id)],
             held)
-    reasons = explain_queue([Queued(j.id, best_need(j, plans.get(j.id) or [], total))
+    chosen: dict[int, PlanSummary | None] = {}  # jobs with one plans document: one search
+    reasons = explain_queue([Queued(j.id, best_need(j, plans.get(j.id) or (), total, chosen))
                              for j in queued if j.id not in holds], free, total, holding)
     reasons.update({job_id: quota_waiting(h) for job_id, h in holds.items()})
     return queued, reasons

@@ -188,3 +188,19 @@ def test_a_stored_plans_document_summarised_from_its_text() -> None:
     assert queue_view.summarise_text(doc) == (("A100-80G", 2, 0.5), ("H100", 1, 0.0))
     assert queue_view.summarise_text(doc) is queue_view.summarise_text(doc[:] + "")
     assert queue_view.summarise_text(None) == () == queue_view.summarise_text("null")
+
+
+def test_best_plan_by_hand_and_the_shared_search() -> None:
+    from service import queue_view
+
+    plans = (("H100", 16, 1.0), ("A100", 2, 2.0), ("A100", 1, 3.0))
+    assert queue_view.best_plan(plans, {"A100": 4}) == ("A100", 2, 2.0)
+    assert queue_view.best_plan(plans, {"A100": 1}) == ("A100", 1, 3.0)  # 2 GPUs do not fit
+    assert queue_view.best_plan(plans, {"H100": 8}) == ("H100", 16, 1.0)  # larger than it
+    assert queue_view.best_plan(plans, {"V100": 8}) is None
+    job = type("J", (), {"total_steps": 10, "steps_done": 4.0})()
+    chosen: dict[int, tuple[str, int, float] | None] = {}
+    need = queue_view.best_need(job, plans, {"A100": 4}, chosen)
+    assert need == Need("A100", 2, 6 * 2.0) == queue_view.best_need(job, plans, {"A100": 4})
+    assert chosen == {id(plans): ("A100", 2, 2.0)}
+    assert queue_view.best_need(job, plans, {"A100": 4}, chosen) == need  # from ``chosen``
