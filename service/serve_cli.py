@@ -33,6 +33,13 @@ SINGLE_ACCEPT = "UV_TCP_SINGLE_ACCEPT"
 """libuv's switch to accept one connection per wake-up of a listening socket (then yield to
 the other processes sharing it), read by each worker process at its first ``listen``; used
 where the workers share one socket (no ``SO_REUSEPORT`` balancing: not Linux)."""
+WORKER_SWITCH_INTERVAL_S = 0.001
+"""The API worker processes' GIL switch interval (Python's default: 5 ms). Their submission
+writer thread holds the SQLite writer lock while it runs its few statements, and wins the
+GIL back after each one; with the event loop busy, each of those hand-overs waited up to the
+whole interval, so the lock (which the other worker and the Controller wait for) was held
+tens of milliseconds for a ~1 ms transaction. In six alternating api_load pairs a 1 ms
+interval lowered POST p99 in all six (docs/api_load.md)."""
 DEFAULT_CLUSTER = "frenzy-testbed"
 LOCAL_ADMIN = "admin"
 
@@ -164,6 +171,7 @@ def worker_app() -> Any:
 
     app = create_app(settings=Settings.from_env(), runner=WakeRunner())
     freeze_startup_heap()
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
     return app
 
 

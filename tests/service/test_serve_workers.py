@@ -145,3 +145,24 @@ def test_reuse_port_sockets_share_a_port() -> None:
         b.close()
     finally:
         a.close()
+
+
+def test_worker_app_freezes_its_heap_and_shortens_the_gil_switch_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from service.db.engine import migrate
+    from service.serve_cli import WORKER_SWITCH_INTERVAL_S, worker_app
+
+    url = f"sqlite:///{tmp_path / 'frenzy.db'}"
+    migrate(url)
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("FRENZY_HOME", str(tmp_path / "home"))
+    before = sys.getswitchinterval()
+    try:
+        worker_app()
+        assert sys.getswitchinterval() == pytest.approx(0.001) == WORKER_SWITCH_INTERVAL_S
+        assert gc.get_freeze_count() > 0
+    finally:
+        sys.setswitchinterval(before)
+        gc.unfreeze()
