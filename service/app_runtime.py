@@ -38,6 +38,8 @@ not go through admission again. Notes of the latest ``RESTORE_HISTORY`` ended jo
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import logging
 import threading
 import time
@@ -47,7 +49,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, sessionmaker, undefer
+from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import Clock
 from orchestrator.controller import Controller, ControllerError, PolicyAlert
@@ -183,8 +185,22 @@ class WakeRunner:
             self._wake()
 
 
+PLAN_DOCUMENTS_KEPT = 256
+"""Distinct stored plan documents whose decoded plans ``decoded_plans`` keeps."""
+
+
+@functools.lru_cache(maxsize=PLAN_DOCUMENTS_KEPT)
+def decoded_plans(text: str) -> tuple[Plan, ...]:
+    """The plans of a job's stored plans document (``Job.plans`` as the database holds it,
+    JSON text), decoded once per distinct document: identical submissions store identical
+    documents, and under a stream of them decoding each new job's plans (~11 KB of JSON,
+    tens of ``Plan`` objects) was most of the Controller's CPU and, kept per queued job,
+    most of what its garbage collector walked. ``Plan`` is frozen, so jobs share them."""
+    return tuple(Plan.from_dict(d) for d in json.loads(text) or ())
+
+
 def stored_view(job: Job, *, max_pipeline: int | None = None,
-                max_owner_gpus: int = 0) -> JobView | str:
+                max_owner_gpus: int = 0, plans_text: str | None = None) -> JobView | str:
     """The loop's view of a stored job, with the ranked plans stored at its submission;
     or, when none of them can run here, the reason why.
 
@@ -193,10 +209,12 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
     searched only what a runtime executes), are dropped unless the job brings its own
     entrypoint. The limits the loop enforces go in ``extra`` (``orchestrator.quotas``): the
     job's run-time limit with the seconds it has run so far, and its owner with
-    ``max_owner_gpus`` (``quota_max_gpus``; 0: none)."""
+    ``max_owner_gpus`` (``quota_max_gpus``; 0: none). ``plans_text``: the stored plans
+    document as text (``decoded_plans``), read instead of ``job.plans``."""
     try:
         model, train = specs_of(job)
-        plans = tuple(Plan.from_dict(d) for d in job.plans or ())
+        plans = (decoded_plans(plans_text) if plans_text is not None
+                 else tuple(Plan.from_dict(d) for d in job.plans or ()))
     except (KeyError, TypeError, ValueError) as exc:
         return f"its stored specs or plans cannot be read ({exc})"
     if not plans:
@@ -265,10 +283,10 @@ class DbJobSource:
         if self._seen_created is None or at > self._seen_created:
             self._seen_created = at
 
-    def view(self, job: Job) -> JobView | None:
+    def view(self, job: Job, plans_text: str | None = None) -> JobView | None:
         """``stored_view`` of ``job``; a job that cannot run here is failed with the reason."""
         view = stored_view(job, max_pipeline=self.max_pipeline,
-                           max_owner_gpus=self.max_owner_gpus)
+                           max_owner_gpus=self.max_owner_gpus, plans_text=plans_text)
         if isinstance(view, str):
             self.fail(job.id, f"cannot run on this cluster: {view}")
             return None
@@ -281,12 +299,13 @@ class DbJobSource:
             if self._seen_created is not None:
                 stmt = stmt.where(Job.created_at >= self._seen_created - INGEST_SLACK)
             unknown = [i for i in session.scalars(stmt) if i not in known]
-            fresh: list[Job] = []
+            fresh: list[tuple[Job, str | None]] = []
             for k in range(0, len(unknown), 500):
-                fresh.extend(session.scalars(
-                    sa.select(Job).where(Job.id.in_(unknown[k:k + 500]))
-                    .options(undefer(Job.plans))))
-            fresh.sort(key=lambda j: (j.created_at, j.id))
+                # the plans as stored text: decoded once per distinct document
+                fresh.extend(session.execute(
+                    sa.select(Job, sa.cast(Job.plans, sa.Text))
+                    .where(Job.id.in_(unknown[k:k + 500]))).tuples())
+            fresh.sort(key=lambda row: (row[0].created_at, row[0].id))
             # Jobs the API ended (cancelled, or failed when the runner refused them); the
             # loop's own endings are already terminal in it.
             cstmt = sa.select(Job.id, Job.state_reason, Job.finished_at).where(
@@ -296,13 +315,13 @@ class DbJobSource:
                 cstmt = cstmt.where(Job.finished_at >= self._seen_finished - INGEST_SLACK)
             ended = session.execute(cstmt).all()
         views = []
-        for job in fresh:
+        for job, plans_text in fresh:
             self.note_created(job.created_at)
-            view = self.view(job)
+            view = self.view(job, "[]" if plans_text is None else plans_text)
             if view is not None:
                 views.append(view)
         if self.ranking_note is not None:
-            self._note_rankings([j for j in fresh if (j.request or {}).get("ranking")])
+            self._note_rankings([j for j, _ in fresh if (j.request or {}).get("ranking")])
         cancels = []
         for job_id, reason, finished in ended:
             if self._seen_finished is None or finished > self._seen_finished:

@@ -4,6 +4,8 @@ when (each job on its chosen plan, or its best plan that fits)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import threading
 import time
@@ -39,31 +41,60 @@ def summarise(plans: Sequence[dict[str, Any]] | None) -> list[PlanSummary]:
             for p in plans or ()]
 
 
+PLAN_DOCUMENTS_KEPT = 256
+"""Distinct stored plan documents whose summaries ``summarise_text`` keeps."""
+
+
+@functools.lru_cache(maxsize=PLAN_DOCUMENTS_KEPT)
+def summarise_text(text: str | None) -> tuple[PlanSummary, ...]:
+    """``summarise`` of a stored plans document as the database holds it (JSON text),
+    worked out once per distinct document: identical submissions store identical
+    documents, and decoding each new job's (~11 KB) in the recomputation held the GIL
+    long enough to stall the worker's event loop. Shared between jobs (immutable)."""
+    return tuple(summarise(None if text is None else json.loads(text)))
+
+
 def _remaining(job: Any, plan: PlanSummary) -> float:
     left = max(0.0, float(job.total_steps) - float(job.steps_done))
     return left * plan[2]
 
 
-def best_need(job: Any, plans: Sequence[PlanSummary], total: dict[str, int]) -> Need | None:
-    """The job's first ranked plan that fits the cluster; else its first plan on a GPU type
-    the cluster has (it is larger than the cluster); None when no plan's type is here."""
-    here = [p for p in plans if p[0] in total]
-    fits = [p for p in here if p[1] <= total[p[0]]]
-    p = (fits or here or [None])[0]
+def best_plan(plans: Sequence[PlanSummary], total: dict[str, int]) -> PlanSummary | None:
+    """The first ranked plan that fits the cluster; else the first plan on a GPU type the
+    cluster has (it is larger than the cluster); None when no plan's type is here."""
+    for p in plans:
+        if p[0] in total and p[1] <= total[p[0]]:
+            return p
+    return next((p for p in plans if p[0] in total), None)
+
+
+def best_need(job: Any, plans: Sequence[PlanSummary], total: dict[str, int],
+              chosen: dict[int, PlanSummary | None] | None = None) -> Need | None:
+    """What ``job`` needs on its ``best_plan``. ``chosen``: the best plans worked out so
+    far in this call, by the identity of the (shared, ``summarise_text``) plans sequence."""
+    if chosen is None:
+        p = best_plan(plans, total)
+    else:
+        key = id(plans)
+        if key not in chosen:
+            chosen[key] = best_plan(plans, total)
+        p = chosen[key]
     if p is None:
         return None
     return Need(p[0], p[1], _remaining(job, p))
 
 
-def _summaries(session: Session, live: Sequence[Any],
-               known: dict[str, list[PlanSummary]]) -> dict[str, list[PlanSummary]]:
+def _summaries(session: Session, live: Sequence[Any], known: dict[str, Sequence[PlanSummary]]
+               ) -> dict[str, Sequence[PlanSummary]]:
     """The plan summaries of ``live`` jobs: from ``known`` (stored plans never change), the
-    others read and decoded once here; ``known`` is pruned to the live jobs."""
+    others read here (as stored text: ``summarise_text``); ``known`` is pruned to the live
+    jobs."""
     missing = [j.id for j in live if j.id not in known]
     for k in range(0, len(missing), 500):
-        for job_id, plans in session.execute(
-                sa.select(Job.id, Job.plans).where(Job.id.in_(missing[k:k + 500]))):
-            known[job_id] = summarise(plans)
+        for job_id, text in session.execute(
+                sa.select(Job.id, sa.cast(Job.plans, sa.Text))
+                .where(Job.id.in_(missing[k:k + 500]))):
+            known[job_id] = summarise_text(text)
     ids = {j.id for j in live}
     for job_id in [i for i in known if i not in ids]:
         del known[job_id]
@@ -71,7 +102,7 @@ def _summaries(session: Session, live: Sequence[Any],
 
 
 def queue_of(session: Session, view: ClusterView, max_owner_gpus: int = 0,
-             known: dict[str, list[PlanSummary]] | None = None
+             known: dict[str, Sequence[PlanSummary]] | None = None
              ) -> tuple[list[Any], dict[str, Waiting]]:
     """The queued jobs (``LIVE_QUEUE_ROWS`` rows) in queue order (priority, then
     submission) and why each waits; ``max_owner_gpus``: ``quota_max_gpus`` (0: none),
@@ -102,7 +133,8 @@ def queue_of(session: Session, view: ClusterView, max_owner_gpus: int = 0,
             [QuotaQueued(j.id, j.owner, max_owner_gpus, [p[1] for p in plans[j.id]])
              for j in sorted(queued, key=lambda j: (j.created_at, j.id)) if plans.get(j.id)],
             held)
-    reasons = explain_queue([Queued(j.id, best_need(j, plans.get(j.id) or [], total))
+    chosen: dict[int, PlanSummary | None] = {}  # jobs with one plans document: one search
+    reasons = explain_queue([Queued(j.id, best_need(j, plans.get(j.id) or (), total, chosen))
                              for j in queued if j.id not in holds], free, total, holding)
     reasons.update({job_id: quota_waiting(h) for job_id, h in holds.items()})
     return queued, reasons
@@ -144,7 +176,7 @@ class QueueCache:
         self._key: int | None = None
         self._at = -math.inf
         self._value: tuple[list[Any], dict[str, Waiting]] = ([], {})
-        self._known: dict[str, list[PlanSummary]] = {}
+        self._known: dict[str, Sequence[PlanSummary]] = {}
 
     def _fresh(self, max_owner_gpus: int) -> bool:
         """Whether the kept explanation answers for ``max_owner_gpus`` and is fresh (call

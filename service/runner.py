@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,6 +94,12 @@ def epoch_to_datetime(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+MAX_HOLD_S = 0.005
+"""How long one transaction of the Controller's events may run before it ends after its
+current event (``EventRecorder``): the API's submissions wait for the SQLite writer lock
+meanwhile, and one of theirs takes ~1 ms."""
+
+
 class EventRecorder:
     """Persists the Controller's ``JobEvent`` values: ``controller.subscribe(recorder)``.
 
@@ -110,6 +117,8 @@ class EventRecorder:
         session_factory: sessionmaker[Session],
         to_datetime: Callable[[float], datetime] = epoch_to_datetime,
         max_events_per_transaction: int = 8,
+        max_hold_s: float = MAX_HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = session_factory
         self._to_datetime = to_datetime
@@ -118,6 +127,12 @@ class EventRecorder:
         """A batch is written in transactions of at most this many events: on SQLite every
         other writer (the API's submissions) waits while one runs, so a long batch is cut
         into short turns they can slip between (~6 ms per event on a loaded machine)."""
+        self._max_hold_s = max_hold_s
+        """A transaction also ends after the event that took it past this long (``clock``
+        seconds since it began): on a loaded machine a few events can hold the writer lock
+        for tens of milliseconds. The rows written and their order stay the same; only
+        their split into transactions changes."""
+        self._clock = clock
 
     def __call__(self, event: JobEvent) -> None:
         if event.from_state is None:
@@ -131,9 +146,10 @@ class EventRecorder:
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:
         """Events emitted inside the block are written at its end, in order, a few per
-        transaction (``max_events_per_transaction``; one writer turn for several events
-        instead of one per event). Call it from the one thread that drives the Controller,
-        under its lock. If a transaction fails, its events are written one by one."""
+        transaction (``max_events_per_transaction``, each transaction ending early after
+        ``max_hold_s``; one writer turn for several events instead of one per event). Call
+        it from the one thread that drives the Controller, under its lock. If a
+        transaction fails, its events are written one by one."""
         if self._buffer is not None:  # nested: the outer block writes
             yield
             return
@@ -142,19 +158,26 @@ class EventRecorder:
             yield
         finally:
             events, self._buffer = self._buffer, None
-            for k in range(0, len(events), self._chunk):
-                self._write_all(events[k:k + self._chunk])
+            k = 0
+            while k < len(events):
+                k += self._write_all(events[k:k + self._chunk])
 
-    def _write_all(self, events: list[JobEvent]) -> None:
+    def _write_all(self, events: list[JobEvent]) -> int:
+        """Write ``events`` in order in one transaction, ending it early after the event
+        that took it past ``max_hold_s``; how many were written (at least one)."""
         try:
             with write_session(self._factory) as session:
+                began = self._clock()
                 # The batch's jobs in one locked read, not one per event: on SQLite every
                 # writer (the API's submissions too) waits while this transaction runs.
                 jobs = _jobs_for_update(session, {e.job_id for e in events
                                                   if e.from_state is not None})
-                for event in events:
+                for done, event in enumerate(events, start=1):
                     self.apply(session=session, event=event, job=jobs.get(event.job_id))
                     session.flush()
+                    if done < len(events) and self._clock() - began >= self._max_hold_s:
+                        return done  # committed on leaving the block; the rest in turn
+                return len(events)
         except Exception:
             log.exception("writing %d events in one transaction failed; one by one",
                           len(events))
@@ -164,6 +187,7 @@ class EventRecorder:
                 except Exception:
                     log.exception("event %s of job %s not recorded", event.reason,
                                   event.job_id)
+            return len(events)
 
     @staticmethod
     def _record_window(job: Job, event: JobEvent, now: datetime) -> None:

@@ -6,8 +6,9 @@ for a deployment's one-off migration job) and its HTTP clients ``frenzy submit``
 every live job (``service.app_runtime``), makes sure the local admin has a token (written to
 ``~/.config/frenzy/token``, mode 600, so the client commands work without set-up), and serves
 the API, the dashboard and ``/metrics`` with uvicorn. With ``--workers N`` the API runs in N
-uvicorn worker processes while the one Controller runs in the supervising process; they meet
-in the database.
+uvicorn worker processes (on Linux each with its own ``SO_REUSEPORT`` socket:
+``service.serve_workers``) while the one Controller runs in the supervising process; they
+meet in the database.
 
 The client commands talk to ``$FRENZY_URL`` (default http://127.0.0.1:8000) with the token
 from ``$FRENZY_TOKEN``, else the token file.
@@ -30,7 +31,15 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "http://127.0.0.1:8000"
 SINGLE_ACCEPT = "UV_TCP_SINGLE_ACCEPT"
 """libuv's switch to accept one connection per wake-up of a listening socket (then yield to
-the other processes sharing it), read by each worker process at its first ``listen``."""
+the other processes sharing it), read by each worker process at its first ``listen``; used
+where the workers share one socket (no ``SO_REUSEPORT`` balancing: not Linux)."""
+WORKER_SWITCH_INTERVAL_S = 0.001
+"""The API worker processes' GIL switch interval (Python's default: 5 ms). Their submission
+writer thread holds the SQLite writer lock while it runs its few statements, and wins the
+GIL back after each one; with the event loop busy, each of those hand-overs waited up to the
+whole interval, so the lock (which the other worker and the Controller wait for) was held
+tens of milliseconds for a ~1 ms transaction. In six alternating api_load pairs a 1 ms
+interval lowered POST p99 in all six (docs/api_load.md)."""
 DEFAULT_CLUSTER = "frenzy-testbed"
 LOCAL_ADMIN = "admin"
 
@@ -156,18 +165,25 @@ def ensure_admin_token(url: str, path: Path) -> str:
 def worker_app() -> Any:
     """App factory for uvicorn worker processes (``--workers N``): settings from the
     environment ``serve`` exported; jobs reach the Controller through the database."""
-    import gc
-
     from service.api import create_app
     from service.app_runtime import WakeRunner
     from service.settings import Settings
 
     app = create_app(settings=Settings.from_env(), runner=WakeRunner())
-    # The modules and the app are built: keep them out of the collector's generations so a
-    # full collection under load does not walk them (a latency spike per collection).
+    freeze_startup_heap()
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
+    return app
+
+
+def freeze_startup_heap() -> None:
+    """The modules and the app are built: keep them out of the collector's generations so
+    a full collection under load does not walk them (a latency spike per collection; in the
+    supervising process it can stall the Controller while it holds the SQLite writer lock:
+    docs/api_load.md)."""
+    import gc
+
     gc.collect()
     gc.freeze()
-    return app
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -200,6 +216,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from service.api import create_app
     from service.app_runtime import Runtime
     from service.db.engine import WalCheckpointer, make_engine, make_session_factory, migrate
+    from service.serve_workers import ReusePortWorkers, reuse_port_available
     from service.settings import Settings
 
     overrides: dict[str, Any] = {}
@@ -221,16 +238,24 @@ def run_serve(args: argparse.Namespace) -> int:
     runtime = Runtime(settings, make_session_factory(engine), cluster,
                       policy=args.policy, driver_factory=_driver_factory(args.backend))
     runtime.start()
+    freeze_startup_heap()
     log.info("serving on http://%s:%d/ (dashboard), API under /v1, docs at /docs",
              args.host, args.port)
-    common: dict[str, Any] = dict(host=args.host, port=args.port, log_level=args.log_level,
-                                  access_log=False, timeout_keep_alive=30)
+    common_config: dict[str, Any] = dict(log_level=args.log_level, access_log=False,
+                                         timeout_keep_alive=30)
+    common: dict[str, Any] = dict(host=args.host, port=args.port, **common_config)
+    status = 0
     try:
-        if args.workers > 1:
-            # The workers share one listening socket, and libuv (uvloop) accepts every
-            # pending connection on a wake-up: a burst of keep-alive clients can all land
-            # on one worker. One accept per wake-up gives the other worker its turn (it
-            # does not guarantee an even split: tests/service/test_serve_workers.py).
+        if args.workers > 1 and reuse_port_available():
+            # One SO_REUSEPORT socket per worker: the kernel spreads the connections
+            # (service.serve_workers; tests/service/test_serve_workers.py).
+            status = ReusePortWorkers("service.serve_cli:worker_app", args.workers, args.host,
+                                      args.port, config={**common_config, "factory": True}).run()
+        elif args.workers > 1:
+            # Elsewhere the workers share one listening socket, and libuv (uvloop) accepts
+            # every pending connection on a wake-up: a burst of keep-alive clients can all
+            # land on one worker. One accept per wake-up gives the other worker its turn (it
+            # does not guarantee an even split: docs/api_load.md).
             os.environ.setdefault(SINGLE_ACCEPT, "1")
             uvicorn.run("service.serve_cli:worker_app", factory=True, workers=args.workers,
                         **common)
@@ -242,7 +267,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if checkpointer is not None:
             checkpointer.stop()
         engine.dispose()
-    return 0
+    return status
 
 
 # -- HTTP clients ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from datetime import datetime
 from fastapi import FastAPI, Response
 
 from predictor.gpus import load_gpu_catalog
+from predictor.spec import ModelSpec, TrainingSpec
 from service.api.body_limit import BodyLimit
 from service.api.deps import AdminUser, AppContext
 from service.api.docs import install_docs
@@ -37,6 +38,44 @@ from service.runner import JobRunner, PendingRunner
 from service.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
+
+
+WARM_UP_REQUESTS = (("GET", "/healthz"), ("GET", "/v1/jobs/warm-up"), ("POST", "/v1/jobs"))
+"""Requests answered in-process, without a token (401), before the server listens."""
+
+
+async def warm_up(app: FastAPI, *, ranking: str | None) -> None:
+    """Do before serving what the first requests would otherwise pay for, on a loaded
+    machine while every client's first request waits behind it: FastAPI builds a router's
+    route state on its first match (``WARM_UP_REQUESTS`` go through the middleware and the
+    routers and stop at authentication, touching no data), and the first planning imports
+    the planner (``ranking``: one small job through the default planner, not the cache;
+    None: no planning, e.g. when the app was given another planner)."""
+    for method, path in WARM_UP_REQUESTS:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": method, "scheme": "http", "path": path,
+                 "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"warm-up")], "client": ("127.0.0.1", 0),
+                 "server": ("127.0.0.1", 0)}
+
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: object) -> None:
+            return None
+
+        try:
+            await app(scope, receive, send)
+        except Exception:  # a warm-up is never a reason not to serve
+            log.warning("warm-up request %s %s failed", method, path, exc_info=True)
+    catalog = load_gpu_catalog()
+    if ranking is not None and catalog:
+        try:
+            default_planner(ModelSpec.from_name("gpt2"),
+                            TrainingSpec(global_batch=1, seq_len=128, steps=1),
+                            [next(iter(catalog))], max_gpus=1, ranking=ranking)
+        except Exception:
+            log.warning("warm-up planning failed", exc_info=True)
 
 
 def create_app(
@@ -96,6 +135,7 @@ def create_app(
             checkpointer.start()
         if pg is not None:  # a few connections ready before the first burst of requests
             await pg.open(min(4, settings.db_pool_size))
+        await warm_up(_app, ranking=settings.ranking if planner is None else None)
         yield
         if ctx.writer is not None:
             ctx.writer.close()

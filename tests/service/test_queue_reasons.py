@@ -98,7 +98,8 @@ def test_frenzy_status_shows_the_queue_and_jobs_id_the_reason(
 def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
         env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Many GETs of waiting jobs in one second work the queue out once; a stored job's
-    plans are read and decoded once for as long as it lives."""
+    plans are read once for as long as it lives, and each distinct plans document is
+    decoded once."""
     from service_builders import job_body
 
     from service import queue_view
@@ -127,6 +128,7 @@ def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
 
     monkeypatch.setattr(queue_view, "queue_of", counting_queue_of)
     monkeypatch.setattr(queue_view, "summarise", counting_summarise)
+    queue_view.summarise_text.cache_clear()  # documents other tests decoded
     assert cache.peek() is None  # nothing worked out yet: a caller must ``get``
     queued, reasons = cache.get()
     assert len(queued) == 3 and set(reasons) == {j.id for j in queued}
@@ -135,12 +137,13 @@ def test_the_queue_explanation_is_shared_for_ttl_s_and_plans_are_decoded_once(
         now[0] += 0.1
         assert cache.get()[1] is reasons  # within the second: the same answer
     # the cluster is read only when the queue is worked out, not per request
-    assert calls == {"queue": 1, "decoded": 3, "cluster": 1}
+    # three identical submissions store one plans document: decoded once
+    assert calls == {"queue": 1, "decoded": 1, "cluster": 1}
     now[0] += 1.0
     assert cache.peek() is None  # stale: peeking works nothing out
     assert calls["queue"] == 1
     cache.get()
-    assert calls == {"queue": 2, "decoded": 3, "cluster": 2}  # no plan decoded again
+    assert calls == {"queue": 2, "decoded": 1, "cluster": 2}  # no plan decoded again
 
 
 def test_a_costly_queue_explanation_stays_fresh_longer(env) -> None:  # type: ignore[no-untyped-def]
@@ -175,3 +178,29 @@ def test_a_costly_queue_explanation_stays_fresh_longer(env) -> None:  # type: ig
     assert reads == [3]  # fresh for ttl_s again
     with pytest.raises(ValueError, match="max_share"):
         queue_view.QueueCache(env.factory, slow_cluster, max_share=0.0)
+
+
+def test_a_stored_plans_document_summarised_from_its_text() -> None:
+    from service import queue_view
+
+    doc = ('[{"gpu_type": "A100-80G", "num_gpus": 2, "step_time_s": 0.5, "tp": 2},'
+           ' {"gpu_type": "H100", "num_gpus": 1, "step_time_s": null}]')
+    assert queue_view.summarise_text(doc) == (("A100-80G", 2, 0.5), ("H100", 1, 0.0))
+    assert queue_view.summarise_text(doc) is queue_view.summarise_text(doc[:] + "")
+    assert queue_view.summarise_text(None) == () == queue_view.summarise_text("null")
+
+
+def test_best_plan_by_hand_and_the_shared_search() -> None:
+    from service import queue_view
+
+    plans = (("H100", 16, 1.0), ("A100", 2, 2.0), ("A100", 1, 3.0))
+    assert queue_view.best_plan(plans, {"A100": 4}) == ("A100", 2, 2.0)
+    assert queue_view.best_plan(plans, {"A100": 1}) == ("A100", 1, 3.0)  # 2 GPUs do not fit
+    assert queue_view.best_plan(plans, {"H100": 8}) == ("H100", 16, 1.0)  # larger than it
+    assert queue_view.best_plan(plans, {"V100": 8}) is None
+    job = type("J", (), {"total_steps": 10, "steps_done": 4.0})()
+    chosen: dict[int, tuple[str, int, float] | None] = {}
+    need = queue_view.best_need(job, plans, {"A100": 4}, chosen)
+    assert need == Need("A100", 2, 6 * 2.0) == queue_view.best_need(job, plans, {"A100": 4})
+    assert chosen == {id(plans): ("A100", 2, 2.0)}
+    assert queue_view.best_need(job, plans, {"A100": 4}, chosen) == need  # from ``chosen``

@@ -16,7 +16,7 @@ from predictor.gpus import get_gpu
 from predictor.planner import plan_job
 from predictor.runtimes import FRENZY
 from predictor.spec import ModelSpec, TrainingSpec
-from service.app_runtime import stored_view
+from service.app_runtime import decoded_plans, stored_view
 
 MODEL = ModelSpec.from_name("gpt2-medium")
 TRAIN = TrainingSpec(global_batch=8, seq_len=1024, steps=10)
@@ -56,6 +56,28 @@ def test_stored_plans_come_back_exactly() -> None:
     assert not isinstance(view, str)
     assert view.plans == plans  # every field, the rank included: nothing re-planned
     assert view.model == MODEL and view.train == TRAIN
+
+
+def test_the_stored_text_gives_the_same_plans_decoded_once_per_document() -> None:
+    """The Controller reads a new job's plans as the stored JSON text (``plans_text``):
+    the same view as from the decoded column, and two jobs with the same document share
+    one decoded tuple (what keeps a queue of identical submissions cheap to hold)."""
+    plans = _plans()
+    row = _row(plans)
+    text = json.dumps(row.plans)
+    first = stored_view(row, plans_text=text)  # type: ignore[arg-type]
+    second = stored_view(_row(plans), plans_text=json.dumps(row.plans))  # type: ignore[arg-type]
+    assert not isinstance(first, str) and not isinstance(second, str)
+    assert first.plans == plans == second.plans
+    assert first.plans[0] is second.plans[0]  # decoded once, shared (Plan is frozen)
+    assert decoded_plans(text) is decoded_plans(json.dumps(row.plans))
+    filtered = stored_view(_row(plans), max_pipeline=1, plans_text=text)  # type: ignore[arg-type]
+    assert not isinstance(filtered, str)
+    assert filtered.plans == stored_view(_row(plans), max_pipeline=1).plans  # type: ignore[union-attr, arg-type]
+    assert stored_view(_row(()), plans_text="[]") == "it has no stored plan"  # type: ignore[arg-type]
+    assert stored_view(_row(()), plans_text="null") == "it has no stored plan"  # type: ignore[arg-type]
+    broken = stored_view(_row(plans), plans_text="[{}]")  # type: ignore[arg-type]
+    assert isinstance(broken, str) and broken.startswith("its stored specs or plans cannot")
 
 
 def test_ray_trainer_sees_only_unpipelined_plans_without_zero() -> None:

@@ -167,17 +167,42 @@ def test_event_for_unknown_job_is_dropped(env: Env) -> None:
         assert repo.active_allocations(session=s) == []
 
 
-@pytest.mark.parametrize("per_transaction", [1, 3, 100])
-def test_batched_events_of_several_jobs(env: Env, per_transaction: int) -> None:
+@pytest.mark.parametrize(("per_transaction", "hold_s", "transactions"),
+                         [(1, 60.0, 9), (3, 60.0, 3), (100, 60.0, 1), (100, 1.0, 9),
+                          (100, 2.0, 5), (3, 2.0, 5)])
+def test_batched_events_of_several_jobs(env: Env, monkeypatch: pytest.MonkeyPatch,
+                                        per_transaction: int, hold_s: float,
+                                        transactions: int) -> None:
     """``EventRecorder.batched``: two jobs' whole lives written at the end of the block,
-    ``per_transaction`` events per transaction (their rows read once per transaction), end
-    as the same rows and event logs as event-by-event writing."""
+    ``per_transaction`` events per transaction (their rows read once per transaction),
+    a transaction ending early once it ran ``hold_s`` (a stand-in clock: 1 s per event),
+    end as the same rows and event logs as event-by-event writing. 9 events: in 9, 3
+    (3+3+3), 1, 9 (1 s each: past 1 s after each), 5 (2+2+2+2+1) and 5 transactions."""
+    import service.runner as runner_module
+
     h = env.headers("alice")
     ids = [env.client.post("/v1/jobs", json=job_body(), headers=h).json()["id"]
            for _ in range(2)]
     plan = _plan()
+    opened = [0]
+    real_write_session = runner_module.write_session
+
+    def counting_write_session(factory):  # type: ignore[no-untyped-def]
+        opened[0] += 1
+        return real_write_session(factory)
+
+    monkeypatch.setattr(runner_module, "write_session", counting_write_session)
+    now = [0.0]
+    real_apply = EventRecorder.apply
+
+    def apply_taking_a_second(self, **kw):  # type: ignore[no-untyped-def]
+        now[0] += 1.0
+        return real_apply(self, **kw)
+
+    monkeypatch.setattr(EventRecorder, "apply", apply_taking_a_second)
     rec = EventRecorder(env.factory, to_datetime=lambda s: T0 + timedelta(seconds=s),
-                        max_events_per_transaction=per_transaction)
+                        max_events_per_transaction=per_transaction, max_hold_s=hold_s,
+                        clock=lambda: now[0])
     with rec.batched():
         for job_id, node in zip(ids, ("a100-0", "a100-1"), strict=True):
             alloc = Allocation(job_id, plan, ((node, 4),))
@@ -189,6 +214,7 @@ def test_batched_events_of_several_jobs(env: Env, per_transaction: int) -> None:
         # nothing is written before the block ends
         assert env.client.get(f"/v1/jobs/{ids[0]}", headers=h).json()["state"] == "pending"
         rec(JobEvent(ids[0], 60, JobState.RUNNING, JobState.SUCCEEDED, "all steps done"))
+    assert opened == [transactions]
     first, second = (env.client.get(f"/v1/jobs/{i}", headers=h).json() for i in ids)
     assert first["state"] == "succeeded" and first["allocation"] == []
     assert first["progress"]["steps_done"] == 100.0
