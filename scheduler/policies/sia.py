@@ -11,7 +11,13 @@ defaults in ``simulator_config.py``):
   only the user's requested count on each type (the artifact's rigid jobs).
 * **Goodput** = throughput × statistical efficiency. Our LLM jobs train with a fixed global
   batch, so statistical efficiency is 1 and goodput is throughput: ``1 / step time`` of the plan
-  re-timed (``PerfModel``) on the configuration's packed placement.
+  re-timed (``PerfModel``) on the placement the configuration would run on. A waiting job's
+  configurations are timed packed (largest nodes first, as on an empty cluster). A running job's
+  current configuration is timed on the placement it holds, and each other configuration on the
+  placement the allocator would give it (best fit on the free GPUs plus the job's own), packed
+  only where that does not fit (the move then needs GPUs other jobs hold): both sides of a
+  move are valued on placements they would really get, so a job on a split placement is not
+  moved to a configuration that would be split as well just because its packed shape is faster.
 * **Normalisation** per job: every goodput divided by the job's smallest goodput over all its
   configurations, times that configuration's GPU count (the artifact's scale unit: 1 for
   data-parallel jobs, the GPUs of one replica for model-parallel ones).
@@ -277,6 +283,12 @@ class SiaPolicy:
         """The job's configurations, their normalised goodputs and MILP costs."""
         index = self._plans.get(job)
         cand = _Candidate(job, run)
+        # a running job's alternatives are valued on the placement each would get (the free
+        # GPUs plus its own), like its current configuration on the placement it holds
+        reachable: FreeGpus | None = None
+        if run is not None:
+            reachable = FreeGpus.from_state(state)
+            reachable.give(run.allocation.placement)
         for t, sizes in counts.items():
             if t not in index.by_type:
                 continue
@@ -289,7 +301,12 @@ class SiaPolicy:
             for plan in options:
                 if plan.required_bytes > free.max_memory(t):
                     continue
-                shape = free.packed(t, plan.num_gpus)
+                shape = None
+                if reachable is not None:
+                    shape = reachable.best_fit(t, plan.num_gpus, plan.required_bytes,
+                                               plan.parallel.tp)
+                if shape is None:  # a waiting job, or it needs GPUs others hold: packed
+                    shape = free.packed(t, plan.num_gpus)
                 assert shape is not None
                 timed = self.perf.placed_plan(job, plan, shape, state)
                 cand.configs.append((t, plan.num_gpus))
