@@ -285,3 +285,37 @@ def test_an_alternative_that_would_be_packed_and_pays_its_restart_moves() -> Non
     apply_decisions(state, [run], [d])
     state, run = _on_one_gpu(a_free=2, restarts=6)
     assert SiaPolicy(_SplitDoubles()).decide(state, [], [run], 300.0) == []
+
+
+def _r_and_o(r_node: str, o_node: str) -> tuple:
+    """Nodes a and b (2 A100s each, the second GPU of each held by someone Sia cannot move).
+    R runs its 1-GPU plan (3 s/step; 2 s on 2 GPUs packed, 4 s split) on ``r_node``; O runs
+    its only plan (1 GPU) on ``o_node``. R's 2-GPU configuration needs O's GPU."""
+    one = make_plan("A100-40G", 1, step_s=3.0)
+    r = make_job("r", ranked(make_plan("A100-40G", 2, step_s=2.0), one), submit=-1000.0)
+    o_plan = make_plan("A100-40G", 1, step_s=1.0)
+    o = make_job("o", ranked(o_plan), submit=-1000.0)
+    state = cluster(make_node("a", "A100-40G", 2, 0), make_node("b", "A100-40G", 2, 0))
+    return state, [_running(r, one, ((r_node, 1),), 0.0), _running(o, o_plan, ((o_node, 1),), 0.0)]
+
+
+def test_a_move_that_landed_split_is_valued_at_what_it_got() -> None:
+    """R's 2-GPU configuration does not fit on the free GPUs plus its own (needs O's), so it is
+    valued packed: at 300 s (age 1,300 s, r = 1300/1370) R moving to 2 costs
+    round((1.5 r)^-0.5, 2) + 0.01 = 0.85 and leaving O out 1.1 r^-0.5 = 1.129: 1.98 < 2.00 for
+    keeping both, so O stops and R takes a:1 + b:1, split, 4 s/step (not the 2 s it was valued
+    at). Back on 1 GPU later (600 s, mirrored), a policy that has not seen this moves R again
+    (0.84 + 1.124 = 1.96 < 2.00: the cycle). The one that placed it remembers 4 s for R's
+    2 GPUs: G = {1: 1/3, 2: 1/4} -> {1: 2.67, 2: 2.00}, staying 0.61 + 1.00 = 1.61 < moving
+    round((2.00 r)^-0.5, 2) + 0.01 + 1.124 = 0.73 + 1.124: R stays."""
+    state, running = _r_and_o("b", "a")
+    policy = SiaPolicy(_SplitDoubles())
+    out = policy.decide(state, [], running, 300.0)
+    assert sorted((d.kind.value, d.job_id) for d in out) == [("resize", "r"), ("stop", "o")]
+    (grow,) = [d for d in out if d.job_id == "r"]
+    assert grow.allocation is not None and grow.allocation.plan.step_time_s == 4.0
+    assert sorted(grow.allocation.placement) == [("a", 1), ("b", 1)]
+    state, running = _r_and_o("a", "b")
+    assert [d.job_id for d in SiaPolicy(_SplitDoubles()).decide(state, [], running, 600.0)
+            if d.kind is DecisionKind.RESIZE] == ["r"]
+    assert policy.decide(state, [], running, 600.0) == []
