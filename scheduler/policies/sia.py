@@ -11,7 +11,17 @@ defaults in ``simulator_config.py``):
   only the user's requested count on each type (the artifact's rigid jobs).
 * **Goodput** = throughput × statistical efficiency. Our LLM jobs train with a fixed global
   batch, so statistical efficiency is 1 and goodput is throughput: ``1 / step time`` of the plan
-  re-timed (``PerfModel``) on the configuration's packed placement.
+  re-timed (``PerfModel``) on the placement the configuration would run on. A waiting job's
+  configurations are timed packed (largest nodes first, as on an empty cluster). A running job's
+  current configuration is timed on the placement it holds, and each other configuration on the
+  placement the allocator would give it (best fit on the free GPUs plus the job's own): both
+  sides of a move are valued on placements they would really get, so a job on a split
+  placement is not moved to a configuration that would be split as well just because its
+  packed shape is faster. Where that does not fit (the move needs GPUs other jobs hold, and
+  its placement depends on what they do) the configuration is valued packed, or at the step
+  time the job got the last time it was placed on it if that was slower: a move that landed
+  on a split placement is not made again on the packed shape's promise (Sia too re-fits a
+  job's throughput from what it observes).
 * **Normalisation** per job: every goodput divided by the job's smallest goodput over all its
   configurations, times that configuration's GPU count (the artifact's scale unit: 1 for
   data-parallel jobs, the GPUs of one replica for model-parallel ones).
@@ -199,6 +209,8 @@ class SiaPolicy:
         self.seed = seed
         self._next_round: float | None = None
         self._plans = PlanIndexCache()
+        # per job, per configuration: the step time of the placement it last got there
+        self._got: dict[str, dict[Config, float]] = {}
         self.last_round: RoundStats | None = None
 
     # -- the policy interface ----------------------------------------------------------------
@@ -252,6 +264,9 @@ class SiaPolicy:
         cands += [self._candidate(j, None, free, counts, capacity, state, now) for j in pending]
         cands = [c for c in cands if c.configs]
         self._plans.prune([*pending, *(r.job for r in running)])
+        live = {j.id for j in pending} | {r.job.id for r in running}
+        for jid in [k for k in self._got if k not in live]:
+            del self._got[jid]
         if not cands:
             return []
 
@@ -277,6 +292,12 @@ class SiaPolicy:
         """The job's configurations, their normalised goodputs and MILP costs."""
         index = self._plans.get(job)
         cand = _Candidate(job, run)
+        # a running job's alternatives are valued on the placement each would get (the free
+        # GPUs plus its own), like its current configuration on the placement it holds
+        reachable: FreeGpus | None = None
+        if run is not None:
+            reachable = FreeGpus.from_state(state)
+            reachable.give(run.allocation.placement)
         for t, sizes in counts.items():
             if t not in index.by_type:
                 continue
@@ -289,12 +310,21 @@ class SiaPolicy:
             for plan in options:
                 if plan.required_bytes > free.max_memory(t):
                     continue
-                shape = free.packed(t, plan.num_gpus)
+                shape = None
+                if reachable is not None:
+                    shape = reachable.best_fit(t, plan.num_gpus, plan.required_bytes,
+                                               plan.parallel.tp)
+                fallback = shape is None and reachable is not None
+                if shape is None:  # a waiting job, or it needs GPUs others hold: packed
+                    shape = free.packed(t, plan.num_gpus)
                 assert shape is not None
                 timed = self.perf.placed_plan(job, plan, shape, state)
+                step = timed.step_time_s
+                if fallback:
+                    step = max(step, self._got.get(job.id, {}).get((t, plan.num_gpus), 0.0))
                 cand.configs.append((t, plan.num_gpus))
                 cand.plans.append(plan)
-                cand.goodput.append(1.0 / timed.step_time_s)
+                cand.goodput.append(1.0 / step)
         current: Config | None = None
         if run is not None:
             current = (run.allocation.plan.gpu_type, run.allocation.num_gpus)
@@ -408,6 +438,7 @@ class SiaPolicy:
                 continue
             free.take(placement)
             placed = self.perf.placed_plan(cand.job, plan, placement, state)
+            self._got.setdefault(cand.job.id, {})[(t, n)] = placed.step_time_s
             where = " + ".join(f"{g}@{node}" for node, g in placement)
             why = (f"{tag}: MILP chose {n}x{t} ({plan.label()}), normalised goodput "
                    f"{cand.goodput[k]:.2f}, cost {cand.cost[k] + cand.left_out:.2f}; on {where}")

@@ -14,9 +14,10 @@ from builders import (
     ranked,
 )
 
-from scheduler.cluster import Allocation
+from predictor.plan import Plan
+from scheduler.cluster import Allocation, ClusterState, Placement
 from scheduler.decision import DecisionKind
-from scheduler.job import RunningJob
+from scheduler.job import JobView, RunningJob
 from scheduler.policies.sia import SiaPolicy, realloc_factor, sia_config_counts
 
 
@@ -231,3 +232,90 @@ def test_rejects_parameters_outside_the_implemented_regime() -> None:
         SiaPolicy(lambda_n=0.9)
     with pytest.raises(ValueError):
         SiaPolicy(mode="elastic")
+
+
+class _SplitDoubles:
+    """A PerfModel stub: a plan spread over more than one node runs twice as long."""
+
+    def placed_plan(self, job: JobView, plan: Plan, placement: Placement,
+                    state: ClusterState) -> Plan:
+        if len(placement) == 1:
+            return plan
+        from dataclasses import replace
+
+        return plan.with_step(replace(plan.step, total_s=2 * plan.step.total_s))
+
+
+def _on_one_gpu(a_free: int, restarts: int = 0):
+    """R runs its 1-GPU plan (3 s/step) on node b (2 A100s, the other held by someone else);
+    node a (2 A100s) has ``a_free`` free. R's 2-GPU plan takes 2 s packed, 4 s split."""
+    one = make_plan("A100-40G", 1, step_s=3.0)
+    two = make_plan("A100-40G", 2, step_s=2.0)
+    r = make_job("r", ranked(two, one), submit=-1000.0, restarts=restarts)
+    state = cluster(make_node("a", "A100-40G", 2, a_free), make_node("b", "A100-40G", 2, 0))
+    return state, _running(r, one, (("b", 1),), started_at=0.0)
+
+
+def test_an_alternative_that_would_be_split_is_valued_split() -> None:
+    """One A100 free on a, R on one of b's: its 2-GPU configuration could only get a:1 + b:1
+    (its own GPU back plus the free one), split, 4 s/step: slower than the 3 s it runs at.
+    Valued packed (2 s) it looked 1.5x faster and R moved onto the split placement, then back
+    (the rate_30 thrash). By hand, at 300 s (age 1,300 s, R = 70 s, r = 1300/1370 = 0.949):
+    G = {1: 1/3, 2: 1/4}, normalised by the least (1/4 on 2 GPUs) to {1: 2.67, 2: 2.00};
+    staying costs round(2.67^-0.5, 2) = 0.61, moving round((2.00 r)^-0.5, 2) + 0.01 = 0.74."""
+    state, run = _on_one_gpu(a_free=1)
+    policy = SiaPolicy(_SplitDoubles())
+    assert policy.decide(state, [], [run], 300.0) == []
+    assert policy.last_round is not None and policy.last_round.objective == pytest.approx(0.61)
+
+
+def test_an_alternative_that_would_be_packed_and_pays_its_restart_moves() -> None:
+    """Both of a's A100s free: the 2-GPU configuration gets a:2 on one node, 2 s/step.
+    G = {1: 1/3, 2: 1/2} -> {1: 1.00, 2: 1.50}; staying costs 1.00, moving
+    round((1.50 r)^-0.5, 2) + 0.01 = round(0.838, 2) + 0.01 = 0.85: R moves to a:2. With six
+    restarts behind it (r = (1300 - 420)/1370 = 0.642) the gain no longer pays the restart:
+    round((1.50 r)^-0.5, 2) + 0.01 = 1.02 + 0.01 > 1.00, it stays."""
+    state, run = _on_one_gpu(a_free=2)
+    policy = SiaPolicy(_SplitDoubles())
+    (d,) = policy.decide(state, [], [run], 300.0)
+    assert d.kind is DecisionKind.RESIZE
+    assert d.allocation is not None and d.allocation.placement == (("a", 2),)
+    assert d.allocation.plan.step_time_s == 2.0
+    assert policy.last_round is not None and policy.last_round.objective == pytest.approx(0.85)
+    apply_decisions(state, [run], [d])
+    state, run = _on_one_gpu(a_free=2, restarts=6)
+    assert SiaPolicy(_SplitDoubles()).decide(state, [], [run], 300.0) == []
+
+
+def _r_and_o(r_node: str, o_node: str) -> tuple:
+    """Nodes a and b (2 A100s each, the second GPU of each held by someone Sia cannot move).
+    R runs its 1-GPU plan (3 s/step; 2 s on 2 GPUs packed, 4 s split) on ``r_node``; O runs
+    its only plan (1 GPU) on ``o_node``. R's 2-GPU configuration needs O's GPU."""
+    one = make_plan("A100-40G", 1, step_s=3.0)
+    r = make_job("r", ranked(make_plan("A100-40G", 2, step_s=2.0), one), submit=-1000.0)
+    o_plan = make_plan("A100-40G", 1, step_s=1.0)
+    o = make_job("o", ranked(o_plan), submit=-1000.0)
+    state = cluster(make_node("a", "A100-40G", 2, 0), make_node("b", "A100-40G", 2, 0))
+    return state, [_running(r, one, ((r_node, 1),), 0.0), _running(o, o_plan, ((o_node, 1),), 0.0)]
+
+
+def test_a_move_that_landed_split_is_valued_at_what_it_got() -> None:
+    """R's 2-GPU configuration does not fit on the free GPUs plus its own (needs O's), so it is
+    valued packed: at 300 s (age 1,300 s, r = 1300/1370) R moving to 2 costs
+    round((1.5 r)^-0.5, 2) + 0.01 = 0.85 and leaving O out 1.1 r^-0.5 = 1.129: 1.98 < 2.00 for
+    keeping both, so O stops and R takes a:1 + b:1, split, 4 s/step (not the 2 s it was valued
+    at). Back on 1 GPU later (600 s, mirrored), a policy that has not seen this moves R again
+    (0.84 + 1.124 = 1.96 < 2.00: the cycle). The one that placed it remembers 4 s for R's
+    2 GPUs: G = {1: 1/3, 2: 1/4} -> {1: 2.67, 2: 2.00}, staying 0.61 + 1.00 = 1.61 < moving
+    round((2.00 r)^-0.5, 2) + 0.01 + 1.124 = 0.73 + 1.124: R stays."""
+    state, running = _r_and_o("b", "a")
+    policy = SiaPolicy(_SplitDoubles())
+    out = policy.decide(state, [], running, 300.0)
+    assert sorted((d.kind.value, d.job_id) for d in out) == [("resize", "r"), ("stop", "o")]
+    (grow,) = [d for d in out if d.job_id == "r"]
+    assert grow.allocation is not None and grow.allocation.plan.step_time_s == 4.0
+    assert sorted(grow.allocation.placement) == [("a", 1), ("b", 1)]
+    state, running = _r_and_o("a", "b")
+    assert [d.job_id for d in SiaPolicy(_SplitDoubles()).decide(state, [], running, 600.0)
+            if d.kind is DecisionKind.RESIZE] == ["r"]
+    assert policy.decide(state, [], running, 600.0) == []
