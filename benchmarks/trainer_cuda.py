@@ -64,12 +64,14 @@ class Plan:
     tp: int = 1
     dp: int = 1
 
-    def spec(self, gpu: str) -> dict[str, Any]:
-        """The ``frenzy memory`` spec of this plan."""
-        return {"model": self.model, "global_batch": self.global_batch, "seq_len": self.seq_len,
-                "precision": self.precision, "optimizer": self.optimizer, "tp": self.tp,
-                "dp": self.dp, "micro_batch": self.micro_batch, "recompute": self.recompute,
-                "runtime": "frenzy", "gpu": gpu}
+    def spec(self, gpu: str | None = None) -> dict[str, Any]:
+        """The ``frenzy memory`` spec of this plan (on ``gpu``, when given)."""
+        spec = {"model": self.model, "global_batch": self.global_batch,
+                "seq_len": self.seq_len, "precision": self.precision,
+                "optimizer": self.optimizer, "tp": self.tp, "dp": self.dp,
+                "micro_batch": self.micro_batch, "recompute": self.recompute,
+                "runtime": "frenzy"}
+        return spec if gpu is None else {**spec, "gpu": gpu}
 
     def label(self) -> str:
         name = self.model if isinstance(self.model, str) else self.model["name"]
@@ -123,7 +125,7 @@ def _run_config(plan: Plan, tmp: str) -> Any:
     from orchestrator.trainer.loop import RunConfig
     from predictor.memory_spec import parse_memory_spec
 
-    req = parse_memory_spec(plan.spec("H100-80G"))
+    req = parse_memory_spec(plan.spec())  # the model and the plan; no GPU type needed
     return RunConfig(job_id="trainer-cuda", model=req.model, global_batch=plan.global_batch,
                      seq_len=plan.seq_len, total_steps=STEPS, tp=plan.tp, dp=plan.dp,
                      micro_batch=plan.micro_batch, recompute=req.par.recompute,
