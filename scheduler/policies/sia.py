@@ -310,11 +310,9 @@ class SiaPolicy:
             for plan in options:
                 if plan.required_bytes > free.max_memory(t):
                     continue
-                shape = None
-                if reachable is not None:
-                    shape = reachable.best_fit(t, plan.num_gpus, plan.required_bytes,
-                                               plan.parallel.tp)
-                fallback = shape is None and reachable is not None
+                shape = None if reachable is None else reachable.best_fit(
+                    t, plan.num_gpus, plan.required_bytes, plan.parallel.tp)
+                fallback = reachable is not None and shape is None
                 if shape is None:  # a waiting job, or it needs GPUs others hold: packed
                     shape = free.packed(t, plan.num_gpus)
                 assert shape is not None
