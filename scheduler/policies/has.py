@@ -102,7 +102,9 @@ Choices the paper leaves open, and why:
   jobs on a type's nodes, one split over two of them, leave no node where any can grow, so
   each keeps its dominated plan to the end (three 7B jobs on 4 A100s each held phoebe's 16
   A100s for ~40 h where 8-GPU plans would have run them in ~16 h). The knee walk is left
-  as it is (a plan at the knee costs at most 1/0.8 the type's cheapest GPU-seconds).
+  as it is (a plan at the knee costs at most 1/0.8 the type's cheapest GPU-seconds), and
+  ``plan_order="ranked"`` follows the stored ranking as it is (a user's ``fewest_gpus``
+  ranking asks for the smallest plan whatever its rate).
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
@@ -196,7 +198,9 @@ class HasPolicy:
         self.max_slowdown = max_slowdown
         self.idle_past_knee = idle_past_knee
         self.reclaim = reclaim
-        self.skip_dominated = skip_dominated
+        # the ranked order is the stored ranking (MARP's, or the one the user asked for),
+        # followed as it is: only the orders that fall back to it skip dominated plans
+        self.skip_dominated = skip_dominated and plan_order != "ranked"
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}

@@ -435,8 +435,10 @@ def test_a_dominated_plan_is_passed_over() -> None:
                     make_node("dgx-1", "A100-40G", 8, 0, interconnect="nvlink"))
     job = _a_7b_job()
     assert HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0) == []
-    # the old walk, kept behind the switch (and in has-paper, Algorithm 1 as published)
+    # the old walk, kept behind the switch, in the ranked order (the stored ranking as it
+    # is) and in has-paper (Algorithm 1 as published)
     for policy in (HasPolicy(IdentityPerf(), skip_dominated=False),
+                   HasPolicy(IdentityPerf(), plan_order="ranked"),
                    make_policy("has-paper", perf=IdentityPerf())):
         (d,) = policy.decide(state, [job], [], 0.0)
         assert (d.kind, d.job_id) == (DecisionKind.START, "L")
