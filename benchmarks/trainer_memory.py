@@ -3,13 +3,15 @@
 One rank of ``orchestrator.trainer``'s ``ParallelTransformer`` (the model the service trains)
 runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 ``StorageTracker``: the step is the trainer loop's (``orchestrator/trainer/loop.py``:
-autocast forward, cross entropy on ``logits.float()``, ``(loss * scale).backward()`` per
+autocast forward, the model's loss (``F.cross_entropy`` on ``logits.float()`` at tp = 1, the
+vocab-parallel cross entropy on the logit shard at tp > 1), ``(loss * scale).backward()`` per
 micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
 optimizer (``loop._optimizer``: weight decay on the matrices), ``zero_grad``). The
 tensor-parallel and data-parallel all-reduces are replaced by no-ops for the measurement
 (they work in place, so they change no memory), which lets one process measure rank 0 of a
-tp·dp plan. The trainer executes no ZeRO, no vocabulary-parallel head and no pipeline, so
-only tp, dp, micro-batch, recomputation and precision vary.
+tp·dp plan (rank 0 holds the largest vocabulary shard). The trainer executes no ZeRO and no
+pipeline, so only tp (with the vocabulary split), dp, micro-batch, recomputation and
+precision vary.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from predictor.measure.tracker import StorageTracker
 from predictor.memory import estimate_memory
@@ -83,8 +84,7 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                 tracker.set_phase("forward")
                 with _autocast(train.precision, device):
                     logits = net(x)
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                       y.reshape(-1), ignore_index=-100) / micro
+                loss = net.loss(logits, y) / micro
                 tracker.set_phase("backward")
                 (loss * scale).backward()
                 total += loss.detach()

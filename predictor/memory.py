@@ -483,10 +483,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     head: list[tuple[int, int, int]] = []
     if last:
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
-        head.append((activations, _logit_bytes(rt, low, True) * lg, 0))
+        head.append((activations, _logit_bytes(rt, low, True, t) * lg, 0))
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
-        lb, tb = _logit_bytes(rt, low, False) * lg, vr * h * D + h * Tf * D
+        lb, tb = _logit_bytes(rt, low, False, t) * lg, vr * h * D + h * Tf * D
         if hb:  # the loss's buffers go before the head's matmul backward
             head += [(activations, lb, 0), (activations, hb * lg, tb)]
             if rt.fp32_weights_autocast and mixed:
@@ -685,8 +685,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         held = hb // 2 * lg
         head = []
         if last:
-            lb = _logit_bytes(rt, low, False) * lg
-            head.append((_logit_bytes(rt, low, True) * lg, 0))
+            lb = _logit_bytes(rt, low, False, t) * lg
+            head.append((_logit_bytes(rt, low, True, t) * lg, 0))
             if hb:
                 head += [(lb, 0), (hb * lg + h * Tf * D, vr * h * D)]
                 if rt.fp32_weights_autocast and mixed:
@@ -804,9 +804,14 @@ def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
     return mixed and not (bert and rt.fp32_stream)
 
 
-def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:
+def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool, tp: int = 1) -> int:
     """Bytes per logit element alive at the loss forward / the output layer's backward
-    (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy)."""
+    (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy;
+    at tp > 1 a vocab-parallel runtime's ``logits_*_tp`` when it gives them)."""
+    if tp > 1 and rt.vocab_parallel and rt.logits_fwd_bytes_tp:
+        if forward:
+            return rt.logits_fwd_bytes_tp if mixed else rt.logits_fwd_bytes_tp_fp32
+        return rt.logits_bwd_bytes_tp if mixed else rt.logits_bwd_bytes_tp_fp32
     if forward:
         return rt.logits_fwd_bytes if mixed else max(4, rt.logits_fwd_bytes - 2)
     return rt.logits_bwd_bytes if mixed else (rt.logits_bwd_bytes_fp32
