@@ -480,6 +480,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     low = _low_precision_logits(rt, mixed, bert)
     hb = rt.logits_head_bwd_bytes * (1 if low else 2)
     held = hb // 2  # logits the loop still holds through the layers' backward
+    bc = _bias_grad_copy(rt, mixed, low)
     head: list[tuple[int, int, int]] = []
     if last:
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
@@ -489,14 +490,17 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         lb, tb = _logit_bytes(rt, low, False, t) * lg, vr * h * D + h * Tf * D
         if hb:  # the loss's buffers go before the head's matmul backward
             head += [(activations, lb, 0), (activations, hb * lg, tb)]
+            if bc:
+                head.append((activations, (hb + bc) * lg, 0))
             if rt.fp32_weights_autocast and mixed:
                 # the weight gradient cast to fp32, the matmul's saved weight copy freed
                 head.append((activations, held * lg, tb + (4 - D) * vr * h))
         else:
             head.append((activations, lb, tb))
-    # at the backward's end one layer's activations and (without full recompute, where the
-    # working set has them) weight copies are left; a tied embedding's two gradients are
-    # summed there into a third tensor (and an earlier micro-batch's is accumulated)
+    # at the last layer's backward one layer's activations and (without full recompute,
+    # where the working set has them) weight copies are left; a tied embedding's two
+    # gradients are summed into a third tensor (and an earlier micro-batch's is accumulated)
+    # after that, at the embedding's backward, when no activation is left
     act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
     act_end -= copies - (0 if full else one_copy)
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
@@ -507,12 +511,12 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
         if tied:
-            cands.append((whole, act_end, held * lg, 2 * tied))
+            cands.append((whole, 0, held * lg, 2 * tied))
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
         if tied:
-            cands.append((gradients, act_end, held * lg, 3 * tied))
+            cands.append((gradients, 0, held * lg, 3 * tied))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)
@@ -683,12 +687,15 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
         held = hb // 2 * lg
+        bc = _bias_grad_copy(rt, mixed, low)
         head = []
         if last:
             lb = _logit_bytes(rt, low, False, t) * lg
             head.append((_logit_bytes(rt, low, True, t) * lg, 0))
             if hb:
                 head += [(lb, 0), (hb * lg + h * Tf * D, vr * h * D)]
+                if bc:
+                    head.append(((hb + bc) * lg, 0))
                 if rt.fp32_weights_autocast and mixed:
                     head.append((held + h * Tf * D, vr * h * 4))
             else:
@@ -698,15 +705,15 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         left = copies - (0 if full else one_copy)
         tied = 4 * vr * h if rt.eager_blocks and first and last and (
             m.tie_embeddings or bert) else 0
-        if tied:
-            moments.append((held - drop, 3 * tied - left))
+        if tied:  # at the embedding's backward, the last: no activation is left
+            moments.append((held - c_mb, 3 * tied - c_rot))
         alone = moments
         if rt.grads_set_to_none:
             partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
             alone = (head + [(c + held, k + partial) for c, k in layer_bwd]
                      + [(c + held - drop, k + whole - left) for c, k in layer_bwd])
             if tied:
-                alone.append((held - drop, whole + 2 * tied - left))
+                alone.append((held - c_mb, whole + 2 * tied - c_rot))
         all_moments = tuple(moments)
         out.append((pp - stage, c_mb, c_rot, all_moments,
                     all_moments if alone is moments else tuple(alone)))
@@ -802,6 +809,16 @@ def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
     head adds its fp32 output bias to the bf16 matmul output, which promotes the logits to
     fp32 (they then count as in an fp32 run)."""
     return mixed and not (bert and rt.fp32_stream)
+
+
+def _bias_grad_copy(rt: RuntimeProfile, mixed: bool, low: bool) -> int:
+    """Bytes per logit that the head's backward adds when the logits are fp32 only because
+    an fp32 output bias was added to the low-precision matmul output (BERT under
+    ``fp32_stream``): the fp32 gradient's copy in the matmul's dtype, beside the fp32
+    gradient and logits (``logits_head_bwd_bytes``), before the matmul's backward runs.
+    The moment shows only where the loss's own backward holds less (the vocab-parallel
+    loss at tp > 1)."""
+    return 2 if rt.logits_head_bwd_bytes and mixed and not low else 0
 
 
 def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool, tp: int = 1) -> int:

@@ -170,7 +170,7 @@ def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
     assert 0 < on.tensors - off.tensors <= 64 * 64 + 2 * 64 * 64 + 4 * 32 * 64 * 3
 
 
-def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
+def test_built_in_trainer_profile_keeps_fp32_weights_and_a_vocab_parallel_head() -> None:
     # orchestrator/trainer: fp32 weights (the master), fp32 grads, AdamW m and v: 4 + 4 + 8
     # = 16 B/param at tp = 1, with no separate master (two micro-batches per step: the
     # second runs beside every gradient); autocast's bf16 weight copies count with the
@@ -179,11 +179,16 @@ def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> 
     mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
     n = LLAMA.num_params()
     assert (mem.parameters, mem.gradients, mem.optimizer_states) == (4 * n, 4 * n, 8 * n)
-    # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
+    # tp = 2: the layers split, and so do the embedding and the untied head (1024·64 each)
+    # by vocabulary rows (512 per rank); the final norm does not
     tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1), runtime=FRENZY)
-    # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
-    per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
-    assert tp2.gradients == 4 * per_rank == 4 * 172352
+    # per layer: half of 4·h² + 3·h·f, both norms whole; half the embedding and the head
+    per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 512 * 64 + 64 + 512 * 64
+    assert tp2.gradients == 4 * per_rank == 4 * 106816
+    # the replicated head it ran with before (benchmarks.trainer_cuda's older rows)
+    rep = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1),
+                          runtime=FRENZY.with_overrides(vocab_parallel=False))
+    assert rep.gradients == 4 * (41216 + 1024 * 64 + 64 + 1024 * 64) == 4 * 172352
 
 
 def test_planner_offers_only_what_the_runtime_executes() -> None:
