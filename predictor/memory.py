@@ -34,7 +34,8 @@ dropout output on top of what is counted here):
   softmax output a·s·T_f·D (the 5·a·s²·b term less dropout), the re-laid output q·T_f·D.
   selective recompute: Q, K, V (not repeated), re-laid output.
   MLP: GeLU 2·f·T_f·D (fc1 output, GeLU output); SwiGLU 3·f·T_f·D (gate, up, product).
-  full recompute: the layer input h·T·D only, plus one layer recomputed during backward.
+  full recompute: the layer input h·T·D only (h·T·4 under a runtime's ``fp32_stream``: the
+  fp32 residual), plus one layer recomputed during backward.
 For gpt2 at t = 1 without flash this is 32·s·b·h + 2·a·s²·b bytes in fp16 (= Korthikanti's
 34·s·b·h + 5·a·s²·b less the 2·s·b·h dropout masks and the 3·a·s²·b dropout mask + output).
 
@@ -431,7 +432,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
     full = recompute is Recompute.FULL
-    per_layer = hTD if full else one_layer
+    # full recompute keeps each layer's input: the fp32 residual under fp32_stream
+    per_layer = (h * T * (4 if rt.fp32_stream else D) if full else one_layer)
     mb = hTD  # the stage's output (next stage's / head's input)
     if first:
         mb += 8 * b * s  # token ids
@@ -645,7 +647,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     n_mlp = m.mlp_kept
     q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
-    per_layer = hTD if full else one_layer
+    # full recompute keeps each layer's input: the fp32 residual under fp32_stream
+    per_layer = (h * T * (4 if rt.fp32_stream else D) if full else one_layer)
     # backward working set of the first layer, (per sequence, constant) pieces
     redo = one_layer if full else 0
     bwd = [(hTD + (h * Tf * D if sp else 0) + f * Tf * D + redo, h * f * D),
