@@ -77,6 +77,7 @@ def elastic_config(
     opportunity_cost: float | None = 3.0,
     costly_mode: str = "best_effort",
     arrival_window: int = 64,
+    capacity_bound: bool = True,
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
 ) -> DeadlineConfig:
@@ -94,7 +95,7 @@ def elastic_config(
         admission=Admission(
             infeasible=mode, replan=replan,
             opportunity=None if opportunity_cost is None else OpportunityCost(
-                opportunity_cost, costly_mode, arrival_window)),
+                opportunity_cost, costly_mode, arrival_window, capacity_bound)),
         growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True),
     )
 
@@ -111,7 +112,9 @@ class ElasticPolicy(EnginePolicy):
     share's cost (default: its FP16 TFLOP/s); ``opportunity_cost``: the most expected
     deadline arrivals a new job's booking may turn away (``None``: no limit);
     ``costly_mode``: what happens to a job over that limit ('best_effort' or 'reject');
-    ``arrival_window``: how many recent arrivals the estimate uses; ``replan``: re-plan
+    ``arrival_window``: how many recent arrivals the estimate uses; ``capacity_bound``: the
+    estimate counts no more arrivals than the booking's GPUs could have served (off: the
+    arrival-rate count alone, the rule before; an ablation); ``replan``: re-plan
     every booking in deadline order when an arrival does not fit (may pause running jobs
     with slack); ``estimator``: corrects remaining times from observed step times and widens
     ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
@@ -135,6 +138,7 @@ class ElasticPolicy(EnginePolicy):
         opportunity_cost: float | None = 3.0,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
+        capacity_bound: bool = True,
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
         seed: int = 0,
@@ -146,4 +150,5 @@ class ElasticPolicy(EnginePolicy):
             resize_gain_factor=resize_gain_factor, launch_delay_s=launch_delay_s,
             restart_delay_s=restart_delay_s, type_value=type_value,
             opportunity_cost=opportunity_cost, costly_mode=costly_mode,
-            arrival_window=arrival_window, replan=replan, estimator=estimator))
+            arrival_window=arrival_window, capacity_bound=capacity_bound, replan=replan,
+            estimator=estimator))

@@ -41,7 +41,8 @@ class DeadlineEngine:
         self.prediction = config.prediction
         oc = config.admission.opportunity
         self.ledger = Ledger()
-        self.window = ArrivalWindow(oc.window if oc is not None else 64)
+        self.window = ArrivalWindow(oc.window if oc is not None else 64,
+                                    capacity_bound=oc is None or oc.capacity_bound)
         self.booker = Booker(config.booking, config.prediction, oc, self.window)
         self.admitter = Admitter(name, config.admission, self.booker, config.prediction,
                                  self.ledger, self.window, pin_type=config.plans.pin_type)
