@@ -19,12 +19,16 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
 * **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 3):
   the deadline ratio counts jobs, so an arrival whose every share would turn away more than
   ``opportunity_cost`` expected deadline arrivals (observed arrival rate × the share of
-  recent arrivals that the GPUs it leaves could no longer serve, over the booking) is kept
-  best-effort on leftovers instead of reserved, and every share is chosen to turn away the
-  fewest. The estimate treats bookings as fixed; with the deadline-order re-plan below an
-  arrival due sooner can still get in by pausing the booked job, so it overstates the cost,
-  and the threshold is 3 rather than one job for one job (how it was chosen:
-  docs/deadlines.md). ``None`` turns it off (ElasticFlow's admission).
+  recent arrivals that the GPUs it leaves could no longer serve, over the booking, but no
+  more than the booking's GPU-seconds could have served of them: ``capacity_bound``) is
+  kept best-effort on leftovers instead of reserved, and every share is chosen to turn away
+  the fewest. So it departs from ElasticFlow's admission only where its own prediction says
+  that giving up this job keeps more than ``opportunity_cost`` others; under overload the
+  bound is what keeps that prediction from counting arrivals that would be turned away
+  whatever is booked. The estimate treats bookings as fixed; with the deadline-order
+  re-plan below an arrival due sooner can still get in by pausing the booked job, so it
+  overstates the cost, and the threshold is 3 rather than one job for one job (how it was
+  chosen: docs/deadlines.md). ``None`` turns it off (ElasticFlow's admission).
 * **Bookings in deadline order** (``replan``): an arrival that does not fit beside what is
   promised re-plans every booking earliest deadline first, pausing a running job with slack
   (its booking still finishes it in time, the restart charged) so that a job due sooner
