@@ -16,7 +16,7 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   not the size with the fewest GPU-seconds (near-linear scaling makes every size cost about
   the same): a job keeps what it holds while nobody needs it, and an arrival can take the
   rest (a shrink, charged the restart, that still meets the deadline).
-* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 3):
+* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 1.25):
   the deadline ratio counts jobs, so an arrival whose every share would turn away more than
   ``opportunity_cost`` expected deadline arrivals (observed arrival rate × the share of
   recent arrivals that the GPUs it leaves could no longer serve, over the booking, but no
@@ -27,8 +27,9 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   bound is what keeps that prediction from counting arrivals that would be turned away
   whatever is booked. The estimate treats bookings as fixed; with the deadline-order
   re-plan below an arrival due sooner can still get in by pausing the booked job, so it
-  overstates the cost, and the threshold is 3 rather than one job for one job (how it was
-  chosen: docs/deadlines.md). ``None`` turns it off (ElasticFlow's admission).
+  overstates the cost a little, and the threshold is 1.25 rather than one job for one job
+  (chosen on the tuning split: docs/deadlines.md). ``None`` turns it off (ElasticFlow's
+  admission).
 * **Bookings in deadline order** (``replan``): an arrival that does not fit beside what is
   promised re-plans every booking earliest deadline first, pausing a running job with slack
   (its booking still finishes it in time, the restart charged) so that a job due sooner
@@ -78,7 +79,7 @@ def elastic_config(
     launch_delay_s: float = LAUNCH_DELAY_S,
     restart_delay_s: float = RESTART_DELAY_S,
     type_value: Callable[[str], float] | None = None,
-    opportunity_cost: float | None = 3.0,
+    opportunity_cost: float | None = 1.25,
     costly_mode: str = "best_effort",
     arrival_window: int = 64,
     capacity_bound: bool = True,
@@ -139,7 +140,7 @@ class ElasticPolicy(EnginePolicy):
         launch_delay_s: float = LAUNCH_DELAY_S,
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
-        opportunity_cost: float | None = 3.0,
+        opportunity_cost: float | None = 1.25,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
         capacity_bound: bool = True,

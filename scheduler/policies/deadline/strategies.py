@@ -67,7 +67,7 @@ class OpportunityCost:
     (off: the arrival-rate count alone, which under overload counts arrivals that would be
     turned away whatever is booked)."""
 
-    limit: float = 3.0
+    limit: float = 1.25
     costly: str = "best_effort"
     window: int = 64
     capacity_bound: bool = True
