@@ -25,7 +25,10 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   the fewest. So it departs from ElasticFlow's admission only where its own prediction says
   that giving up this job keeps more than ``opportunity_cost`` others; under overload the
   bound is what keeps that prediction from counting arrivals that would be turned away
-  whatever is booked. The estimate treats bookings as fixed; with the deadline-order
+  whatever is booked, and the prediction is checked against the policy's own bookings
+  (``refusal_guard``): it is scaled by how many of the arrivals predicted to use the room
+  of earlier refusals were then admitted into it, so when that room goes unused the
+  policy admits as ElasticFlow does. The estimate treats bookings as fixed; with the deadline-order
   re-plan below an arrival due sooner can still get in by pausing the booked job, so it
   overstates the cost a little, and the threshold is 1.25 rather than one job for one job
   (chosen on the tuning split: docs/deadlines.md). ``None`` turns it off (ElasticFlow's
@@ -83,6 +86,7 @@ def elastic_config(
     costly_mode: str = "best_effort",
     arrival_window: int = 64,
     capacity_bound: bool = True,
+    refusal_guard: bool = True,
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
 ) -> DeadlineConfig:
@@ -100,7 +104,8 @@ def elastic_config(
         admission=Admission(
             infeasible=mode, replan=replan,
             opportunity=None if opportunity_cost is None else OpportunityCost(
-                opportunity_cost, costly_mode, arrival_window, capacity_bound)),
+                opportunity_cost, costly_mode, arrival_window, capacity_bound,
+                refusal_guard)),
         growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True),
     )
 
@@ -119,7 +124,9 @@ class ElasticPolicy(EnginePolicy):
     ``costly_mode``: what happens to a job over that limit ('best_effort' or 'reject');
     ``arrival_window``: how many recent arrivals the estimate uses; ``capacity_bound``: the
     estimate counts no more arrivals than the booking's GPUs could have served (off: the
-    arrival-rate count alone, the rule before; an ablation); ``replan``: re-plan
+    arrival-rate count alone, the rule before; an ablation); ``refusal_guard``: the estimate
+    is scaled by how many of the arrivals predicted to use the room of earlier refusals the
+    policy then admitted into it, at most 1 (off: an ablation); ``replan``: re-plan
     every booking in deadline order when an arrival does not fit (may pause running jobs
     with slack); ``estimator``: corrects remaining times from observed step times and widens
     ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
@@ -144,6 +151,7 @@ class ElasticPolicy(EnginePolicy):
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
         capacity_bound: bool = True,
+        refusal_guard: bool = True,
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
         seed: int = 0,
@@ -155,5 +163,5 @@ class ElasticPolicy(EnginePolicy):
             resize_gain_factor=resize_gain_factor, launch_delay_s=launch_delay_s,
             restart_delay_s=restart_delay_s, type_value=type_value,
             opportunity_cost=opportunity_cost, costly_mode=costly_mode,
-            arrival_window=arrival_window, capacity_bound=capacity_bound, replan=replan,
-            estimator=estimator))
+            arrival_window=arrival_window, capacity_bound=capacity_bound,
+            refusal_guard=refusal_guard, replan=replan, estimator=estimator))

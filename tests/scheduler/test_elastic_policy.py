@@ -316,6 +316,33 @@ def test_displaced_is_at_most_what_the_booked_gpus_could_have_served() -> None:
     assert unknown.window.displaced(booking, cap, empty) == pytest.approx(10 / 9 + 0.5)
 
 
+def test_refusals_are_priced_by_how_many_predicted_arrivals_were_admitted() -> None:
+    """By hand, 16 A100s: x's share (16 GPUs over [100, 500) s) is refused on a prediction
+    of 8 arrivals using its room. At 300 s half its interval has passed, 4 were predicted
+    and none admitted: the factor is 0/4. An admitted share of 8 GPUs over [300, 400) s would
+    not have fitted beside x's (16 + 8 > 16): 1 of 4, 0.25; one that fits beside it (32
+    GPUs) does not count. Once x's interval is over, 1 of 8. Until one arrival is predicted,
+    and without the guard, the factor is 1."""
+    from scheduler.policies.deadline.opportunity import RefusalAccount
+
+    def at(t: float) -> int:
+        return ticks_floor(t)
+
+    acct = RefusalAccount()
+    assert acct.factor(at(100.0)) == 1.0
+    acct.refuse(_share("A100-40G", 16, 100.0, 500.0), 8.0)
+    assert acct.factor(at(120.0)) == 1.0  # 8 × 20 / 400 = 0.4 predicted so far
+    assert acct.factor(at(300.0)) == 0.0
+    acct.admitted(_share("A100-40G", 8, 300.0, 400.0), Profile(at(300.0), {"A100-40G": 32}))
+    assert acct.factor(at(300.0)) == 0.0
+    acct.admitted(_share("A100-40G", 8, 300.0, 400.0), Profile(at(300.0), {"A100-40G": 16}))
+    assert acct.factor(at(300.0)) == pytest.approx(0.25)
+    assert acct.factor(at(600.0)) == pytest.approx(1 / 8)
+    off = RefusalAccount(guard=False)
+    off.refuse(_share("A100-40G", 16, 100.0, 500.0), 8.0)
+    assert off.factor(at(300.0)) == 1.0
+
+
 def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_arrive() -> None:
     """Ten short jobs arrive 10 s apart, each met only by 8 of the 16 A100s (8 GPUs: 10 s of
     steps + 10 s launch within a 25 s deadline, 160 GPU-seconds; 4 GPUs: 30 s). Then a long

@@ -134,7 +134,8 @@ def test_under_overload_elastic_meets_no_fewer_deadlines_than_elasticflow() -> N
     assert met("elasticflow") == {"b0", "x"}
     assert met("elastic") == {"b0", "x"}
     # the rule before: fewer
-    assert met("elastic", capacity_bound=False, opportunity_cost=3.0) == {"b0"}
+    before = {"capacity_bound": False, "refusal_guard": False, "opportunity_cost": 3.0}
+    assert met("elastic", **before) == {"b0"}
 
 
 @pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")

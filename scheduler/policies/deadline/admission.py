@@ -18,7 +18,7 @@ from scheduler.decision import ReasonCode, reject
 from scheduler.policies.deadline.bookings import Profile, Share, ticks_floor
 from scheduler.policies.deadline.candidates import Candidate, Round, deadline_order
 from scheduler.policies.deadline.ledger import Ledger
-from scheduler.policies.deadline.opportunity import ArrivalWindow
+from scheduler.policies.deadline.opportunity import ArrivalWindow, RefusalAccount
 from scheduler.policies.deadline.options import Option
 from scheduler.policies.deadline.prediction import Prediction
 from scheduler.policies.deadline.shares import Booker, reserve
@@ -40,6 +40,8 @@ class Admitter:
         self.ledger = ledger
         self.window = window
         self.pin_type = pin_type
+        oc = rule.opportunity
+        self.account = RefusalAccount(guard=oc is not None and oc.guard)
 
     # -- the phases ------------------------------------------------------------------------
     def keep_promises(self, rnd: Round) -> None:
@@ -108,12 +110,13 @@ class Admitter:
             how, code = self.rule.infeasible, ReasonCode.REJECT
             if share is None:
                 why = self._infeasible_reason(c, now)
-            elif oc is not None and \
-                    (lost := self.window.displaced(share, cap, rnd.profile)) > oc.limit:
+            elif oc is not None and (lost := self.window.displaced(share, cap, rnd.profile)) \
+                    * self.account.factor(rnd.profile.now) > oc.limit:
                 why = (f"booking {share.option.label()} for {share.end_t - share.start_t:.0f}s "
                        f"would turn away ~{lost:.1f} expected arrivals (more than "
                        f"{oc.limit:g})")
                 how, code = oc.costly, ReasonCode.TOO_COSTLY
+                self.account.refuse(share, lost)
                 log.debug("%s: %s not reserved: %s", self.name, c.job.id, why)
             else:
                 why = None
@@ -125,6 +128,8 @@ class Admitter:
                     ledger.refuse(c.job.id)
                     c.why.append(f"admitted best-effort: {why}")
                 continue
+            if oc is not None:
+                self.account.admitted(share, rnd.profile)
             self._admit(c, share, rnd.profile)
             rnd.booked.append(c)
 

@@ -14,7 +14,12 @@ their mean GPU-seconds), and the rest would have been turned away whatever was b
 Without that bound a booking is priced as if every arrival it blocks would otherwise have
 run; under overload, when the arrivals want far more GPU-time than the cluster has, that
 counts many times over arrivals the booking's GPUs could never have served, and admission
-turns away jobs that would have met their deadlines for room that no job then uses."""
+turns away jobs that would have met their deadlines for room that no job then uses.
+
+``RefusalAccount`` checks the prediction against the policy's own bookings: of the arrivals
+predicted to use the room of the bookings it refused, how many it then admitted into that
+room; the price is scaled by that ratio (at most 1), so when the room goes unused the
+policy stops refusing and admits as ElasticFlow does."""
 
 from __future__ import annotations
 
@@ -161,3 +166,69 @@ class ArrivalWindow:
                 served = n * secs / (work / known)  # the booking's GPU-seconds, FCFS mix
                 excess += max(0.0, expected - served)
         return tick_seconds(total), excess
+
+
+class RefusalAccount:
+    """The opportunity cost's own account of its refusals, on its own bookings (no outcomes).
+
+    A refusal gives up a job whose share fitted beside the bookings on the prediction that
+    the room it leaves is used by ``displaced`` arrivals over the share's interval. An
+    arrival admitted later whose share would not have fitted beside the refused shares is
+    one of them. ``factor`` is how many were admitted per one predicted so far (the
+    prediction prorated over the part of each refused interval that has passed); with
+    ``guard`` the price of a booking is multiplied by it, so a prediction that its own
+    bookings do not bear out (the room kept goes unused, as under overload) stops refusing.
+    State kept across calls, not across a restart."""
+
+    def __init__(self, *, guard: bool = True) -> None:
+        self.guard = guard
+        self.refused: list[tuple[Share, float]] = []
+        """Refused shares that have not ended yet, with the arrivals predicted to use their
+        room."""
+        self.expected_done = 0.0
+        """Arrivals predicted to use the room of refused shares that have ended."""
+        self.repaid = 0
+        """Arrivals admitted whose share would not have fitted beside the refused shares."""
+
+    def _prune(self, now: int) -> None:
+        live = []
+        for sh, e in self.refused:
+            if sh.end <= now:
+                self.expected_done += e
+            else:
+                live.append((sh, e))
+        self.refused = live
+
+    def factor(self, now: int) -> float:
+        """Arrivals admitted into refused room per one predicted so far, at most 1 (1 until
+        one arrival is predicted)."""
+        if not self.guard:
+            return 1.0
+        self._prune(now)
+        expected = self.expected_done + sum(
+            e * max(0, now - sh.start) / max(1, sh.end - sh.start) for sh, e in self.refused)
+        return 1.0 if expected < 1.0 else min(1.0, self.repaid / expected)
+
+    def refuse(self, share: Share, predicted: float) -> None:
+        """Record a refusal of ``share``'s booking, predicted to leave room for
+        ``predicted`` arrivals."""
+        self.refused.append((share, predicted))
+
+    def admitted(self, share: Share, profile: Profile) -> None:
+        """Record an admission of ``share`` (not yet in ``profile``): one of the predicted
+        arrivals when it would not have fitted beside the refused shares."""
+        self._prune(profile.now)
+        t, n = share.option.gpu_type, share.option.num_gpus
+        mine = [r for r, _ in self.refused if r.option.gpu_type == t
+                and r.start < share.end and share.start < r.end]
+        if not mine:
+            return
+        cap = profile.cap.get(t, 0)
+        points = {share.start, *profile.breakpoints(t, share.start, share.end)}
+        points.update(r.start for r in mine if share.start < r.start)
+        for x in points:
+            used = profile.used_at(t, x) + sum(r.option.num_gpus for r in mine
+                                               if r.start <= x < r.end)
+            if used + n > cap:
+                self.repaid += 1
+                return
