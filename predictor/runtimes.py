@@ -260,7 +260,7 @@ FRENZY = RuntimeProfile(
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
     optimizer_fused=True,
-    max_pp=1, zero_stages=(0,),  # orchestrator/trainer runs tp, dp and recompute only
+    max_pp=1, zero_stages=(0, 1, 2),  # orchestrator/trainer: tp, dp, ZeRO-1/2, recompute
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)
 """The built-in trainer on the CPU (the emulated cluster, the fake-tensor measurement)."""
