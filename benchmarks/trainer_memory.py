@@ -5,11 +5,13 @@ runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 ``StorageTracker``: the step is the trainer loop's (``orchestrator/trainer/loop.py``:
 autocast forward, cross entropy on ``logits.float()``, ``(loss * scale).backward()`` per
 micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
-optimizer (``loop._optimizer``: weight decay on the matrices), ``zero_grad``). The
-tensor-parallel and data-parallel all-reduces are replaced by no-ops for the measurement
-(they work in place, so they change no memory), which lets one process measure rank 0 of a
-tp·dp plan. The trainer executes no ZeRO, no vocabulary-parallel head and no pipeline, so
-only tp, dp, micro-batch, recomputation and precision vary.
+optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO-1/2 the
+trainer's ``ZeroOptimizer`` over rank 0's chunks), ``zero_grad``). The tensor-parallel and
+data-parallel collectives are replaced by no-ops for the measurement (all-reduces work in
+place, ZeRO's reduce-scatter and all-gather write into outputs the trainer allocates, so they
+change no memory), which lets one process measure rank 0 of a tp·dp plan. The trainer
+executes no ZeRO-3, no vocabulary-parallel head and no pipeline, so tp, dp, ZeRO-1/2,
+micro-batch, recomputation and precision vary.
 """
 
 from __future__ import annotations
@@ -31,17 +33,25 @@ from predictor.spec import Family, ModelSpec, ParallelConfig, Precision, Trainin
 log = logging.getLogger(__name__)
 
 
+_COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter_single",
+                "all_gather_into_tensor", "all_gather_single")
+
+
 @contextlib.contextmanager
 def _local_collectives() -> Iterator[None]:
-    """``torch.distributed.all_reduce`` as a no-op (the trainer's collectives are in place)."""
+    """The trainer's collectives as no-ops: the all-reduces work in place, and ZeRO's
+    reduce-scatter and all-gather write into outputs the trainer allocated itself, so none
+    changes the memory."""
     import torch.distributed as dist
 
-    orig = dist.all_reduce
-    dist.all_reduce = lambda *a, **k: None  # type: ignore[assignment]
+    orig = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+    for n in orig:
+        setattr(dist, n, lambda *a, **k: None)
     try:
         yield
     finally:
-        dist.all_reduce = orig  # type: ignore[assignment]
+        for n, fn in orig.items():
+            setattr(dist, n, fn)
 
 
 def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
@@ -49,12 +59,14 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.trainer.loop import FP16_LOSS_SCALE, RunConfig, _autocast, _optimizer
+    from orchestrator.trainer.loop import FP16_LOSS_SCALE, RunConfig, _autocast, build_optimizer
     from orchestrator.trainer.model import ParallelTransformer
     from orchestrator.trainer.parallel import Layout, allreduce_grads
+    from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 
-    if par.pp != 1 or par.zero_stage:
-        raise ValueError("the built-in trainer runs neither pp > 1 nor ZeRO")
+    if par.pp != 1:
+        raise ValueError("the built-in trainer runs no pp > 1")
+    check_zero_stage(par.zero_stage)
     layout = Layout(0, par.tp * par.dp, par.tp, par.dp)
     device = torch.device("cpu")
     share = train.global_batch // par.dp
@@ -65,9 +77,11 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
         net = ParallelTransformer(model, layout, par.recompute)
         params = list(net.parameters())
         tracker.label(params, "parameters")
-        opt = _optimizer(RunConfig(job_id="trainer-memory", model=model,
-                                   global_batch=train.global_batch, seq_len=train.seq_len,
-                                   total_steps=steps, optimizer=train.optimizer), params)
+        opt = build_optimizer(RunConfig(job_id="trainer-memory", model=model,
+                                        global_batch=train.global_batch,
+                                        seq_len=train.seq_len, total_steps=steps,
+                                        tp=par.tp, dp=par.dp, zero_stage=par.zero_stage,
+                                        optimizer=train.optimizer), params, layout)
         net.train()
         peak = 0
         for _ in range(steps):
@@ -90,12 +104,16 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                 total += loss.detach()
                 del logits, loss
             tracker.set_phase("allreduce")
-            allreduce_grads(params, layout)
-            tracker.set_phase("optimizer")
-            if scale != 1.0:
-                for p in params:
-                    if p.grad is not None:
-                        p.grad.div_(scale)
+            if isinstance(opt, ZeroOptimizer):
+                opt.reduce_grads(scale)
+                tracker.set_phase("optimizer")
+            else:
+                allreduce_grads(params, layout)
+                tracker.set_phase("optimizer")
+                if scale != 1.0:
+                    for p in params:
+                        if p.grad is not None:
+                            p.grad.div_(scale)
             opt.step()
             opt.zero_grad(set_to_none=True)
             peak = tracker.peak
@@ -114,13 +132,14 @@ def measure_real_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig
     from orchestrator.trainer.local import run_local
     from orchestrator.trainer.loop import RunConfig
 
-    if par.pp != 1 or par.zero_stage:
-        raise ValueError("the built-in trainer runs neither pp > 1 nor ZeRO")
+    if par.pp != 1:
+        raise ValueError("the built-in trainer runs no pp > 1")
     with tempfile.TemporaryDirectory(prefix="frz-trainer-mem-") as tmp:
         cfg = RunConfig(job_id="trainer-memory", model=model, global_batch=train.global_batch,
                         seq_len=train.seq_len, total_steps=steps, tp=par.tp, dp=par.dp,
                         micro_batch=par.micro_batch, recompute=par.recompute,
-                        precision=train.precision, optimizer=train.optimizer,
+                        zero_stage=par.zero_stage, precision=train.precision,
+                        optimizer=train.optimizer,
                         checkpoint_dir=tmp, checkpoint_every=10**9)
         results = run_local(cfg, timeout_s=600.0)
     peak = results[0].peak_tensors_bytes
@@ -139,7 +158,7 @@ class TrainerCase:
         p, t = self.par, self.train
         return (f"{self.model.name} s{t.seq_len} B{t.global_batch} {t.precision.value} "
                 f"{t.optimizer.value} tp{p.tp}dp{p.dp} mb{p.micro_batch} "
-                f"rc={p.recompute.value}")
+                f"rc={p.recompute.value}" + (f" z{p.zero_stage}" if p.zero_stage else ""))
 
 
 def _small(name: str, family: str, layers: int, hidden: int, heads: int, vocab: int,
