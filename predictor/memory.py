@@ -505,14 +505,14 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # no gradient before the backward; then the head's and one layer's; at the first
         # layer's end all but the embedding's; then the embedding's backward (a tied one's
         # two gradients summed into a third tensor), with only the ids, the labels, the
-        # logits the loop holds and the incoming gradient left (_end_of_backward_grads)
-        partial = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)[0]
-        before, at_emb = _end_of_backward_grads(m, train, t, pp, dp, zero, stage, n_layers, rt)
+        # logits the loop holds and the incoming gradient left (_single_step_grads)
+        partial, before, after = _single_step_grads(m, train, t, pp, dp, zero, stage,
+                                                    n_layers, rt)
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (before, act_end, held * lg, bwd)]
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
-            cands.append((before + at_emb, act_emb, held * lg, 0))
+            cands.append((after, act_emb, held * lg, 0))
             if tied:
                 cands.append((before, act_emb, held * lg, 3 * tied))
     else:
@@ -585,31 +585,40 @@ def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, s
 
 
 @functools.lru_cache(maxsize=4096)
-def _end_of_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
-                           zero: int, stage: int, n_layers: int, rt: RuntimeProfile
-                           ) -> tuple[int, int]:
-    """Under ``grads_set_to_none``, a step of one micro-batch: (gradient bytes alive when the
-    backward reaches the first stage's token embedding — every gradient of the stage but that
-    one —, the bytes its backward adds). Under ZeRO-2 the built-in trainer reduce-scatters
-    each gradient the moment the backward makes it and frees it (``orchestrator.trainer.zero``),
-    so the first figure is the chunks (``ceil(n/dp)`` per tensor) and the embedding adds its
-    full gradient beside its chunk; otherwise the full gradients, and the embedding's."""
+def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
+                       zero: int, stage: int, n_layers: int, rt: RuntimeProfile
+                       ) -> tuple[int, int, int]:
+    """Under ``grads_set_to_none``, the gradient bytes alive in a step of one micro-batch: at
+    the first layer's backward (the head's and that layer's), when the backward reaches the
+    first stage's token embedding (every gradient of the stage but that one), and after the
+    embedding's backward. Under ZeRO-2 the built-in trainer reduce-scatters each gradient the
+    moment the backward makes it and frees it (``orchestrator.trainer.zero``): the head's and
+    the finished tensors' are chunks (``ceil(n/dp)`` per tensor; the running layer's counted
+    whole), and the embedding's full gradient sits beside its chunk for a moment; otherwise
+    the full gradients."""
     mixed = train.precision is not Precision.FP32
     if rt.pure_low_precision:
         unit = 2 if mixed else 4
     else:
         unit = rt.grad_bytes if mixed and not rt.fp32_weights_autocast else 4
+    partial = _first_backward_grads(m, train, tp, pp, stage, n_layers, rt)[0]
     sharded = zero >= 2 and dp > 1
     grads = _static_bytes(m, train, tp, pp, dp if sharded else 1, zero if sharded else 0,
                           stage, n_layers, rt)[1]
-    if stage:
-        return grads, 0
     vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
-    emb = _edge_param_numels(m, tp, pp, 0, 0 if vocab == m.vocab_size else vocab)[0]
+    edge = _edge_param_numels(m, tp, pp, stage, 0 if vocab == m.vocab_size else vocab)
+    if sharded and stage == pp - 1:
+        head = sum(_edge_param_numels(m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
+        chunks = sum(-(-n // dp) for n in _edge_param_numels(
+            m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
+        partial -= unit * (head - chunks)
+    if stage:
+        return partial, grads, grads
+    emb = edge[0]
     if sharded:
         chunk = -(-emb // dp)
-        return grads - unit * chunk, unit * (emb + chunk)
-    return grads - unit * emb, unit * emb
+        return partial, grads - unit * chunk, grads + unit * emb
+    return partial, grads - unit * emb, grads
 
 
 def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s: int,
@@ -620,13 +629,18 @@ def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s
     return 8 * s * (2 if last else 1) + h * T * (4 if rt.fp32_stream or not mixed else 2)
 
 
-StaticTerms = tuple[tuple[int, int, int, int, int], ...]
+StaticTerms = tuple[tuple[int, int, int, tuple[int, int, int]], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
 gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
 without one, the gradient bytes that do not exist yet during a step of one micro-batch: 0
 unless the runtime sets the gradients to None between steps, and in such a step the
-gradient bytes alive when the backward reaches the token embedding and what its backward
-adds: ``_end_of_backward_grads``, which ZeRO-2 shards)."""
+gradient bytes alive at the first layer's backward, when the backward reaches the token
+embedding and after the embedding's backward: ``_single_step_grads``, which ZeRO-2 shards;
+zeros unless the runtime sets the gradients to None)."""
+
+GRAD_KINDS = 4
+"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-3 add
+``StaticTerms``' three single-step gradient figures."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
                               tuple[tuple[int, int, int], ...]], ...]
@@ -634,10 +648,11 @@ ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
 step of one micro-batch, on top of the activations and the static bytes less the gradients
-that do not exist yet, each with which of ``StaticTerms``' end-of-backward gradients it adds
-(0: none, 1: those alive when the backward reaches the embedding, 2: those and what the
-embedding's backward adds) — empty unless the runtime sets the gradients to None, when a
-step of one micro-batch has the same moments as any other)."""
+that do not exist yet, each with which of ``StaticTerms``' single-step gradient figures it
+adds (``GRAD_KINDS``: 0 none, 1 the first layer's backward's, 2 those alive when the backward
+reaches the embedding, 3 those after the embedding's backward) — empty unless the runtime
+sets the gradients to None, when a step of one micro-batch has the same moments as any
+other)."""
 
 
 def _candidate_stages(pp: int) -> tuple[int, ...]:
@@ -656,12 +671,11 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
             n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
-        before = at_emb = 0
+        single = (0, 0, 0)
         if runtime.grads_set_to_none:
-            before, at_emb = _end_of_backward_grads(model, train, tp, pp, dp, zero, stage,
-                                                    n_layers, runtime)
-        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0,
-                    before, at_emb))
+            single = _single_step_grads(model, train, tp, pp, dp, zero, stage, n_layers,
+                                        runtime)
+        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single))
     return tuple(out)
 
 
@@ -756,15 +770,14 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         all_moments = tuple(moments)
         alone: tuple[tuple[int, int, int], ...] = ()
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
-            partial = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)[0]
             alone = (tuple((c, k, 0) for c, k in head)
-                     + tuple((c + held, k + partial, 0) for c, k in layer_bwd)
-                     + tuple((c + held - drop, k - left, 1) for c, k in layer_bwd))
+                     + tuple((c + held, k, 1) for c, k in layer_bwd)
+                     + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd))
             if first:
                 emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
-                alone += ((emb, -c_rot, 2),)
+                alone += ((emb, -c_rot, 3),)
                 if tied:
-                    alone += ((emb, 3 * tied - c_rot, 1),)
+                    alone += ((emb, 3 * tied - c_rot, 2),)
         out.append((pp - stage, c_mb, c_rot, all_moments, alone))
     return tuple(out)
 
@@ -772,11 +785,11 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
 NO_MOMENT = -(1 << 60)
 """A moment that does not exist (so no static bytes added to it make it the peak)."""
 
-ActivationRows = tuple[tuple[int, dict[int, tuple[int, int, int, int, int]]], ...]
+ActivationRows = tuple[tuple[int, dict[int, tuple[int, ...]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
 micro-batch in flight, constant activations plus the largest peak moment, and for a step of
-one micro-batch the same over its moments that add none, those that add the first and those
-that add both of ``StaticTerms``' end-of-backward gradients: ``NO_MOMENT`` where none))."""
+one micro-batch the same over its moments of each of the ``GRAD_KINDS`` kinds:
+``NO_MOMENT`` where none))."""
 
 
 def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
@@ -787,7 +800,7 @@ def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> Act
         row = {}
         for b in micro_batches:
             extra = max(b * c + k for c, k in moments)
-            alone = [NO_MOMENT] * 3
+            alone = [NO_MOMENT] * GRAD_KINDS
             if not first:
                 alone[0] = c_rot + extra
             for c, k, w in first:
@@ -798,52 +811,53 @@ def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> Act
 
 
 def activation_peaks(terms: ActivationTerms, per_replica: int,
-                     micro_batches: Sequence[int]
-                     ) -> tuple[list[tuple[int, int, int, bool]], ...]:
+                     micro_batches: Sequence[int]) -> tuple[list[tuple[int, ...]], ...]:
     """Per candidate stage, the peak bytes on top of the static state (activations, logits,
     working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
-    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``),
-    each with whether it is a step of one micro-batch (then three figures, on top of the
-    static state less the gradients not made yet, to which none, the first or both of
-    ``StaticTerms``' end-of-backward gradients are added; else one and ``NO_MOMENT``)."""
+    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``):
+    ``GRAD_KINDS`` figures and whether it is a step of one micro-batch (then on top of the
+    static state less the gradients not made yet, each kind plus its single-step gradients
+    from ``StaticTerms``; else the first figure alone counts)."""
     return peaks_in_flight(activation_rows(terms, micro_batches), per_replica, micro_batches)
 
 
 def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Sequence[int]
-                    ) -> tuple[list[tuple[int, int, int, bool]], ...]:
+                    ) -> tuple[list[tuple[int, ...]], ...]:
     """``activation_peaks`` from ``activation_rows`` (which must hold every size of
     ``micro_batches``): 1F1B keeps ``min(m, pp - stage)`` micro-batches in flight, at least
     one."""
+    none = (NO_MOMENT,) * (GRAD_KINDS - 1)
     out = []
     for depth, row in rows:
-        peaks = []
+        peaks: list[tuple[int, ...]] = []
         for b in micro_batches:
-            per_mb, rest, a0, a1, a2 = row[b]
+            per_mb, rest, *alone = row[b]
             m = per_replica // b
             in_flight = depth if m > depth else m
             if m <= 1:
-                peaks.append((per_mb + a0, per_mb + a1, per_mb + a2, True))
+                peaks.append((*(per_mb + a for a in alone), True))
             else:
-                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, NO_MOMENT,
-                              NO_MOMENT, False))
+                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, *none,
+                              False))
         out.append(peaks)
     return tuple(out)
 
 
-def peak_tensor_curve(static: StaticTerms,
-                      peaks: tuple[list[tuple[int, int, int, bool]], ...]) -> list[int]:
+def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, ...]], ...]
+                      ) -> list[int]:
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
     stage the static bytes (less the gradients not made yet in a step of one micro-batch,
-    plus the end-of-backward gradients its moments add) plus the activation peak, or the
-    static bytes plus Adam's temporary, the worst stage."""
+    plus the gradients each of its moments holds) plus the activation peak, or the static
+    bytes plus Adam's temporary, the worst stage."""
     out: list[int] | None = None
-    for (fixed, adam, grads, before, at_emb), row in zip(static, peaks, strict=True):
+    for (fixed, adam, grads, single_grads), row in zip(static, peaks, strict=True):
         cur = []
-        for v0, v1, v2, single in row:
+        for *vals, single in row:
             if single:
-                v = max(v0, v1 + before, v2 + before + at_emb) - grads
+                v = max(vals[0], *(x + g for x, g in zip(vals[1:], single_grads, strict=True)))
+                v -= grads
             else:
-                v = v0
+                v = vals[0]
             cur.append(max(fixed + v, fixed + adam))
         out = cur if out is None else list(map(max, out, cur))
     assert out is not None

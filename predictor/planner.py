@@ -29,6 +29,7 @@ import numpy as np
 from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
 from predictor.memory import (
+    GRAD_KINDS,
     ActivationRows,
     MemoryBreakdown,
     StaticTerms,
@@ -286,8 +287,11 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     width = max(len(layout.mbs) for layout in layouts)
     pairs: dict[tuple[int, int], int] = {}
     per_mb, rest, depths = [], [], []  # per (tp, pp): [size][recompute][stage]
-    alone: tuple[list, list, list] = ([], [], [])  # a step of one micro-batch, by moment kind
-    which, cols, n_mbs, fixed, adam, grads, ends = [], [], [], [], [], [], ([], [])
+    # a step of one micro-batch, by moment kind (GRAD_KINDS), and the gradients kinds 1..
+    # add (StaticTerms' single-step figures)
+    alone: list[list] = [[] for _ in range(GRAD_KINDS)]
+    ends: list[list] = [[] for _ in range(GRAD_KINDS - 1)]
+    which, cols, n_mbs, fixed, adam, grads = [], [], [], [], [], []
     for layout in layouts:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
         q = pairs.get((tp, pp))
@@ -307,7 +311,8 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
         extra = width - len(layout.mbs)
         cols.append([column[b] for b in layout.mbs] + [pad] * extra)
         n_mbs.append([layout.per_replica // b for b in layout.mbs] + [1] * extra)
-        f_z, a_z, g_z, e_z = [], [], [], ([], [])
+        f_z, a_z, g_z = [], [], []
+        e_z: list[list] = [[] for _ in ends]
         for zero in range(4):
             if zero and (dp == 1 or zero not in runnable):
                 f_z.append((_NEVER, _NEVER))
@@ -318,12 +323,12 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
                 continue
             static = table.static_of(tp, pp, dp, zero)
             if len(static) == 1:
-                static = (static[0], (-_NEVER, -1, 0, 0, 0))
+                static = (static[0], (-_NEVER, -1, 0, (0,) * len(ends)))
             f_z.append((static[0][0], static[1][0]))
             a_z.append((static[0][1], static[1][1]))
             g_z.append((static[0][2], static[1][2]))
             for i, e in enumerate(e_z):
-                e.append((static[0][3 + i], static[1][3 + i]))
+                e.append((static[0][3][i], static[1][3][i]))
         fixed.append(f_z)
         adam.append(a_z)
         grads.append(g_z)
@@ -347,9 +352,10 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
         single = (np.array(n_mbs) == 1)[:, None, None, :]
         first = [(held + np.array(kind, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
                   ).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER] for kind in alone]
-        before, at_emb = (np.array(end, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
-                          for end in ends)
-        top = np.maximum(first[0], np.maximum(first[1] + before, first[2] + before + at_emb))
+        top = first[0]
+        for kind, end in zip(first[1:], ends, strict=True):
+            top = np.maximum(top, kind + np.array(end, dtype=np.int64)[:, _ZERO_OF_SAVER, :,
+                                                                        None])
         p = np.where(single, top - g, p)
     return (f + np.maximum(p, a)).max(axis=2)
 
