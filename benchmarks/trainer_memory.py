@@ -33,13 +33,13 @@ from predictor.spec import Family, ModelSpec, ParallelConfig, Precision, Trainin
 log = logging.getLogger(__name__)
 
 
-_COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter_single",
+_COLLECTIVES = ("all_reduce", "broadcast", "reduce_scatter_tensor", "reduce_scatter_single",
                 "all_gather_into_tensor", "all_gather_single")
 
 
 @contextlib.contextmanager
 def _local_collectives() -> Iterator[None]:
-    """The trainer's collectives as no-ops: the all-reduces work in place, and ZeRO's
+    """The trainer's collectives as no-ops: all-reduces and broadcasts work in place, and ZeRO's
     reduce-scatter and all-gather write into outputs the trainer allocated itself, so none
     changes the memory."""
     import torch.distributed as dist

@@ -402,15 +402,15 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
         del logits, loss  # else the last logits live through the all-reduce and the update
     if isinstance(opt, ZeroOptimizer):  # this rank's chunks of the averaged gradients
         opt.reduce_grads(scale)
-        grads = opt.grads()
+        nonfinite = float(opt.nonfinite())
     else:
         allreduce_grads(params, layout)
-        grads = [p.grad for p in params if p.grad is not None]
         if scale != 1.0:
-            for g in grads:
-                g.div_(scale)
-    nonfinite = float(any(not torch.isfinite(g).all() for g in grads))
-    del grads
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(scale)
+        nonfinite = float(any(p.grad is not None and not torch.isfinite(p.grad).all()
+                              for p in params))
     flags = torch.tensor([float(total), float(stop), nonfinite], device=device)
     if dist.is_initialized():
         dist.all_reduce(flags)

@@ -16,8 +16,11 @@ which is the only temporary (one parameter's chunk at a time).
   the backward has produced it (every micro-batch), adds the owned chunk to a persistent
   chunk-sized gradient, and frees the full one, so a rank keeps 1/dp of the gradients.
 
-Both use collectives gloo (CPU, the emulated cluster, tests) and NCCL implement:
-``all_reduce``, ``reduce_scatter_tensor`` and ``all_gather_into_tensor``. The loss curve is
+On NCCL the reduction is ``reduce_scatter_tensor`` and the gather an in-place
+``all_gather_into_tensor``. gloo (CPU: the emulated cluster, tests) implements both through
+a full-size copy, so there the trainer keeps to in-place collectives that hold the same
+tensors: an all-reduce of the gradient and a copy of the owned chunk, and one broadcast per
+chunk from its owner (``_in_place_only``). The loss curve is
 the unsharded run's (Adam's update is elementwise); clipping sums the chunks' squared norms
 over the dp group (and the tp-sharded tensors' over the tp group). Checkpoints stay
 dp-independent: ``full_state`` gathers a parameter's states back to its full (tp-local)
@@ -61,6 +64,15 @@ def _all_gather(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
     fn(out, inp, group=group)
 
 
+def _in_place_only(group: Any) -> bool:
+    """Whether to keep to in-place collectives (all-reduce, broadcast): gloo implements
+    reduce-scatter and all-gather into a tensor through a full-size copy of the input /
+    output that NCCL does not make (the CPU tracker sees it), so on gloo — and in the
+    single-process measurement, which fakes the collectives — ZeRO uses in-place ones that
+    hold the same tensors as NCCL's."""
+    return not dist.is_initialized() or dist.get_backend(group) != "nccl"
+
+
 class ZeroOptimizer:
     """The trainer's optimizer over this dp rank's chunks (see the module docstring).
 
@@ -96,6 +108,7 @@ class ZeroOptimizer:
                   {"params": [v for p, v in self.chunks.items() if not decays(p)],
                    "decay": False}]
         self.optimizer = make([g for g in groups if g["params"]])
+        self._in_place = _in_place_only(layout.dp_group)
         self._grads: dict[nn.Parameter, torch.Tensor] = {}  # stage 2: owned gradient chunks
         self._hooks = []
         if stage >= 2 and dp > 1:
@@ -126,12 +139,16 @@ class ZeroOptimizer:
             g = p.grad
             assert g is not None
             flat = g.view(-1)
-            if flat.numel() != c * layout.dp:
-                padded = torch.zeros(c * layout.dp, dtype=g.dtype, device=g.device)
-                padded[:flat.numel()] = flat
-                flat = padded
-            out = torch.empty(c, dtype=g.dtype, device=g.device)
-            _reduce_scatter(out, flat, layout.dp_group)
+            if self._in_place:  # all-reduce in place, keep a copy of the owned chunk
+                dist.all_reduce(flat, group=layout.dp_group)
+                out = flat[lo:hi].clone()
+            else:
+                if flat.numel() != c * layout.dp:
+                    padded = torch.zeros(c * layout.dp, dtype=g.dtype, device=g.device)
+                    padded[:flat.numel()] = flat
+                    flat = padded
+                out = torch.empty(c, dtype=g.dtype, device=g.device)
+                _reduce_scatter(out, flat, layout.dp_group)
             del flat
             p.grad = None
             owned = out[:hi - lo]
@@ -169,6 +186,11 @@ class ZeroOptimizer:
     def grads(self) -> list[torch.Tensor]:
         """This rank's gradient chunks (after ``reduce_grads``)."""
         return [v.grad for v in self.chunks.values() if v.grad is not None]
+
+    def nonfinite(self) -> bool:
+        """Whether a gradient chunk holds an inf or NaN (its sum does: no temporary the size
+        of the chunk; only a finite sum beyond fp32's range, 3e38, would be a false alarm)."""
+        return any(not bool(torch.isfinite(g.sum())) for g in self.grads())
 
     def clip(self, names: dict[nn.Parameter, str], tp_sharded: set[str],
              max_norm: float) -> float:
@@ -211,20 +233,31 @@ class ZeroOptimizer:
 
     @torch.no_grad()
     def _gather_params(self) -> None:
-        if self.layout.dp == 1:
+        """Every dp rank's updated chunks into every parameter: NCCL's in-place all-gather
+        (the owned chunk already sits at its place in the output), else one in-place
+        broadcast per chunk from its owner; only a parameter whose size ``dp`` does not
+        divide goes through a padded copy (NCCL)."""
+        layout = self.layout
+        if layout.dp == 1:
             return
         for p, (lo, hi, c) in zip(self.params, self.ranges, strict=True):
             flat = p.detach().view(-1)
-            mine = torch.zeros(c, dtype=p.dtype, device=p.device)
-            mine[:hi - lo] = flat[lo:hi]
-            if flat.numel() == c * self.layout.dp:
-                _all_gather(flat, mine, self.layout.dp_group)
+            n = flat.numel()
+            if self._in_place:
+                for r in range(layout.dp):
+                    if r * c < n:
+                        dist.broadcast(flat[r * c:min((r + 1) * c, n)],
+                                       src=r * layout.tp + layout.tp_rank,
+                                       group=layout.dp_group)
+            elif n == c * layout.dp:
+                _all_gather(flat, flat[lo:hi], layout.dp_group)
             else:
-                out = torch.empty(c * self.layout.dp, dtype=p.dtype, device=p.device)
-                _all_gather(out, mine, self.layout.dp_group)
-                flat.copy_(out[:flat.numel()])
-                del out
-            del mine
+                mine = torch.zeros(c, dtype=p.dtype, device=p.device)
+                mine[:hi - lo] = flat[lo:hi]
+                out = torch.empty(c * layout.dp, dtype=p.dtype, device=p.device)
+                _all_gather(out, mine, layout.dp_group)
+                flat.copy_(out[:n])
+                del out, mine
 
     # -- checkpoints: full (tp-local) shapes, independent of dp ------------------------------
     def _state_keys(self) -> tuple[list[str], dict[str, Any]]:

@@ -70,6 +70,27 @@ def test_zero_2_with_tensor_parallel_and_fp16_matches_one_rank(tmp_path: Path) -
     assert all(r.losses == z2[0].losses for r in z2)
 
 
+def train_nccl_style(cfg: RunConfig, rank: int) -> object:
+    """``train`` with ZeRO's NCCL collectives (reduce-scatter, in-place all-gather, padded
+    copies where dp does not divide a tensor) run on gloo, which implements them too."""
+    from orchestrator.trainer import zero
+
+    zero._in_place_only = lambda group: False
+    return train(cfg, rank)
+
+
+def test_zero_2_nccl_collectives_at_dp_3_match_one_rank(tmp_path: Path) -> None:
+    # dp = 3 divides no tensor of TINY (sizes are multiples of 64): every chunk is padded
+    one = train(_cfg(tmp_path, "one", global_batch=6, total_steps=2), 0)
+    z2 = run_local(_cfg(tmp_path, "z2", global_batch=6, dp=3, zero_stage=2, total_steps=2),
+                   fn=train_nccl_style)
+    assert z2[0].losses == pytest.approx(one.losses, abs=1e-5)
+    a = ckpt.read(ckpt.step_path(tmp_path, "z2", 2))
+    b = ckpt.read(ckpt.step_path(tmp_path, "one", 2))
+    for name, t in b["model"].items():
+        assert torch.allclose(a["model"][name], t, atol=1e-5), name
+
+
 def test_zero_checkpoint_resumes_at_another_dp_and_exports(tmp_path: Path) -> None:
     # 2 steps at dp=2 with ZeRO-1, then 2 more at dp=4 with ZeRO-2, and at dp=1 unsharded:
     # both continue the uninterrupted unsharded run
