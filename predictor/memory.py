@@ -506,10 +506,18 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # layer's end all but the embedding's; then the embedding's backward (a tied one's
         # two gradients summed into a third tensor), with only the ids, the labels, the
         # logits the loop holds and the incoming gradient left (_single_step_grads)
-        partial, before, after = _single_step_grads(m, train, t, pp, dp, zero, stage,
-                                                    n_layers, rt)
+        g_head, g_layer, g_last, before, after = _single_step_grads(
+            m, train, t, pp, dp, zero, stage, n_layers, rt)
+        # the first layer's backward starts with the head's gradients (and the head's weight
+        # copy freed) and ends with its own, its activations and weight copies freed
+        head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
+        layer_end = activations - head_copy - (per_layer + (0 if full else one_copy)
+                                               if n_layers else 0)
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
-        cands += [(partial, activations, held * lg, bwd), (before, act_end, held * lg, bwd)]
+        last_end = act_end - (per_layer + (0 if full else one_copy) if n_layers else 0)
+        cands += [(g_head, activations - head_copy, held * lg, bwd),
+                  (g_layer, layer_end, held * lg, 0), (g_last, act_end, held * lg, bwd),
+                  (before, last_end, held * lg, 0)]
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
             cands.append((after, act_emb, held * lg, 0))
@@ -587,38 +595,45 @@ def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, s
 @functools.lru_cache(maxsize=4096)
 def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
                        zero: int, stage: int, n_layers: int, rt: RuntimeProfile
-                       ) -> tuple[int, int, int]:
-    """Under ``grads_set_to_none``, the gradient bytes alive in a step of one micro-batch: at
-    the first layer's backward (the head's and that layer's), when the backward reaches the
-    first stage's token embedding (every gradient of the stage but that one), and after the
-    embedding's backward. Under ZeRO-2 the built-in trainer reduce-scatters each gradient the
-    moment the backward makes it and frees it (``orchestrator.trainer.zero``): the head's and
-    the finished tensors' are chunks (``ceil(n/dp)`` per tensor; the running layer's counted
-    whole), and the embedding's full gradient sits beside its chunk for a moment; otherwise
-    the full gradients."""
+                       ) -> tuple[int, int, int, int, int]:
+    """Under ``grads_set_to_none``, the gradient bytes alive in a step of one micro-batch: as
+    the first layer's backward starts (the head's) and as it ends (the head's and that
+    layer's), as the last layer's backward starts (all but its own and the first stage's
+    token embedding's) and as it ends (all but the embedding's), and after the embedding's
+    backward. Under ZeRO-2 the built-in
+    trainer reduce-scatters each gradient the moment the backward makes it and frees it
+    (``orchestrator.trainer.zero``): the finished tensors' are chunks (``ceil(n/dp)`` per
+    tensor; the layer's largest counted whole, as at its reduction), and the embedding's full
+    gradient sits beside its chunk for a moment; otherwise the full gradients."""
     mixed = train.precision is not Precision.FP32
     if rt.pure_low_precision:
         unit = 2 if mixed else 4
     else:
         unit = rt.grad_bytes if mixed and not rt.fp32_weights_autocast else 4
-    partial = _first_backward_grads(m, train, tp, pp, stage, n_layers, rt)[0]
     sharded = zero >= 2 and dp > 1
     grads = _static_bytes(m, train, tp, pp, dp if sharded else 1, zero if sharded else 0,
                           stage, n_layers, rt)[1]
     vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
-    edge = _edge_param_numels(m, tp, pp, stage, 0 if vocab == m.vocab_size else vocab)
-    if sharded and stage == pp - 1:
-        head = sum(_edge_param_numels(m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
-        chunks = sum(-(-n // dp) for n in _edge_param_numels(
-            m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
-        partial -= unit * (head - chunks)
+    vocab_arg = 0 if vocab == m.vocab_size else vocab
+    head_numels = _edge_param_numels(m, tp, 2, 1, vocab_arg) if stage == pp - 1 else []
+    lay_n, lay_sh, lay_max, lay_max_sh = _static_sums(m, tp, dp, 0, 0, 0)
+    if not n_layers:
+        lay_n = lay_sh = lay_max = lay_max_sh = 0
+    if sharded:
+        head = unit * sum(-(-n // dp) for n in head_numels)
+        layer, done = unit * (lay_sh + lay_max - lay_max_sh), unit * lay_sh
+    else:
+        head, layer = unit * sum(head_numels), unit * lay_n
+        done = layer
     if stage:
-        return partial, grads, grads
-    emb = edge[0]
+        return head, head + layer, grads - done, grads, grads
+    emb = _edge_param_numels(m, tp, pp, stage, vocab_arg)[0]
     if sharded:
         chunk = -(-emb // dp)
-        return partial, grads - unit * chunk, grads + unit * emb
-    return partial, grads - unit * emb, grads
+        before = grads - unit * chunk
+        return head, head + layer, before - done, before, grads + unit * emb
+    before = grads - unit * emb
+    return head, head + layer, before - done, before, grads
 
 
 def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s: int,
@@ -629,18 +644,18 @@ def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s
     return 8 * s * (2 if last else 1) + h * T * (4 if rt.fp32_stream or not mixed else 2)
 
 
-StaticTerms = tuple[tuple[int, int, int, tuple[int, int, int]], ...]
+StaticTerms = tuple[tuple[int, int, int, tuple[int, int, int, int, int]], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
 gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
 without one, the gradient bytes that do not exist yet during a step of one micro-batch: 0
 unless the runtime sets the gradients to None between steps, and in such a step the
-gradient bytes alive at the first layer's backward, when the backward reaches the token
-embedding and after the embedding's backward: ``_single_step_grads``, which ZeRO-2 shards;
-zeros unless the runtime sets the gradients to None)."""
+gradient bytes alive as the first layer's backward starts and ends, as the last layer's
+starts and ends, and after the embedding's backward: ``_single_step_grads``,
+which ZeRO-2 shards; zeros unless the runtime sets the gradients to None)."""
 
-GRAD_KINDS = 4
-"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-3 add
-``StaticTerms``' three single-step gradient figures."""
+GRAD_KINDS = 6
+"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-5 add
+``StaticTerms``' five single-step gradient figures."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
                               tuple[tuple[int, int, int], ...]], ...]
@@ -649,8 +664,9 @@ micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequ
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
 step of one micro-batch, on top of the activations and the static bytes less the gradients
 that do not exist yet, each with which of ``StaticTerms``' single-step gradient figures it
-adds (``GRAD_KINDS``: 0 none, 1 the first layer's backward's, 2 those alive when the backward
-reaches the embedding, 3 those after the embedding's backward) — empty unless the runtime
+adds (``GRAD_KINDS``: 0 none, 1 and 2 those as the first layer's backward starts and ends,
+3 and 4 those as the last layer's starts and ends, 5 those after the embedding's backward)
+— empty unless the runtime
 sets the gradients to None, when a step of one micro-batch has the same moments as any
 other)."""
 
@@ -671,7 +687,7 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
             n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
-        single = (0, 0, 0)
+        single = (0, 0, 0, 0, 0)
         if runtime.grads_set_to_none:
             single = _single_step_grads(model, train, tp, pp, dp, zero, stage, n_layers,
                                         runtime)
@@ -770,14 +786,18 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         all_moments = tuple(moments)
         alone: tuple[tuple[int, int, int], ...] = ()
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
+            head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
+            own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
-                     + tuple((c + held, k, 1) for c, k in layer_bwd)
-                     + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd))
+                     + tuple((c + held, k - head_copy, 1) for c, k in layer_bwd)
+                     + ((held - own[0], -head_copy - own[1], 2),)
+                     + tuple((c + held - drop, k - left, 3) for c, k in layer_bwd)
+                     + ((held - drop - own[0], -left - own[1], 4),))
             if first:
                 emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
-                alone += ((emb, -c_rot, 3),)
+                alone += ((emb, -c_rot, 5),)
                 if tied:
-                    alone += ((emb, 3 * tied - c_rot, 2),)
+                    alone += ((emb, 3 * tied - c_rot, 4),)
         out.append((pp - stage, c_mb, c_rot, all_moments, alone))
     return tuple(out)
 
