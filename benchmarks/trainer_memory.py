@@ -219,6 +219,29 @@ CASES: list[TrainerCase] = [
     _case(LLAMA_S, 128, 1, micro_batch=1, recompute="full"),
 ]
 
+ZERO_CASES: list[TrainerCase] = [
+    # ZeRO-1 (Adam's states in chunks over dp) and ZeRO-2 (gradients too, reduce-scattered in
+    # the backward): dp 2 and 4, with tp 2, with recomputation, one and several micro-batches
+    _case(GPT_S, 256, 8, micro_batch=2, dp=2, zero_stage=1),
+    _case(GPT_S, 256, 8, micro_batch=4, dp=2, zero_stage=2),
+    _case(GPT_S, 512, 16, micro_batch=2, tp=2, dp=2, zero_stage=1, recompute="selective"),
+    _case(GPT_S, 256, 8, "fp32", "adam", micro_batch=2, dp=4, zero_stage=2, recompute="full"),
+    _case(GPT_S, 64, 2, micro_batch=1, dp=2, zero_stage=2),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4, zero_stage=1),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4, zero_stage=2),
+    _case(LLAMA_S, 512, 8, micro_batch=2, dp=4, zero_stage=2, recompute="selective"),
+    _case(LLAMA_S, 256, 8, micro_batch=2, dp=2, zero_stage=2, recompute="full"),
+    _case(LLAMA_S, 64, 4, micro_batch=1, dp=4, zero_stage=1),
+    _case(LLAMA_S, 64, 4, micro_batch=1, dp=4, zero_stage=2),
+    _case(QWEN_S, 256, 8, "fp16", "adam", micro_batch=2, dp=2, zero_stage=2),
+    _case(NEOX_S, 256, 8, "bf16", "sgd", micro_batch=2, dp=2, zero_stage=1),
+    _case(BERT_S, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=2),
+]
+
+ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES
+QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4]]
+"""The CI-size subset: three plans without ZeRO, a ZeRO-1 and a ZeRO-2 one."""
+
 
 def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict[str, Any]]:
     """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY_CPU).tensors``; ``real``:
@@ -226,13 +249,14 @@ def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict
     under fake tensors (``measure_trainer_peak``, seconds instead of minutes)."""
     rows = []
     measure = measure_real_peak if real else measure_trainer_peak
-    for i, case in enumerate(cases or CASES):
+    cases = cases or ALL_CASES
+    for i, case in enumerate(cases):
         m, tr, par = case.model, case.train, case.par
         measured = measure(m, tr, par)
         predicted = estimate_memory(m, tr, par, runtime=FRENZY_CPU).tensors
         err = 100.0 * (predicted - measured) / measured
         log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
-                 len(cases or CASES), case.label(), measured / 2**20, err)
+                 len(cases), case.label(), measured / 2**20, err)
         rows.append(dict(config=case.label(), measured=measured, predicted=predicted,
-                         err_pct=err))
+                         err_pct=err, zero_stage=par.zero_stage))
     return rows

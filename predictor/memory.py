@@ -501,23 +501,30 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     act_end -= copies - (0 if full else one_copy)
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
         m.tie_embeddings or bert) else 0
-    if rt.grads_set_to_none and m_total == 1:
-        # no gradient before the backward; then the head's and one layer's; at the first
-        # layer's end all but the embedding's; then the embedding's backward (a tied one's
-        # two gradients summed into a third tensor), with only the ids, the labels, the
-        # logits the loop holds and the incoming gradient left (_single_step_grads)
+    if rt.grads_set_to_none and m_total == 1 and not (zero and dp > 1):
+        # no gradient before the backward; then the head's and one layer's; all at its end
+        # (the counts the unsharded plans measured on a GPU were priced with: each moment
+        # holds the gradients and the activations at once, an upper bound)
+        partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+        cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
+        cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
+        if tied:
+            cands.append((whole, act_end, held * lg, 2 * tied))
+    elif rt.grads_set_to_none and m_total == 1:
+        # ZeRO: the gradients grow as the activations go, moment by moment
+        # (_single_step_grads): the first layer's backward starts with the head's gradients
+        # (its weight copy freed) and ends with its own (its activations and weight copies
+        # freed); the last layer's likewise; then the embedding's backward (a tied one's two
+        # gradients summed into a third tensor), with only the ids, the labels, the logits
+        # the loop holds and the incoming gradient left
         g_head, g_layer, g_last, before, after = _single_step_grads(
             m, train, t, pp, dp, zero, stage, n_layers, rt)
-        # the first layer's backward starts with the head's gradients (and the head's weight
-        # copy freed) and ends with its own, its activations and weight copies freed
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
-        layer_end = activations - head_copy - (per_layer + (0 if full else one_copy)
-                                               if n_layers else 0)
+        own = per_layer + (0 if full else one_copy) if n_layers else 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
-        last_end = act_end - (per_layer + (0 if full else one_copy) if n_layers else 0)
         cands += [(g_head, activations - head_copy, held * lg, bwd),
-                  (g_layer, layer_end, held * lg, 0), (g_last, act_end, held * lg, bwd),
-                  (before, last_end, held * lg, 0)]
+                  (g_layer, activations - head_copy - own, held * lg, 0),
+                  (g_last, act_end, held * lg, bwd), (before, act_end - own, held * lg, 0)]
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
             cands.append((after, act_emb, held * lg, 0))
@@ -644,18 +651,24 @@ def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s
     return 8 * s * (2 if last else 1) + h * T * (4 if rt.fp32_stream or not mixed else 2)
 
 
-StaticTerms = tuple[tuple[int, int, int, tuple[int, int, int, int, int]], ...]
+StaticTerms = tuple[tuple[int, int, int, tuple[int, ...]], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
 gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
 without one, the gradient bytes that do not exist yet during a step of one micro-batch: 0
 unless the runtime sets the gradients to None between steps, and in such a step the
-gradient bytes alive as the first layer's backward starts and ends, as the last layer's
-starts and ends, and after the embedding's backward: ``_single_step_grads``,
-which ZeRO-2 shards; zeros unless the runtime sets the gradients to None)."""
+gradient bytes each kind of moment holds (``GRAD_KINDS``): without ZeRO at the first
+layer's backward and at the backward's end (``_first_backward_grads``), under ZeRO as the
+first layer's backward starts and ends, as the last layer's starts and ends, and after the
+embedding's backward (``_single_step_grads``, which ZeRO-2 shards); zeros unless the
+runtime sets the gradients to None)."""
 
-GRAD_KINDS = 6
-"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-5 add
-``StaticTerms``' five single-step gradient figures."""
+NO_MOMENT = -(1 << 60)
+"""A moment that does not exist (so no static bytes added to it make it the peak)."""
+
+GRAD_KINDS = 8
+"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-7 add
+``StaticTerms``' seven single-step gradient figures (``NO_MOMENT`` for the kinds that do not
+apply)."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
                               tuple[tuple[int, int, int], ...]], ...]
@@ -664,9 +677,10 @@ micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequ
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
 step of one micro-batch, on top of the activations and the static bytes less the gradients
 that do not exist yet, each with which of ``StaticTerms``' single-step gradient figures it
-adds (``GRAD_KINDS``: 0 none, 1 and 2 those as the first layer's backward starts and ends,
-3 and 4 those as the last layer's starts and ends, 5 those after the embedding's backward)
-— empty unless the runtime
+adds (``GRAD_KINDS``: 0 none; without ZeRO 1 the first layer's backward's, 2 the
+backward's end; under ZeRO 3 and 4 as the first layer's backward starts and ends, 5 and 6
+as the last layer's starts and ends, 7 after the embedding's backward) — empty unless the
+runtime
 sets the gradients to None, when a step of one micro-batch has the same moments as any
 other)."""
 
@@ -687,10 +701,13 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
             n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
-        single = (0, 0, 0, 0, 0)
-        if runtime.grads_set_to_none:
-            single = _single_step_grads(model, train, tp, pp, dp, zero, stage, n_layers,
-                                        runtime)
+        single = (0,) * (GRAD_KINDS - 1)
+        if runtime.grads_set_to_none and zero and dp > 1:
+            single = (NO_MOMENT, NO_MOMENT, *_single_step_grads(
+                model, train, tp, pp, dp, zero, stage, n_layers, runtime))
+        elif runtime.grads_set_to_none:
+            single = (*_first_backward_grads(model, train, tp, pp, stage, n_layers, runtime),
+                      *(NO_MOMENT,) * 5)
         out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single))
     return tuple(out)
 
@@ -786,24 +803,27 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         all_moments = tuple(moments)
         alone: tuple[tuple[int, int, int], ...] = ()
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
+            # unsharded (kinds 1, 2) and ZeRO (kinds 3-7) moments: StaticTerms' figures
+            # leave only one set (see estimate_stage)
             head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
             own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
-                     + tuple((c + held, k - head_copy, 1) for c, k in layer_bwd)
-                     + ((held - own[0], -head_copy - own[1], 2),)
-                     + tuple((c + held - drop, k - left, 3) for c, k in layer_bwd)
-                     + ((held - drop - own[0], -left - own[1], 4),))
+                     + tuple((c + held, k, 1) for c, k in layer_bwd)
+                     + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd)
+                     + tuple((c + held, k - head_copy, 3) for c, k in layer_bwd)
+                     + ((held - own[0], -head_copy - own[1], 4),)
+                     + tuple((c + held - drop, k - left, 5) for c, k in layer_bwd)
+                     + ((held - drop - own[0], -left - own[1], 6),))
+            if tied:
+                alone += ((held - drop, 2 * tied - left, 2),)
             if first:
                 emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
-                alone += ((emb, -c_rot, 5),)
+                alone += ((emb, -c_rot, 7),)
                 if tied:
-                    alone += ((emb, 3 * tied - c_rot, 4),)
+                    alone += ((emb, 3 * tied - c_rot, 6),)
         out.append((pp - stage, c_mb, c_rot, all_moments, alone))
     return tuple(out)
 
-
-NO_MOMENT = -(1 << 60)
-"""A moment that does not exist (so no static bytes added to it make it the peak)."""
 
 ActivationRows = tuple[tuple[int, dict[int, tuple[int, ...]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one

@@ -295,16 +295,15 @@ def test_built_in_trainer_casts_only_the_matmul_weights() -> None:
     assert _autocast_copies(LLAMA, 1, 1, 0, 2, 2, FRENZY, False) == (
         2 * (2 * 40960 + 65536), 2 * 40960)
     assert _autocast_copies(LLAMA, 1, 1, 0, 2, 2, FRENZY, True) == (2 * 65536, 2 * 40960)
-    # 2 tokens, one micro-batch: the peak is the embedding's backward, every gradient (4·n,
-    # the embedding's made last) beside the bf16 logits the loop holds (2·2·1024), the fp32
-    # gradient flowing into the embedding (4·64·2) and the ids and labels (16·2); the
-    # layers' activations and copies are gone (the trainer measures 92 B more, in scalars);
-    # the fused optimizer step adds nothing to 16·n
+    # 2 tokens, one micro-batch: the peak is the backward's end, every gradient (4·n) beside
+    # the last layer's copies and activations (3352 B per token, see the test below), the
+    # stage's 660 B per token, the rotary tables 64·s and the bf16 logits the loop holds
+    # (2·2·1024); the fused optimizer step adds nothing to 16·n
     n = LLAMA.num_params()
     big = estimate_memory(LLAMA, _train(s=2, B=1), ParallelConfig(micro_batch=1),
                           runtime=FRENZY_CPU)
     assert (big.gradients, big.logits) == (4 * n, 2 * 2 * 1024)
-    assert big.activations == 4 * 64 * 2 + 16 * 2
+    assert big.activations == 2 * 40960 + 3352 * 2 + 660 * 2 + 64 * 2
 
 
 def test_built_in_trainer_peak_counted_by_hand() -> None:
