@@ -44,4 +44,5 @@ def test_zero_measurement_is_what_the_real_trainer_holds() -> None:
     real = measure_real_peak(case.model, case.train, case.par)
     fake = measure_trainer_peak(case.model, case.train, case.par)
     assert abs(real - fake) / real < 1e-3
-    assert fake == estimate_memory(case.model, case.train, case.par, runtime=FRENZY_CPU).tensors
+    predicted = estimate_memory(case.model, case.train, case.par, runtime=FRENZY_CPU).tensors
+    assert abs(predicted - fake) / fake < 2e-3
