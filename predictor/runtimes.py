@@ -44,7 +44,13 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   states, plus autocast's bf16/fp16 copy of each weight a matmul uses, alive from the
   forward to that layer's backward (2 bytes per parameter).
 * ``dp_flat_allreduce``: the built-in trainer averages gradients with one ``torch.cat`` of
-  all of them: a 4-byte-per-parameter temporary after the backward.
+  all of them: a 4-byte-per-parameter temporary after the backward (without ZeRO; its ZeRO
+  all-reduces or reduce-scatters each gradient in place, ``orchestrator.trainer.zero``).
+* ZeRO under ``fp32_weights_autocast`` (the built-in trainer's ZeRO-1/2): the fp32 weights
+  stay whole and are the master, so ZeRO-1 shards only the optimizer states (``ceil(n/dp)``
+  elements of every tensor) and ZeRO-2 the fp32 gradients too; ZeRO-2 reduce-scatters each
+  gradient as the backward makes it, so in a step of one micro-batch the gradients held
+  grow as the activations go (``predictor.memory._single_step_grads``).
 * ``pure_low_precision``: weights, gradients and optimizer states all in the compute dtype
   (torchtune and ms-swift full fine-tunes load the model in bf16: 2+2+4 = 8 bytes/param).
 * ``logits_head_bwd_bytes``: when the loss's backward buffers are freed before the head's
@@ -254,7 +260,8 @@ FRENZY = RuntimeProfile(
         "no dropout, embedding and head replicated on the tp ranks, no sequence parallelism, "
         "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
         "gradients: 10 bytes per logit forward, 14 at its backward, 16 in fp32; 4 left at the "
-        "head's backward), one flat dp all-reduce, gradients set to None after each step, "
+        "head's backward), one flat dp all-reduce (ZeRO-1/2: optimizer states, and gradients, "
+        "in chunks over dp, the fp32 weights whole), gradients set to None after each step, "
         "fused optimizers"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
