@@ -1,4 +1,5 @@
-"""The built-in training loop: one rank of a tp × dp job, with checkpoints and progress.
+"""The built-in training loop: one rank of a tp × dp job (ZeRO-1/2 over dp when the plan
+says so: ``orchestrator.trainer.zero``), with checkpoints and progress.
 
 ``train`` runs inside a Ray worker actor (``orchestrator.trainer.worker``) or, in unit tests,
 inside a plain ``torch.multiprocessing`` process: it only needs ``RunConfig`` and a

@@ -125,11 +125,6 @@ class ZeroOptimizer:
     def state(self) -> Any:
         return self.optimizer.state
 
-    def extra_tensors(self) -> list[torch.Tensor]:
-        """Tensors this wrapper holds beside the inner optimizer's state (stage 2's gradient
-        chunks), for the memory meter."""
-        return list(self._grads.values())
-
     # -- stage 2: reduce-scatter as the backward produces each gradient ---------------------
     def _make_hook(self, rng: tuple[int, int, int]) -> Callable[[torch.Tensor], None]:
         lo, hi, c = rng
