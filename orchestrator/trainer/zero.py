@@ -77,7 +77,7 @@ class ZeroOptimizer:
     """The trainer's optimizer over this dp rank's chunks (see the module docstring).
 
     ``make(groups)`` builds the inner optimizer from parameter groups of chunk views (each
-    group a dict with ``params`` and ``weight_decay``); ``decays(p)`` says whether weight
+    group a dict with ``params`` and ``decay``, a bool); ``decays(p)`` says whether weight
     decay applies to parameter ``p``. ``param_groups`` and ``state`` are the inner
     optimizer's (the loop sets the learning rate through them; the memory meter reads the
     states)."""
