@@ -1,7 +1,7 @@
 """The Ray backend's launch refuses a plan the built-in trainer would not run as priced (a
-pipeline, ZeRO-3), and hands ZeRO-1/2 plans' stage to the trainer: an error naming the field and what would fit, never a silent run
-without sharding that needs far more memory than predicted. Checked on ``_run_config``
-alone, with no Ray cluster."""
+pipeline, ZeRO-3) with an error naming the field and what would fit, never a silent run
+without sharding that needs far more memory than predicted, and hands ZeRO-1/2 plans' stage
+to the trainer. Checked on ``_run_config`` alone, with no Ray cluster."""
 
 from __future__ import annotations
 
