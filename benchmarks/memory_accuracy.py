@@ -196,9 +196,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-RUNTIME_NOTE = ("the built-in trainer executes tp, dp, ZeRO-1/2, micro-batches and "
-                "recomputation (no ZeRO-3, vocab-parallel head or pipeline stages, issue 11 "
-                "item 3): the plans cover those, measured on the CPU under fake tensors")
+RUNTIME_NOTE = ("the built-in trainer executes tp (with the vocab-parallel embedding, head "
+                "and cross entropy), dp, ZeRO-1/2, micro-batches and recomputation (no ZeRO-3 "
+                "or pipeline stages, issue 11 item 3): the plans cover those, measured on the "
+                "CPU under fake tensors")
 
 
 def real_section(directory: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:

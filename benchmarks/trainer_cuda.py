@@ -21,6 +21,12 @@ statistics reset between them). Plans of several ranks run as that many local pr
 the one GPU with ``FRENZY_DIST_BACKEND=gloo`` (NCCL refuses two ranks on one device): rank 0's
 memory is the plan's per-rank memory; their step time is not a plan's and is not reported.
 The checkpoint write is skipped (disk I/O of the last step, not the training step).
+
+Rows record the trainer's head: ``"vocab_parallel": true`` since the trainer splits the
+embedding, head and loss over the tp ranks by vocabulary rows. Rows without the key were
+measured before, with the embedding and head replicated on every tp rank and
+``F.cross_entropy`` at every tp; ``--replay`` prices those with the ``frenzy`` profile's
+replicated-head variant (``REPLICATED_HEAD``), so they keep testing what actually ran.
 """
 
 from __future__ import annotations
@@ -52,6 +58,13 @@ QWEN2_05B = {"family": "qwen2", "num_layers": 24, "hidden_size": 896, "num_heads
              "max_seq_len": 2048, "tie_embeddings": True, "name": "qwen2-0.5b"}
 
 
+REPLICATED_HEAD = {"vocab_parallel": False}
+"""``frenzy`` profile overrides for the trainer as it ran before its vocab-parallel head:
+the embedding and head replicated on the tp ranks, ``F.cross_entropy`` on ``logits.float()``
+at every tp (the profile's ``logits_*`` fields; its ``logits_*_tp`` apply only when
+vocab-parallel)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     model: str | dict[str, Any]
@@ -64,13 +77,17 @@ class Plan:
     tp: int = 1
     dp: int = 1
 
-    def spec(self, gpu: str | None = None) -> dict[str, Any]:
-        """The ``frenzy memory`` spec of this plan (on ``gpu``, when given)."""
+    def spec(self, gpu: str | None = None, vocab_parallel: bool = True) -> dict[str, Any]:
+        """The ``frenzy memory`` spec of this plan (on ``gpu``, when given; with the
+        replicated head of rows measured before the vocab-parallel one, when not
+        ``vocab_parallel``)."""
         spec = {"model": self.model, "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "precision": self.precision,
                 "optimizer": self.optimizer, "tp": self.tp, "dp": self.dp,
                 "micro_batch": self.micro_batch, "recompute": self.recompute,
                 "runtime": "frenzy"}
+        if not vocab_parallel:
+            spec["runtime_options"] = dict(REPLICATED_HEAD)
         return spec if gpu is None else {**spec, "gpu": gpu}
 
     def label(self) -> str:
@@ -107,14 +124,16 @@ GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
 COMMITTED_ROWS = sorted(str(p) for p in GPU_RUNS.glob("trainer_cuda_*.jsonl"))
 
 
-def predict(plan: Plan, gpu: str) -> dict[str, Any]:
-    """The ``frenzy`` profile's memory and step time of ``plan`` on ``gpu``."""
+def predict(plan: Plan, gpu: str, vocab_parallel: bool = True) -> dict[str, Any]:
+    """The ``frenzy`` profile's memory and step time of ``plan`` on ``gpu`` (for the
+    trainer's replicated head of older rows when not ``vocab_parallel``)."""
     from predictor.gpus import get_gpu
     from predictor.memory_spec import memory_report, parse_memory_spec
     from predictor.step_time import estimate_step_time
 
-    mem = memory_report(plan.spec(gpu))
-    req = parse_memory_spec(plan.spec(gpu))
+    spec = plan.spec(gpu, vocab_parallel)
+    mem = memory_report(spec)
+    req = parse_memory_spec(spec)
     step = estimate_step_time(req.model, req.train, req.par, get_gpu(gpu), runtime="frenzy")
     return {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"],
             "device": mem["device_bytes"], "step_s": step.total_s,
@@ -227,7 +246,8 @@ def run(plans: list[Plan], gpu: str, out_path: str | None) -> list[dict[str, Any
             row = {"plan": plan.label(), "device_name": device, "error": repr(exc)[:400]}
         else:
             row = {"plan": plan.label(), "device_name": device, "gpu": gpu,
-                   "world": plan.tp * plan.dp, "measured": meas, "predicted": pred,
+                   "world": plan.tp * plan.dp, "vocab_parallel": True,
+                   "measured": meas, "predicted": pred,
                    **_errors(pred, meas), "seconds": round(time.perf_counter() - t0, 1)}
             log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), step %s", i + 1,
                      len(plans), plan.label(), meas["alloc"] / GIB, row["err_tensors_pct"],
@@ -287,7 +307,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def replay(paths: list[str], gpu: str = "H200") -> list[dict[str, Any]]:
     """The measured rows of earlier runs (JSON lines written by ``--out``) priced again by
-    today's predictor: no GPU needed. Rows of plans no longer in ``PLANS`` are skipped."""
+    today's predictor: no GPU needed. Rows of plans no longer in ``PLANS`` are skipped;
+    rows without ``vocab_parallel`` ran the replicated head and are priced so."""
     by_label = {p.label(): p for p in PLANS}
     rows = []
     for path in paths:
@@ -298,9 +319,11 @@ def replay(paths: list[str], gpu: str = "H200") -> list[dict[str, Any]]:
                 if plan is None or "error" in old:
                     continue
                 meas = old["measured"]
-                pred = predict(plan, old.get("gpu", gpu))
+                vp = bool(old.get("vocab_parallel", False))
+                pred = predict(plan, old.get("gpu", gpu), vp)
                 rows.append({"plan": old["plan"], "device_name": old["device_name"],
                              "gpu": old.get("gpu", gpu), "world": old["world"],
+                             "vocab_parallel": vp,
                              "measured": meas, "predicted": pred, **_errors(pred, meas),
                              "source": os.path.basename(path)})
     return rows

@@ -3,15 +3,16 @@
 One rank of ``orchestrator.trainer``'s ``ParallelTransformer`` (the model the service trains)
 runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 ``StorageTracker``: the step is the trainer loop's (``orchestrator/trainer/loop.py``:
-autocast forward, cross entropy on ``logits.float()``, ``(loss * scale).backward()`` per
+autocast forward, the model's loss (``F.cross_entropy`` on ``logits.float()`` at tp = 1, the
+vocab-parallel cross entropy on the logit shard at tp > 1), ``(loss * scale).backward()`` per
 micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
 optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO-1/2 the
 trainer's ``ZeroOptimizer`` over rank 0's chunks), ``zero_grad``). The tensor-parallel and
 data-parallel collectives are replaced by no-ops for the measurement (all-reduces work in
 place, ZeRO's reduce-scatter and all-gather write into outputs the trainer allocates, so they
-change no memory), which lets one process measure rank 0 of a tp·dp plan. The trainer
-executes no ZeRO-3, no vocabulary-parallel head and no pipeline, so tp, dp, ZeRO-1/2,
-micro-batch, recomputation and precision vary.
+change no memory), which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the
+largest vocabulary shard). The trainer executes no ZeRO-3 and no pipeline, so tp (with the
+vocabulary split), dp, ZeRO-1/2, micro-batch, recomputation and precision vary.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from predictor.measure.tracker import StorageTracker
 from predictor.memory import estimate_memory
@@ -97,8 +97,7 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                 tracker.set_phase("forward")
                 with _autocast(train.precision, device):
                     logits = net(x)
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                       y.reshape(-1), ignore_index=-100) / micro
+                loss = net.loss(logits, y) / micro
                 tracker.set_phase("backward")
                 (loss * scale).backward()
                 total += loss.detach()
@@ -174,6 +173,12 @@ QWEN_S = _small("qwen2-small", "qwen2", 4, 512, 8, 32000, num_kv_heads=2,
 NEOX_S = _small("neox-small", "gpt_neox", 4, 512, 8, 32000, tie_embeddings=False)
 GPT_S = _small("gpt2-small4", "gpt2", 4, 512, 8, 50257)
 BERT_S = _small("bert-small", "bert", 4, 512, 8, 30522, type_vocab_size=2)
+# large vocabularies (Llama 3's 128256, Qwen2's 151936) on a small body: the head and the
+# loss make most of a rank's peak, so the vocab-parallel split is what the plans test
+LLAMA_V = _small("llama-v128k", "llama", 4, 512, 8, 128256, num_kv_heads=4,
+                 ffn_hidden_size=1408, tie_embeddings=False)
+QWEN_V = _small("qwen2-v152k", "qwen2", 4, 512, 8, 151936, num_kv_heads=4,
+                ffn_hidden_size=1408, tie_embeddings=True)
 
 
 def _case(model: ModelSpec, s: int, B: int, prec: str = "bf16", opt: str = "adamw",
@@ -218,6 +223,20 @@ CASES: list[TrainerCase] = [
     _case(QWEN_S, 128, 2, "fp16", "adam", micro_batch=1, tp=2),
     _case(LLAMA_S, 128, 1, micro_batch=1, recompute="full"),
 ]
+VOCAB_PARALLEL_CASES: list[TrainerCase] = [
+    # tp > 1 with the vocabulary split (50257, 30522 and 151936 rows shard unevenly at tp 4)
+    _case(GPT_S, 512, 8, micro_batch=2, tp=2),
+    _case(GPT_S, 256, 8, "fp32", "adamw", micro_batch=2, tp=4),
+    _case(GPT_S, 64, 2, micro_batch=1, tp=2),
+    _case(GPT_S, 1024, 2, micro_batch=1, tp=4, recompute="full"),
+    _case(LLAMA_V, 256, 4, micro_batch=2, tp=2),
+    _case(LLAMA_V, 512, 8, micro_batch=2, tp=4, recompute="selective"),
+    _case(LLAMA_V, 128, 4, "fp32", "adam", micro_batch=1, tp=2, dp=2),
+    _case(LLAMA_V, 256, 8, "fp16", "sgd", micro_batch=4, tp=4, recompute="full"),
+    _case(QWEN_V, 256, 4, micro_batch=2, tp=4),
+    _case(BERT_S, 128, 8, micro_batch=4, tp=4),
+]
+CASES += VOCAB_PARALLEL_CASES
 
 ZERO_CASES: list[TrainerCase] = [
     # ZeRO-1 (Adam's states in chunks over dp) and ZeRO-2 (gradients too, reduce-scattered in

@@ -34,7 +34,8 @@ dropout output on top of what is counted here):
   softmax output a·s·T_f·D (the 5·a·s²·b term less dropout), the re-laid output q·T_f·D.
   selective recompute: Q, K, V (not repeated), re-laid output.
   MLP: GeLU 2·f·T_f·D (fc1 output, GeLU output); SwiGLU 3·f·T_f·D (gate, up, product).
-  full recompute: the layer input h·T·D only, plus one layer recomputed during backward.
+  full recompute: the layer input h·T·D only (h·T·4 under a runtime's ``fp32_stream``: the
+  fp32 residual), plus one layer recomputed during backward.
 For gpt2 at t = 1 without flash this is 32·s·b·h + 2·a·s²·b bytes in fp16 (= Korthikanti's
 34·s·b·h + 5·a·s²·b less the 2·s·b·h dropout masks and the 3·a·s²·b dropout mask + output).
 
@@ -431,7 +432,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
     full = recompute is Recompute.FULL
-    per_layer = hTD if full else one_layer
+    # full recompute keeps each layer's input: the fp32 residual under fp32_stream
+    per_layer = (h * T * (4 if rt.fp32_stream else D) if full else one_layer)
     mb = hTD  # the stage's output (next stage's / head's input)
     if first:
         mb += 8 * b * s  # token ids
@@ -480,23 +482,27 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     low = _low_precision_logits(rt, mixed, bert)
     hb = rt.logits_head_bwd_bytes * (1 if low else 2)
     held = hb // 2  # logits the loop still holds through the layers' backward
+    bc = _bias_grad_copy(rt, mixed, low)
     head: list[tuple[int, int, int]] = []
     if last:
         # loss forward: low-precision logits + their fp32 copy (fp32: one tensor)
-        head.append((activations, _logit_bytes(rt, low, True) * lg, 0))
+        head.append((activations, _logit_bytes(rt, low, True, t) * lg, 0))
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
-        lb, tb = _logit_bytes(rt, low, False) * lg, vr * h * D + h * Tf * D
+        lb, tb = _logit_bytes(rt, low, False, t) * lg, vr * h * D + h * Tf * D
         if hb:  # the loss's buffers go before the head's matmul backward
             head += [(activations, lb, 0), (activations, hb * lg, tb)]
+            if bc:
+                head.append((activations, (hb + bc) * lg, 0))
             if rt.fp32_weights_autocast and mixed:
                 # the weight gradient cast to fp32, the matmul's saved weight copy freed
                 head.append((activations, held * lg, tb + (4 - D) * vr * h))
         else:
             head.append((activations, lb, tb))
-    # at the backward's end one layer's activations and (without full recompute, where the
-    # working set has them) weight copies are left; a tied embedding's two gradients are
-    # summed there into a third tensor (and an earlier micro-batch's is accumulated)
+    # at the last layer's backward one layer's activations and (without full recompute,
+    # where the working set has them) weight copies are left; a tied embedding's two
+    # gradients are summed into a third tensor (and an earlier micro-batch's is accumulated)
+    # after that, at the embedding's backward, when no activation is left
     act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
     act_end -= copies - (0 if full else one_copy)
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
@@ -509,7 +515,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
         if tied:
-            cands.append((whole, act_end, held * lg, 2 * tied))
+            cands.append((whole, 0, held * lg, 2 * tied))
     elif rt.grads_set_to_none and m_total == 1:
         # ZeRO: the gradients grow as the activations go, moment by moment
         # (_single_step_grads): the first layer's backward starts with the head's gradients
@@ -534,7 +540,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
         if tied:
-            cands.append((gradients, act_end, held * lg, 3 * tied))
+            cands.append((gradients, 0, held * lg, 3 * tied))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)
@@ -741,7 +747,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     n_mlp = m.mlp_kept
     q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
-    per_layer = hTD if full else one_layer
+    # full recompute keeps each layer's input: the fp32 residual under fp32_stream
+    per_layer = (h * T * (4 if rt.fp32_stream else D) if full else one_layer)
     # backward working set of the first layer, (per sequence, constant) pieces
     redo = one_layer if full else 0
     bwd = [(hTD + (h * Tf * D if sp else 0) + f * Tf * D + redo, h * f * D),
@@ -783,12 +790,15 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
         held = hb // 2 * lg
+        bc = _bias_grad_copy(rt, mixed, low)
         head = []
         if last:
-            lb = _logit_bytes(rt, low, False) * lg
-            head.append((_logit_bytes(rt, low, True) * lg, 0))
+            lb = _logit_bytes(rt, low, False, t) * lg
+            head.append((_logit_bytes(rt, low, True, t) * lg, 0))
             if hb:
                 head += [(lb, 0), (hb * lg + h * Tf * D, vr * h * D)]
+                if bc:
+                    head.append(((hb + bc) * lg, 0))
                 if rt.fp32_weights_autocast and mixed:
                     head.append((held + h * Tf * D, vr * h * 4))
             else:
@@ -798,8 +808,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         left = copies - (0 if full else one_copy)
         tied = 4 * vr * h if rt.eager_blocks and first and last and (
             m.tie_embeddings or bert) else 0
-        if tied:
-            moments.append((held - drop, 3 * tied - left))
+        if tied:  # at the embedding's backward, the last: no activation is left
+            moments.append((held - c_mb, 3 * tied - c_rot))
         all_moments = tuple(moments)
         alone: tuple[tuple[int, int, int], ...] = ()
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
@@ -814,8 +824,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                      + ((held - own[0], -head_copy - own[1], 4),)
                      + tuple((c + held - drop, k - left, 5) for c, k in layer_bwd)
                      + ((held - drop - own[0], -left - own[1], 6),))
-            if tied:
-                alone += ((held - drop, 2 * tied - left, 2),)
+            if tied:  # the unsharded tied sum: no activation is left (as in ``moments``)
+                alone += ((held - c_mb, 2 * tied - c_rot, 2),)
             if first:
                 emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
                 alone += ((emb, -c_rot, 7),)
@@ -932,9 +942,24 @@ def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
     return mixed and not (bert and rt.fp32_stream)
 
 
-def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool) -> int:
+def _bias_grad_copy(rt: RuntimeProfile, mixed: bool, low: bool) -> int:
+    """Bytes per logit that the head's backward adds when the logits are fp32 only because
+    an fp32 output bias was added to the low-precision matmul output (BERT under
+    ``fp32_stream``): the fp32 gradient's copy in the matmul's dtype, beside the fp32
+    gradient and logits (``logits_head_bwd_bytes``), before the matmul's backward runs.
+    The moment shows only where the loss's own backward holds less (the vocab-parallel
+    loss at tp > 1)."""
+    return 2 if rt.logits_head_bwd_bytes and mixed and not low else 0
+
+
+def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool, tp: int = 1) -> int:
     """Bytes per logit element alive at the loss forward / the output layer's backward
-    (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy)."""
+    (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy;
+    at tp > 1 a vocab-parallel runtime's ``logits_*_tp`` when it gives them)."""
+    if tp > 1 and rt.vocab_parallel and rt.logits_fwd_bytes_tp:
+        if forward:
+            return rt.logits_fwd_bytes_tp if mixed else rt.logits_fwd_bytes_tp_fp32
+        return rt.logits_bwd_bytes_tp if mixed else rt.logits_bwd_bytes_tp_fp32
     if forward:
         return rt.logits_fwd_bytes if mixed else max(4, rt.logits_fwd_bytes - 2)
     return rt.logits_bwd_bytes if mixed else (rt.logits_bwd_bytes_fp32

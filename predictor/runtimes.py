@@ -62,8 +62,18 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   output layer's backward is counted at ``logits_bwd_bytes`` plus those gradients. (The
   matmul's saved weight copy is freed before the cast.)
 * ``logits_bwd_bytes_fp32``: the loss backward's bytes per logit in an fp32 run (the built-in
-  trainer: the fp32 logits, ``log_softmax``'s output, its gradient and the input gradient,
-  16); 0 takes ``logits_bwd_bytes`` (at least 4).
+  trainer at tp = 1: the fp32 logits, ``log_softmax``'s output, its gradient and the input
+  gradient, 16); 0 takes ``logits_bwd_bytes`` (at least 4).
+* ``logits_*_tp``: a runtime whose loss differs at tp > 1 (the built-in trainer: plain
+  ``F.cross_entropy`` at tp = 1, its vocab-parallel cross entropy on the logit shard above)
+  gives that loss's bytes per logit of the shard there: ``logits_fwd_bytes_tp`` /
+  ``logits_bwd_bytes_tp`` mixed, ``..._tp_fp32`` in fp32 (and for BERT's fp32 logits). 0:
+  the same loss at every tp. The built-in trainer's (``parallel._VocabParallelCrossEntropy``):
+  forward, the caller's logits D and one fp32 copy turned in place into the softmax and
+  saved, 4 (mixed 6, fp32 8); backward, the logits, the saved softmax turned in place into
+  the gradient, and (mixed only) its copy in the logits' dtype returned (mixed 2 + 4 + 2 =
+  8, fp32 4 + 4 = 8); at the head's matmul backward the logits and their gradient (4, fp32
+  8: ``logits_head_bwd_bytes`` as at tp = 1).
 * ``fp32_stream``: with ``fp32_weights_autocast`` the embedding, the norms and the residual
   adds run in fp32, so each norm keeps an fp32 input (2 bytes more per element than D) and
   autocast casts a norm's output once per linear reading it (Q, K, V and the MLP's input
@@ -142,6 +152,10 @@ class RuntimeProfile:
     classification_head: bool = False  # a sequence-classification head: no vocabulary logits
     logits_head_bwd_bytes: int = 0  # bytes per logit left at the head's matmul backward
     logits_bwd_bytes_fp32: int = 0  # bytes per logit at the loss backward in fp32 (0: derived)
+    logits_fwd_bytes_tp: int = 0  # tp > 1 (vocab_parallel): the loss forward's, mixed (0: as tp=1)
+    logits_bwd_bytes_tp: int = 0  # tp > 1: the loss backward's bytes per logit, mixed
+    logits_fwd_bytes_tp_fp32: int = 0  # tp > 1: the loss forward's in fp32
+    logits_bwd_bytes_tp_fp32: int = 0  # tp > 1: the loss backward's in fp32
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
     eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors
@@ -257,13 +271,18 @@ FRENZY = RuntimeProfile(
     name="frenzy",
     description=(
         "the built-in trainer as it runs (orchestrator/trainer): fp32 weights under autocast, "
-        "no dropout, embedding and head replicated on the tp ranks, no sequence parallelism, "
-        "cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
-        "gradients: 10 bytes per logit forward, 14 at its backward, 16 in fp32; 4 left at the "
-        "head's backward), one flat dp all-reduce (ZeRO-1/2: optimizer states, and gradients, "
-        "in chunks over dp, the fp32 weights whole), gradients set to None after each step, "
+        "no dropout, embedding and head split over the tp ranks by vocabulary rows (no "
+        "padding: the first V mod tp ranks hold a row more), no sequence parallelism; at "
+        "tp = 1 cross entropy on logits.float() (bf16 logits, fp32 log_softmax output and its "
+        "gradients: 10 bytes per logit forward, 14 at its backward, 16 in fp32), at tp > 1 "
+        "the vocab-parallel cross entropy on the logit shard (one fp32 copy made the "
+        "softmax: 6 forward, 8 at its backward, 8 and 8 in fp32); 4 left at the head's "
+        "backward; one flat dp all-reduce (ZeRO-1/2: optimizer states, and gradients, in "
+        "chunks over dp, the fp32 weights whole), gradients set to None after each step, "
         "fused optimizers"),
-    logits_fwd_bytes=10, logits_bwd_bytes=14, vocab_parallel=False, sequence_parallel=False,
+    logits_fwd_bytes=10, logits_bwd_bytes=14, sequence_parallel=False,
+    logits_fwd_bytes_tp=6, logits_bwd_bytes_tp=8, logits_fwd_bytes_tp_fp32=8,
+    logits_bwd_bytes_tp_fp32=8,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
     optimizer_fused=True,

@@ -250,6 +250,25 @@ def _need(config: dict[str, Any], *keys: str) -> Any:
     )
 
 
+def _check_head_dim(config: dict[str, Any], hidden: int, heads: int) -> None:
+    """Refuse a config whose attention width is not ``hidden_size`` (an explicit ``head_dim``
+    other than hidden / heads, as in Mistral-Nemo or the small Qwen3 models): every count
+    here takes the query width to be ``hidden_size``, so such a model would be priced and
+    built with the wrong attention projections instead of failing."""
+    head_dim = config.get("head_dim")
+    if head_dim is None or not isinstance(hidden, int) or not isinstance(heads, int) \
+            or heads <= 0:
+        return
+    if head_dim != hidden // heads or hidden % heads:
+        raise SpecError(
+            "config.head_dim",
+            f"{head_dim} differs from hidden_size / num_attention_heads = {hidden} / {heads}; "
+            "models whose attention width (heads x head_dim) is not hidden_size are not "
+            "supported (give the model's dimensions with head_dim = hidden_size / heads, or "
+            "drop head_dim where it equals that)",
+        )
+
+
 def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
     if not isinstance(config, dict):
         raise SpecError("config", f"must be a JSON object, got {type(config).__name__}")
@@ -275,6 +294,7 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
         )
     if model_type in ("llama", "mistral", "qwen2"):
         heads = _need(config, "num_attention_heads")
+        _check_head_dim(config, _need(config, "hidden_size"), heads)
         return ModelSpec(
             name=label,
             family=Family.QWEN2 if model_type == "qwen2" else Family.LLAMA,

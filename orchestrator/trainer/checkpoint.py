@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 from orchestrator.trainer.model import shard
-from orchestrator.trainer.parallel import Layout, shard_dims
+from orchestrator.trainer.parallel import Layout, full_shapes, shard_dims, split_sizes
 from orchestrator.trainer.zero import ZeroOptimizer
 
 log = logging.getLogger(__name__)
@@ -85,12 +85,26 @@ def latest_step(root: str | Path, job_id: str) -> int:
     return max(_trusted(job_dir(root, job_id)), default=0)
 
 
-def _gather(t: torch.Tensor, dim: int | None, layout: Layout) -> torch.Tensor:
+def _gather(t: torch.Tensor, dim: int | None, layout: Layout, full: int = 0) -> torch.Tensor:
+    """The unsharded tensor of ``t``'s tp shards along ``dim`` (``full`` rows there; 0: tp
+    times ``t``'s). Uneven shards (a vocabulary tp does not divide) travel padded to the
+    longest and are cut back, so no padding reaches the checkpoint."""
     if dim is None or layout.tp == 1:
         return t.detach().cpu().clone()
-    parts = [torch.empty_like(t) for _ in range(layout.tp)]
-    dist.all_gather(parts, t.detach().contiguous(), group=layout.tp_group)
-    return torch.cat(parts, dim=dim).cpu()
+    sizes = split_sizes(full or t.shape[dim] * layout.tp, layout.tp)
+    local = t.detach()
+    if local.shape[dim] < sizes[0]:
+        pad = list(local.shape)
+        pad[dim] = sizes[0] - local.shape[dim]
+        local = torch.cat([local, local.new_zeros(pad)], dim=dim)
+    parts = [torch.empty_like(local) for _ in range(layout.tp)]
+    dist.all_gather(parts, local.contiguous(), group=layout.tp_group)
+    return torch.cat([p.narrow(dim, 0, n) for p, n in zip(parts, sizes, strict=True)],
+                     dim=dim).cpu()
+
+
+def _rows(shape: torch.Size, dim: int | None) -> int:
+    return shape[dim] if dim is not None else 0
 
 
 def _local_optim_state(optimizer: Any, p: nn.Parameter) -> dict[str, Any]:
@@ -110,9 +124,12 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
     zero = isinstance(optimizer, ZeroOptimizer)
     if layout.dp_rank == 0 or zero:
         dims = shard_dims(model)
+        shapes = full_shapes(model, layout.tp)
         params = dict(model.named_parameters())
-        full_model = ({n: _gather(p, dims.get(n), layout) for n, p in params.items()}
-                      if layout.dp_rank == 0 else {})
+        # ZeRO: every dp rank joins each parameter's chunk gather (dp group) below; only dp
+        # replica 0 joins the tp gathers, in the same parameter order on all its tp ranks.
+        full_model = ({n: _gather(p, dims.get(n), layout, _rows(shapes[n], dims.get(n)))
+                       for n, p in params.items()} if layout.dp_rank == 0 else {})
         full_optim: dict[str, dict[str, Any]] = {}
         for n, p in params.items():
             state = _local_optim_state(optimizer, p)
@@ -121,7 +138,7 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
             entry: dict[str, Any] = {}
             for k, v in sorted(state.items()):
                 if isinstance(v, torch.Tensor) and v.shape == p.shape:
-                    entry[k] = _gather(v, dims.get(n), layout)
+                    entry[k] = _gather(v, dims.get(n), layout, _rows(shapes[n], dims.get(n)))
                 elif isinstance(v, torch.Tensor):
                     entry[k] = v.detach().cpu().clone()
                 else:

@@ -39,13 +39,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.data import DataConfig, TokenData
 from orchestrator.trainer.memory import PeakMeter, live_tensors, rank_oom
 from orchestrator.trainer.model import Numerics, ParallelTransformer, init_canonical
-from orchestrator.trainer.parallel import Layout, allreduce_grads, build_layout, shard_dims
+from orchestrator.trainer.parallel import (
+    Layout,
+    allreduce_grads,
+    build_layout,
+    full_shapes,
+    shard_dims,
+)
 from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 from predictor.spec import Family, ModelSpec, Optimizer, Precision, Recompute
 
@@ -396,8 +401,7 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
         y = targets[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
         with _autocast(cfg.precision, device):
             logits = model(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
-                               ignore_index=-100) / micro
+        loss = model.loss(logits, y) / micro
         (loss * scale).backward()
         total += loss.detach()
         del logits, loss  # else the last logits live through the all-reduce and the update
@@ -465,14 +469,7 @@ def init_from_folder(cfg: RunConfig, model: ParallelTransformer, layout: Layout)
 
     assert cfg.init_from and cfg.model is not None
     full = load_folder(cfg.init_from, cfg.model)
-    dims = shard_dims(model)
-    shapes = {}
-    for n, p in model.named_parameters():
-        shape = list(p.shape)
-        if n in dims:
-            shape[dims[n]] *= layout.tp
-        shapes[n] = torch.Size(shape)
-    check_matches(full, shapes, f"init_from {cfg.init_from}")
+    check_matches(full, full_shapes(model, layout.tp), f"init_from {cfg.init_from}")
     ckpt.copy_full_params(model, full, layout)
     log.info("job %s: initialised from %s", cfg.job_id, cfg.init_from)
 

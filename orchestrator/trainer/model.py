@@ -4,8 +4,12 @@ One generic layer covers the families: pre-LN (gpt2, llama, qwen2), parallel res
 (gpt_neox) and post-LN (bert); LayerNorm or RMSNorm; GeLU MLP or SwiGLU; learned positions or
 rotary; GQA. Q, K, V, the MLP input projections are column-parallel and the attention output
 and MLP output projections row-parallel, so each layer costs two tp all-reduces forward and
-two backward (Megatron's layout). Embeddings, norms and the output head are replicated on the
-tp ranks (no vocab-parallel split: the test models are tiny; noted in docs/orchestrator.md).
+two backward (Megatron's layout). The token embedding, the output head (tied or not) and
+BERT's output bias are split over the tp ranks by vocabulary rows (``parallel.vocab_range``),
+so each rank computes the logits of its rows only and ``ParallelTransformer.loss`` is the
+vocab-parallel cross entropy; positions, token types and norms are replicated. At tp = 1 the
+model is the plain one: ``F.embedding``, ``F.linear`` and ``F.cross_entropy`` on
+``logits.float()``.
 
 Parameter names are the *canonical* names of the unsharded model; ``parallel.shard_dims``
 says which are split and along which dimension, which is all a checkpoint needs to gather and
@@ -30,10 +34,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from orchestrator.trainer.parallel import (
+    IGNORE_INDEX,
     ColumnParallelLinear,
     Layout,
     RowParallelLinear,
+    VocabParallelEmbedding,
+    VocabParallelHead,
+    copy_to_tp,
+    full_shapes,
     shard_dims,
+    split_sizes,
+    vocab_parallel_cross_entropy,
 )
 from predictor.spec import Family, ModelSpec, Recompute
 
@@ -45,6 +56,9 @@ def check_supported(spec: ModelSpec, tp: int) -> None:
         if n % tp:
             raise ValueError(f"tp={tp} does not divide {what}={n} (the built-in trainer splits "
                              "whole heads and whole MLP columns)")
+    if spec.vocab_size < tp:
+        raise ValueError(f"tp={tp} exceeds vocab_size={spec.vocab_size} (each tp rank holds "
+                         "at least one vocabulary row)")
 
 
 @dataclass(frozen=True)
@@ -188,8 +202,9 @@ class ParallelTransformer(nn.Module):
         h = spec.hidden_size
         self.spec = spec
         self.numerics = numerics
+        self.layout = layout
         self.full_recompute = recompute is Recompute.FULL
-        self.embed = nn.Embedding(spec.vocab_size, h)
+        self.embed = VocabParallelEmbedding(spec.vocab_size, h, layout)
         self.pos = nn.Embedding(spec.max_seq_len, h) if spec.learned_positions else None
         self.token_type = (nn.Embedding(spec.type_vocab_size, h)
                            if spec.family is Family.BERT and spec.type_vocab_size else None)
@@ -200,13 +215,17 @@ class ParallelTransformer(nn.Module):
             self.final_norm = None
             self.mlm_dense = nn.Linear(h, h)
             self.mlm_norm = numerics.norm(spec, h)
-            self.out_bias = nn.Parameter(torch.zeros(spec.vocab_size))
+            self.out_bias = nn.Parameter(torch.zeros(self.embed.weight.shape[0]))
+            if layout.tp > 1:  # the bias of this rank's vocabulary rows
+                self.shard_dims = {"out_bias": 0}
+                self.full_sizes = {"out_bias": spec.vocab_size}
         else:
             self.final_norm = numerics.norm(spec, h)
         self.head = (None if spec.tie_embeddings or spec.family is Family.BERT
-                     else nn.Linear(h, spec.vocab_size, bias=False))
+                     else VocabParallelHead(h, spec.vocab_size, layout))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of this rank's vocabulary rows (all of them at tp = 1)."""
         x = self.embed(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
@@ -224,8 +243,16 @@ class ParallelTransformer(nn.Module):
         else:
             x = self.mlm_norm(self.numerics.act(self.mlm_dense(x)))
         weight = self.head.weight if self.head is not None else self.embed.weight
-        logits = F.linear(x, weight)
+        logits = F.linear(copy_to_tp(x, self.layout), weight)  # column-parallel over V
         return logits + self.out_bias if self.spec.family is Family.BERT else logits
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross entropy of ``forward``'s logits against ``targets`` (token ids;
+        ``IGNORE_INDEX`` skipped): over the vocabulary shards at tp > 1."""
+        if self.layout.tp == 1:
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                   targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return vocab_parallel_cross_entropy(logits, targets, self.embed.start, self.layout)
 
 
 def _seed_for(seed: int, name: str) -> int:
@@ -237,11 +264,10 @@ def init_canonical(model: nn.Module, layout: Layout, seed: int) -> None:
     """Initialise every parameter from its full (unsharded) tensor, keeping this rank's
     slice: the same weights whatever the tp/dp layout."""
     dims = shard_dims(model)
+    shapes = full_shapes(model, layout.tp)
     for name, p in model.named_parameters():
         dim = dims.get(name)
-        shape = list(p.shape)
-        if dim is not None:
-            shape[dim] *= layout.tp
+        shape = list(shapes[name])
         g = torch.Generator().manual_seed(_seed_for(seed, name))
         if name.endswith("bias") or "out_bias" in name:
             full = torch.zeros(shape)
@@ -256,5 +282,8 @@ def init_canonical(model: nn.Module, layout: Layout, seed: int) -> None:
 
 
 def shard(full: torch.Tensor, dim: int, layout: Layout) -> torch.Tensor:
-    """This tp rank's slice of ``full`` along ``dim``."""
-    return full.chunk(layout.tp, dim=dim)[layout.tp_rank].contiguous()
+    """This tp rank's slice of ``full`` along ``dim`` (``parallel.split_sizes``: equal
+    slices when tp divides the dimension, else the first ones a row longer)."""
+    sizes = split_sizes(full.shape[dim], layout.tp)
+    start = sum(sizes[:layout.tp_rank])
+    return full.narrow(dim, start, sizes[layout.tp_rank]).contiguous()

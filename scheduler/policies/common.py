@@ -92,6 +92,21 @@ class PlanIndex:
                                                for p in self.efficient_by_speed}
         return (plan.gpu_type, plan.num_gpus) not in at_knee
 
+    def undominated(self) -> tuple[Plan, ...]:
+        """``plans`` (their order kept) without those dominated by another plan of their GPU
+        type: one that runs faster at no more GPU-seconds a step, so more GPUs used better. A
+        dominated plan only saves GPUs now (a 4-GPU plan of a 7B model that pipelines with
+        full recomputation beside an 8-GPU one that does not); taking it holds GPUs at a
+        worse rate than the type offers. The fastest plan of each type is never dominated."""
+        got = self.lazy.get("undominated")
+        if got is None:
+            got = self.lazy["undominated"] = tuple(
+                p for p in self.plans
+                if not any(q.step_time_s < p.step_time_s
+                           and q.step_time_s * q.num_gpus <= p.step_time_s * p.num_gpus
+                           for q in self.by_type[p.gpu_type].values()))
+        return got
+
     def cheapest(self, gpu_type: str) -> tuple[Plan, ...]:
         """The plans of ``gpu_type`` by GPU-seconds, cheapest first (ties in ``by_type``
         order); empty if the job has none."""
@@ -115,8 +130,11 @@ class PlanIndex:
 
         by_type = {t: {n: plans[pos[id(p)]] for n, p in c.items()}
                    for t, c in self.by_type.items()}
-        return PlanIndex(plans, by_type, self.min_gpus, self.min_items, swap(self.by_speed),
-                         swap(self.efficient_by_speed), self.efficient_min_gpus)
+        out = PlanIndex(plans, by_type, self.min_gpus, self.min_items, swap(self.by_speed),
+                        swap(self.efficient_by_speed), self.efficient_min_gpus)
+        # step times do not depend on the step count: the template's answer carries over
+        out.lazy["undominated"] = swap(self.undominated())
+        return out
 
     @classmethod
     def build(cls, plans: tuple[Plan, ...], knee: float = 0.8) -> PlanIndex:

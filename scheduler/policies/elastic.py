@@ -16,15 +16,23 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   not the size with the fewest GPU-seconds (near-linear scaling makes every size cost about
   the same): a job keeps what it holds while nobody needs it, and an arrival can take the
   rest (a shrink, charged the restart, that still meets the deadline).
-* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 3):
+* **Admission weighs the opportunity cost** of a booking (``opportunity_cost``, default 1.25):
   the deadline ratio counts jobs, so an arrival whose every share would turn away more than
   ``opportunity_cost`` expected deadline arrivals (observed arrival rate × the share of
-  recent arrivals that the GPUs it leaves could no longer serve, over the booking) is kept
-  best-effort on leftovers instead of reserved, and every share is chosen to turn away the
-  fewest. The estimate treats bookings as fixed; with the deadline-order re-plan below an
-  arrival due sooner can still get in by pausing the booked job, so it overstates the cost,
-  and the threshold is 3 rather than one job for one job (how it was chosen:
-  docs/deadlines.md). ``None`` turns it off (ElasticFlow's admission).
+  recent arrivals that the GPUs it leaves could no longer serve, over the booking, but no
+  more than the booking's GPU-seconds could have served of them: ``capacity_bound``) is
+  kept best-effort on leftovers instead of reserved, and every share is chosen to turn away
+  the fewest. So it departs from ElasticFlow's admission only where its own prediction says
+  that giving up this job keeps more than ``opportunity_cost`` others; under overload the
+  bound is what keeps that prediction from counting arrivals that would be turned away
+  whatever is booked, and the prediction is checked against the policy's own bookings
+  (``refusal_guard``): it is scaled by how many of the arrivals predicted to use the room
+  of earlier refusals were then admitted into it, so when that room goes unused the
+  policy admits as ElasticFlow does. The estimate treats bookings as fixed; with the deadline-order
+  re-plan below an arrival due sooner can still get in by pausing the booked job, so it
+  overstates the cost a little, and the threshold is 1.25 rather than one job for one job
+  (chosen on the tuning split: docs/deadlines.md). ``None`` turns it off (ElasticFlow's
+  admission).
 * **Bookings in deadline order** (``replan``): an arrival that does not fit beside what is
   promised re-plans every booking earliest deadline first, pausing a running job with slack
   (its booking still finishes it in time, the restart charged) so that a job due sooner
@@ -74,9 +82,11 @@ def elastic_config(
     launch_delay_s: float = LAUNCH_DELAY_S,
     restart_delay_s: float = RESTART_DELAY_S,
     type_value: Callable[[str], float] | None = None,
-    opportunity_cost: float | None = 3.0,
+    opportunity_cost: float | None = 1.25,
     costly_mode: str = "best_effort",
     arrival_window: int = 64,
+    capacity_bound: bool = True,
+    refusal_guard: bool = True,
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
 ) -> DeadlineConfig:
@@ -94,7 +104,8 @@ def elastic_config(
         admission=Admission(
             infeasible=mode, replan=replan,
             opportunity=None if opportunity_cost is None else OpportunityCost(
-                opportunity_cost, costly_mode, arrival_window)),
+                opportunity_cost, costly_mode, arrival_window, capacity_bound,
+                refusal_guard)),
         growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True),
     )
 
@@ -111,7 +122,11 @@ class ElasticPolicy(EnginePolicy):
     share's cost (default: its FP16 TFLOP/s); ``opportunity_cost``: the most expected
     deadline arrivals a new job's booking may turn away (``None``: no limit);
     ``costly_mode``: what happens to a job over that limit ('best_effort' or 'reject');
-    ``arrival_window``: how many recent arrivals the estimate uses; ``replan``: re-plan
+    ``arrival_window``: how many recent arrivals the estimate uses; ``capacity_bound``: the
+    estimate counts no more arrivals than the booking's GPUs could have served (off: the
+    arrival-rate count alone, the rule before; an ablation); ``refusal_guard``: the estimate
+    is scaled by how many of the arrivals predicted to use the room of earlier refusals the
+    policy then admitted into it, at most 1 (off: an ablation); ``replan``: re-plan
     every booking in deadline order when an arrival does not fit (may pause running jobs
     with slack); ``estimator``: corrects remaining times from observed step times and widens
     ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
@@ -132,9 +147,11 @@ class ElasticPolicy(EnginePolicy):
         launch_delay_s: float = LAUNCH_DELAY_S,
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
-        opportunity_cost: float | None = 3.0,
+        opportunity_cost: float | None = 1.25,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
+        capacity_bound: bool = True,
+        refusal_guard: bool = True,
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
         seed: int = 0,
@@ -146,4 +163,5 @@ class ElasticPolicy(EnginePolicy):
             resize_gain_factor=resize_gain_factor, launch_delay_s=launch_delay_s,
             restart_delay_s=restart_delay_s, type_value=type_value,
             opportunity_cost=opportunity_cost, costly_mode=costly_mode,
-            arrival_window=arrival_window, replan=replan, estimator=estimator))
+            arrival_window=arrival_window, capacity_bound=capacity_bound,
+            refusal_guard=refusal_guard, replan=replan, estimator=estimator))

@@ -17,8 +17,10 @@ def test_frenzy_profile_tracks_the_trainer_and_the_builder_counts_do_not() -> No
     assert dist.all_reduce is before  # the no-op collectives are undone
     frenzy = estimate_memory(case.model, case.train, case.par, runtime=FRENZY_CPU).tensors
     builder = estimate_memory(case.model, case.train, case.par, runtime=REFERENCE).tensors
-    assert abs(frenzy - measured) / measured < 0.08
-    assert (measured - builder) / measured > 0.15  # replicated head, fp32 weights, CE copies
+    assert abs(frenzy - measured) / measured < 0.005
+    # the builder's counts (bf16 weights + fp32 master, one fp32 logits copy) miss the
+    # trainer's fp32 weights with autocast copies and its loss buffers
+    assert (measured - builder) / measured > 0.02
 
 
 def test_the_fake_tensor_measurement_is_what_the_real_trainer_holds() -> None:
@@ -48,3 +50,17 @@ def test_zero_measurement_is_what_the_real_trainer_holds() -> None:
     assert -1e-3 * real < real - fake < 1e-3 * real + 4 * 128 * 64
     predicted = estimate_memory(case.model, case.train, case.par, runtime=FRENZY_CPU).tensors
     assert abs(predicted - fake) / fake < 2e-3
+
+
+def test_the_fake_tensor_measurement_holds_at_tp2_with_the_vocabulary_split() -> None:
+    """The same at tp = 2 over an uneven vocabulary (rank 0's 129 of 257 rows): the real
+    ranks' collectives work in place, so rank 0's real peak is the fake one's, and the
+    frenzy profile prices it."""
+    from benchmarks.trainer_memory import _small, measure_real_peak
+
+    tiny = _small("tiny-gpt2", "gpt2", 2, 64, 4, 257)
+    case = _case(tiny, 32, 8, micro_batch=4, tp=2)
+    fake = measure_trainer_peak(case.model, case.train, case.par)
+    assert measure_real_peak(case.model, case.train, case.par) == fake
+    frenzy = estimate_memory(case.model, case.train, case.par, runtime=FRENZY_CPU).tensors
+    assert abs(frenzy - fake) / fake < 0.02

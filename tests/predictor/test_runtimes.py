@@ -8,7 +8,7 @@ import pytest
 
 from predictor.errors import SpecError
 from predictor.gpus import GIB, get_gpu
-from predictor.memory import MemoryBreakdown, estimate_memory, peak_tensors
+from predictor.memory import MemoryBreakdown, _logit_bytes, estimate_memory, peak_tensors
 from predictor.overhead import NON_TENSOR, NonTensorModel
 from predictor.planner import plan_job
 from predictor.runtimes import FRENZY, FRENZY_CPU, MEGATRON, REFERENCE, RUNTIMES, get_runtime
@@ -170,7 +170,7 @@ def test_recompute_keeps_only_layer_inputs_for_every_runtime() -> None:
     assert 0 < on.tensors - off.tensors <= 64 * 64 + 2 * 64 * 64 + 4 * 32 * 64 * 3
 
 
-def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> None:
+def test_built_in_trainer_profile_keeps_fp32_weights_and_a_vocab_parallel_head() -> None:
     # orchestrator/trainer: fp32 weights (the master), fp32 grads, AdamW m and v: 4 + 4 + 8
     # = 16 B/param at tp = 1, with no separate master (two micro-batches per step: the
     # second runs beside every gradient); autocast's bf16 weight copies count with the
@@ -179,11 +179,16 @@ def test_built_in_trainer_profile_keeps_fp32_weights_and_a_replicated_head() -> 
     mem = estimate_memory(LLAMA, _train(), par, runtime=FRENZY)
     n = LLAMA.num_params()
     assert (mem.parameters, mem.gradients, mem.optimizer_states) == (4 * n, 4 * n, 8 * n)
-    # tp = 2: the layers split, the embedding and the untied head (1024·64 each) do not
+    # tp = 2: the layers split, and so do the embedding and the untied head (1024·64 each)
+    # by vocabulary rows (512 per rank); the final norm does not
     tp2 = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1), runtime=FRENZY)
-    # per layer: half of 4·h² + 3·h·f, both norms whole; embedding, final norm, head whole
-    per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 1024 * 64 + 64 + 1024 * 64
-    assert tp2.gradients == 4 * per_rank == 4 * 172352
+    # per layer: half of 4·h² + 3·h·f, both norms whole; half the embedding and the head
+    per_rank = 2 * (4 * 64 * 64 // 2 + 3 * 64 * 128 // 2 + 2 * 64) + 512 * 64 + 64 + 512 * 64
+    assert tp2.gradients == 4 * per_rank == 4 * 106816
+    # the replicated head it ran with before (benchmarks.trainer_cuda's older rows)
+    rep = estimate_memory(LLAMA, _train(), ParallelConfig(tp=2, micro_batch=1),
+                          runtime=FRENZY.with_overrides(vocab_parallel=False))
+    assert rep.gradients == 4 * (41216 + 1024 * 64 + 64 + 1024 * 64) == 4 * 172352
 
 
 def test_planner_offers_only_what_the_runtime_executes() -> None:
@@ -333,3 +338,44 @@ def test_built_in_trainer_peak_counted_by_hand() -> None:
         two = estimate_memory(LLAMA, _train(s, 2 * b), ParallelConfig(micro_batch=b),
                               runtime=runtime)
         assert two.tensors == 16 * n + act + 14 * T * 1024
+
+
+def test_built_in_trainer_prices_its_vocab_parallel_loss_on_the_largest_shard() -> None:
+    # 1001 rows over tp = 2: the trainer's rank 0 holds 501 (no padding), T = 4·64 = 256
+    # tokens. bf16 at tp = 1: F.cross_entropy's backward, 14 bytes per logit of all 1001
+    # rows; at tp = 2 the vocab-parallel loss's backward: bf16 logits 2 + the fp32 softmax
+    # made the gradient in place 4 + its bf16 copy 2 = 8 bytes per logit of the shard
+    model = replace(LLAMA, vocab_size=1001)
+    train = _train(s=64, B=4)
+    mem = {tp: estimate_memory(model, train, ParallelConfig(tp=tp, micro_batch=4),
+                               runtime=FRENZY) for tp in (1, 2)}
+    assert mem[1].logits == 14 * 256 * 1001
+    assert mem[2].logits == 8 * 256 * 501
+    # the same trainer before the split (replicated head, F.cross_entropy at any tp)
+    rep = estimate_memory(model, train, ParallelConfig(tp=2, micro_batch=4),
+                          runtime=FRENZY.with_overrides(vocab_parallel=False))
+    assert rep.logits == 14 * 256 * 1001
+    # fp32: logits 4 + the softmax turned into the gradient 4 = 8 at the loss's backward,
+    # and the same 8 at the head's matmul backward beside its weight gradient (501·64·4)
+    # and input gradient (64·256·4), which is the peak
+    fp32 = estimate_memory(model, _train(s=64, B=4, precision="fp32"),
+                           ParallelConfig(tp=2, micro_batch=4), runtime=FRENZY)
+    assert (fp32.logits, fp32.transient) == (8 * 256 * 501, 501 * 64 * 4 + 64 * 256 * 4)
+    assert [_logit_bytes(FRENZY, mixed, fwd, 2) for mixed in (True, False)
+            for fwd in (True, False)] == [6, 8, 8, 8]
+    assert [_logit_bytes(FRENZY, mixed, fwd, 1) for mixed in (True, False)
+            for fwd in (True, False)] == [10, 14, 8, 16]
+
+
+def test_full_recompute_keeps_the_built_in_trainers_fp32_residual_per_layer() -> None:
+    # each recomputed layer keeps only its input: under autocast the built-in trainer's
+    # residual stream is fp32, 64·256·4 bytes per layer at T = 256; a bf16 stream (the
+    # reference build) keeps 64·256·2
+    def per_layer(rt: object) -> int:
+        a, b = (estimate_memory(replace(LLAMA, num_layers=n), _train(s=64, B=4),
+                                ParallelConfig(micro_batch=4, recompute="full"), runtime=rt)
+                for n in (3, 4))
+        return b.activations - a.activations
+
+    assert per_layer(FRENZY) == 64 * 256 * 4
+    assert per_layer(REFERENCE) == 64 * 256 * 2

@@ -169,3 +169,15 @@ def test_parallel_config_checks() -> None:
     assert ParallelConfig(recompute="full").recompute is Recompute.FULL
     with pytest.raises(SpecError):
         ParallelConfig(zero_stage=4)
+
+
+def test_hf_config_head_dim_other_than_hidden_over_heads_is_refused() -> None:
+    """Mistral-Nemo's config.json: hidden 5120, 32 heads, head_dim 128, so Q is 4096 wide,
+    not 5120; pricing it as 5120 / 32 = 160 would count the wrong projections. A head_dim
+    that equals hidden / heads (Llama 3's 4096 / 32 = 128) is accepted as before."""
+    nemo = {**HF_CONFIGS["mistral"], "hidden_size": 5120, "head_dim": 128}
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config(nemo)
+    assert exc.value.field == "config.head_dim" and "5120 / 32" in exc.value.reason
+    same = ModelSpec.from_hf_config({**HF_CONFIGS["llama"], "head_dim": 128})
+    assert same.num_params() == MODEL_CATALOG["llama-2-7b"].num_params()

@@ -289,12 +289,69 @@ def test_displaced_leaves_out_arrivals_another_type_could_serve() -> None:
                          Profile(ticks_floor(100.0), cap)) == 0.0
 
 
+def test_displaced_is_at_most_what_the_booked_gpus_could_have_served() -> None:
+    """9 arrivals 10 s apart, each needing 8 of the 16 A100s for 400 s (3,200 GPU-seconds):
+    a 100 s booking of all 16 blocks 0.1/s × 100 s = 10 expected arrivals, but its 1,600
+    GPU-seconds could have served half of one, so it turns away 0.5 (10 without the bound).
+    With 5 of them needing 100 s (800 GPU-seconds) they come in a mix of mean 16,800 / 9 =
+    1,866.7 GPU-seconds: 1,600 / 1,866.7 = 0.857. An arrival with no GPU-seconds recorded
+    counts in full: 1/9 of the 10, plus 0.5 of the rest."""
+    cap = {"A100-40G": 16}
+    empty = Profile(ticks_floor(100.0), cap)
+    booking = _share("A100-40G", 16, 100.0, 200.0)
+    for bound, want in ((True, 0.5), (False, 10.0)):
+        eng = make_policy("elastic", perf=IdentityPerf(), capacity_bound=bound).engine
+        for i in range(9):
+            eng.window.record(10.0 * i, {"A100-40G": 8}, work={"A100-40G": 3200.0})
+        assert eng.window.displaced(booking, cap, empty) == pytest.approx(want)
+    mixed = make_policy("elastic", perf=IdentityPerf()).engine
+    for i in range(9):
+        mixed.window.record(10.0 * i, {"A100-40G": 8},
+                            work={"A100-40G": 800.0 if i % 2 == 0 else 3200.0})
+    assert mixed.window.displaced(booking, cap, empty) == pytest.approx(1600 * 9 / 16800)
+    unknown = make_policy("elastic", perf=IdentityPerf()).engine
+    for i in range(9):
+        unknown.window.record(10.0 * i, {"A100-40G": 8},
+                              work={"A100-40G": 3200.0} if i else None)
+    assert unknown.window.displaced(booking, cap, empty) == pytest.approx(10 / 9 + 0.5)
+
+
+def test_refusals_are_priced_by_how_many_predicted_arrivals_were_admitted() -> None:
+    """By hand, 16 A100s: x's share (16 GPUs over [100, 500) s) is refused on a prediction
+    of 8 arrivals using its room. At 300 s half its interval has passed, 4 were predicted
+    and none admitted: the factor is 0/4. An admitted share of 8 GPUs over [300, 400) s would
+    not have fitted beside x's (16 + 8 > 16): 1 of 4, 0.25; one that fits beside it (32
+    GPUs) does not count. Once x's interval is over, 1 of 8. Until one arrival is predicted,
+    and without the guard, the factor is 1."""
+    from scheduler.policies.deadline.opportunity import RefusalAccount
+
+    def at(t: float) -> int:
+        return ticks_floor(t)
+
+    acct = RefusalAccount()
+    assert acct.factor(at(100.0)) == 1.0
+    acct.refuse(_share("A100-40G", 16, 100.0, 500.0), 8.0)
+    assert acct.factor(at(120.0)) == 1.0  # 8 × 20 / 400 = 0.4 predicted so far
+    assert acct.factor(at(300.0)) == 0.0
+    acct.admitted(_share("A100-40G", 8, 300.0, 400.0), Profile(at(300.0), {"A100-40G": 32}))
+    assert acct.factor(at(300.0)) == 0.0
+    acct.admitted(_share("A100-40G", 8, 300.0, 400.0), Profile(at(300.0), {"A100-40G": 16}))
+    assert acct.factor(at(300.0)) == pytest.approx(0.25)
+    assert acct.factor(at(600.0)) == pytest.approx(1 / 8)
+    off = RefusalAccount(guard=False)
+    off.refuse(_share("A100-40G", 16, 100.0, 500.0), 8.0)
+    assert off.factor(at(300.0)) == 1.0
+
+
 def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_arrive() -> None:
     """Ten short jobs arrive 10 s apart, each met only by 8 of the 16 A100s (8 GPUs: 10 s of
-    steps + 10 s launch within a 25 s deadline; 4 GPUs: 30 s). Then a long job whose only
-    satisfying share is all 16 for 1,010 s: that booking would turn away 0.1/s × 1,010 s of
-    arrivals, so it runs best-effort instead of being reserved. Without the opportunity cost
-    (ElasticFlow's admission) it is admitted."""
+    steps + 10 s launch within a 25 s deadline, 160 GPU-seconds; 4 GPUs: 30 s). Then a long
+    job whose only satisfying share is all 16 for 1,010 s (16,160 GPU-seconds): 10/100 s ×
+    1,010 s = 101 arrivals are expected over that booking, and in the mix they come in (the
+    window: ten short ones and this long one, 17,760 / 11 GPU-seconds each) its GPU-seconds
+    could have served 16,160 × 11 / 17,760 = 10.0 of them, more than the limit of 1, so it runs
+    best-effort instead of being reserved. Without the opportunity cost (ElasticFlow's
+    admission) it is admitted."""
     state = a100(n=2)
     shorts = scaling("A100-40G", counts=(1, 2, 4, 8), base=8.0, eff=1.0)
     longs = scaling("A100-40G", counts=(1, 2, 4, 8, 16), base=8.0, eff=1.0)
@@ -311,7 +368,7 @@ def test_a_long_job_holding_the_whole_pool_is_kept_best_effort_while_short_jobs_
         assert d.kind is DecisionKind.START
         assert ("long" in pol.engine.ledger.admitted) is admitted
         if not admitted:
-            assert "best-effort" in d.reason and "turn away ~101.0 expected" in d.reason, d
+            assert "best-effort" in d.reason and "turn away ~10.0 expected" in d.reason, d
 
 
 def test_elasticflow_uses_power_of_two_data_parallel_options_on_one_type() -> None:
@@ -502,7 +559,7 @@ def test_deterministic(sc, name) -> None:
 
 def test_a_costly_arrival_rejected_in_reject_mode_says_so_in_its_code() -> None:
     """As above (ten short jobs 10 s apart, each needing 8 of 16 A100s), with
-    ``costly_mode='reject'``: the long job that would hold all 16 for 1,010 s (~101 expected
+    ``costly_mode='reject'``: the long job that would hold all 16 for 1,010 s (~10.0 expected
     arrivals turned away, limit 1) is rejected with ``TOO_COSTLY``, where one that fits
     nowhere is rejected with ``REJECT``; the short ones start on their bookings (``ADMIT``)."""
     state = a100(n=2)

@@ -415,3 +415,69 @@ def test_a_loan_is_not_repaid_onto_gpus_split_over_nodes() -> None:
     (d,) = policy.decide(state, [], [lender], 1_100.0)
     assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "L")
     assert d.allocation is not None and d.allocation.placement == (("dgx-0", 6), ("dgx-1", 2))
+
+
+def _a_7b_job() -> JobView:
+    """Three A100 plans, shaped like llama-2-7b's on phoebe: 8 GPUs at 1.0 s a step (8.0
+    GPU-s), 16 at 0.6 s (9.6 GPU-s) and 4 at 3.0 s (12.0 GPU-s: slower than the 8-GPU plan
+    at more GPU-seconds, so dominated; past the knee too, 8.0 < 0.8 x 12.0)."""
+    return make_job("L", ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=10_000),
+                                make_plan("A100-40G", 16, step_s=0.6, num_steps=10_000),
+                                make_plan("A100-40G", 4, step_s=3.0, num_steps=10_000)),
+                    total_steps=10_000)
+
+
+def test_a_dominated_plan_is_passed_over() -> None:
+    # 4 A100 free on dgx-0, dgx-1 full: the ranked walk used to start L on its 4-GPU plan
+    # (30,000 s on 4 GPUs); it now waits for the 8 that run it in 10,000 s at fewer
+    # GPU-seconds, and nothing else is asked (no running job to shrink)
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 4, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 0, interconnect="nvlink"))
+    job = _a_7b_job()
+    assert HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0) == []
+    # the old walk, kept behind the switch, in the ranked order (the stored ranking as it
+    # is) and in has-paper (Algorithm 1 as published)
+    for policy in (HasPolicy(IdentityPerf(), skip_dominated=False),
+                   HasPolicy(IdentityPerf(), plan_order="ranked"),
+                   make_policy("has-paper", perf=IdentityPerf())):
+        (d,) = policy.decide(state, [job], [], 0.0)
+        assert (d.kind, d.job_id) == (DecisionKind.START, "L")
+        assert d.allocation is not None and d.allocation.placement == (("dgx-0", 4),)
+        assert d.allocation.plan.step_time_s == 3.0
+    # once 8 are free on one node L starts on its 8-GPU plan there
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 4, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 8, interconnect="nvlink"))
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.placement == (("dgx-1", 8),)
+    assert d.allocation.plan.num_gpus == 8
+
+
+def test_a_smaller_plan_that_is_not_dominated_still_starts() -> None:
+    # 4 A100 at 1.9 s a step cost 7.6 GPU-s < 8.0: fewer GPU-seconds, so not dominated by
+    # the 8-GPU plan (only slower); with 4 free it starts there as before
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 4, interconnect="nvlink"))
+    job = make_job("j", ranked(make_plan("A100-40G", 8, step_s=1.0),
+                               make_plan("A100-40G", 4, step_s=1.9)))
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.placement == (("dgx-0", 4),)
+    assert d.allocation.plan.step_time_s == 1.9
+
+
+def test_no_running_job_is_shrunk_to_make_room_for_a_dominated_plan() -> None:
+    # G runs grown on 4 A100 of dgx-0 (its 2-GPU plan costs no more GPU-seconds, 2 x 1.0 <=
+    # 4 x 0.5, and G has more work left than L, 50,000 s against 6,000 s: its growth is
+    # undone for L if that frees enough); dgx-1 is full. Undoing G frees 2, and 2 + 2 free
+    # = 4 would hold only L's dominated 4-GPU plan; its 8- and 16-GPU plans need 6 and 14
+    # more. Nothing is shrunk (the old code shrank G so that L could start on the 4)
+    state = cluster(make_node("dgx-0", "A100-40G", 8, 2, interconnect="nvlink"),
+                    make_node("dgx-1", "A100-40G", 8, 0, interconnect="nvlink"))
+    g_plans = ranked(make_plan("A100-40G", 2, step_s=1.0, num_steps=100_000),
+                     make_plan("A100-40G", 4, step_s=0.5, num_steps=100_000))
+    grown = RunningJob(JobView(id="G", submit_time=0.0, plans=g_plans, total_steps=100_000),
+                       Allocation("G", g_plans[1], (("dgx-0", 4),)), started_at=0.0)
+    job = _a_7b_job()
+    assert HasPolicy(IdentityPerf()).decide(state, [job], [grown], 10_000.0) == []
+    (d,) = HasPolicy(IdentityPerf(), skip_dominated=False).decide(state, [job], [grown],
+                                                                  10_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "G")
+    assert d.allocation is not None and d.allocation.placement == (("dgx-0", 2),)

@@ -155,3 +155,20 @@ def test_plan_index_speed_prefix_and_cheapest_order() -> None:
     again = index.restamp(longer)
     assert again.faster_than(200.1) == 2 and again.efficient_by_speed[0] is longer[2]
     assert again.cheapest("B") == (longer[3],)
+
+
+def test_plan_index_undominated_plans() -> None:
+    # GPU-seconds a step: 2xA 2.4, 4xA 2.0, 8xA 2.4, 16xA 3.2, 1xB 3.0, 2xB 3.0.
+    # 2xA (1.2 s) is slower than 4xA (0.5 s) at more GPU-s: dominated. 8xA (0.3 s) and 16xA
+    # (0.2 s) are faster than everything else of A: kept. 1xB (3.0 s) is slower than 2xB
+    # (1.5 s) at equal GPU-s: dominated (no more GPU-seconds). A plan of another type never
+    # dominates (B's 2xB at 1.5 s is no concern of A's).
+    plans = (make_plan("A", 2, step_s=1.2), make_plan("A", 4, step_s=0.5),
+             make_plan("A", 8, step_s=0.3), make_plan("A", 16, step_s=0.2),
+             make_plan("B", 1, step_s=3.0), make_plan("B", 2, step_s=1.5))
+    index = PlanIndex.build(plans)
+    assert index.undominated() == (plans[1], plans[2], plans[3], plans[5])
+    # the same shapes with another step count: the same positions (step times only)
+    longer = tuple(replace(p, num_steps=700) for p in plans)
+    assert index.restamp(longer).undominated() == (longer[1], longer[2], longer[3], longer[5])
+    assert PlanIndex.build(longer).undominated() == (longer[1], longer[2], longer[3], longer[5])

@@ -33,11 +33,12 @@ def test_notes_then_restore_rebuild_the_state_worked_out_by_hand() -> None:
     assert {d.job_id for d in first if d.kind is DecisionKind.REJECT} == {"c"}
     notes = {n.job_id: DeadlineNote.from_data(n.data) for n in take_notes(pol)}
     # By hand: a and b are admitted; c was seen (it counts in the arrival window) and
-    # rejected; arrivals in submit order, each with the fewest GPUs meeting its deadline.
+    # rejected; arrivals in submit order, each with the fewest GPUs meeting its deadline and
+    # their GPU-seconds (4 GPUs × 110 s = 440).
     assert notes == {
-        "a": DeadlineNote("admitted", None, (0, 0.0, ((A100, 4),))),
-        "b": DeadlineNote("admitted", None, (1, 1.0, ((A100, 4),))),
-        "c": DeadlineNote(None, None, (2, 2.0, ())),
+        "a": DeadlineNote("admitted", None, (0, 0.0, ((A100, 4),), ((A100, 440.0),))),
+        "b": DeadlineNote("admitted", None, (1, 1.0, ((A100, 4),), ((A100, 440.0),))),
+        "c": DeadlineNote(None, None, (2, 2.0, (), ())),
     }
     assert take_notes(pol) == []  # handed out once
 
@@ -58,6 +59,8 @@ def test_notes_then_restore_rebuild_the_state_worked_out_by_hand() -> None:
     assert eng.ledger.best_effort == eng0.ledger.best_effort == set()
     assert list(eng.window.arrivals) == list(eng0.window.arrivals) == [
         (0.0, {A100: 4}), (1.0, {A100: 4}), (2.0, {})]
+    assert list(eng.window.work) == list(eng0.window.work) == [
+        {A100: 440.0}, {A100: 440.0}, {}]
     assert eng.window.seq == eng0.window.seq == 3
 
     # The next call decides the same, with the same bookings, as the policy that never
@@ -89,8 +92,17 @@ def test_restore_without_notes_admits_again() -> None:
     assert [d.kind for d in out] == [DecisionKind.START]
 
 
+def test_a_note_written_before_the_gpu_seconds_were_kept_still_reads() -> None:
+    """An arrival stored as [order, submit, need] reads back with no GPU-seconds (the window
+    then prices bookings blocking it by the arrival rate alone)."""
+    note = DeadlineNote.from_data({"status": "admitted", "arrival": [3, 7.5, [[A100, 2]]]})
+    assert note.arrival == (3, 7.5, ((A100, 2),), ())
+
+
 def test_a_malformed_note_names_the_field() -> None:
     with pytest.raises(ValueError, match="status"):
         DeadlineNote.from_data({"status": "maybe"})
     with pytest.raises(ValueError, match="arrival"):
         DeadlineNote.from_data({"arrival": [1, "x"]})
+    with pytest.raises(ValueError, match="arrival"):
+        DeadlineNote.from_data({"arrival": [1, 2.0, [], [], []]})

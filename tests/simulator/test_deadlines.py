@@ -97,6 +97,47 @@ def test_rejected_jobs_end_cancelled_and_count_as_missed() -> None:
     assert m.deadline_ratio == 0.5
 
 
+def test_under_overload_elastic_meets_no_fewer_deadlines_than_elasticflow() -> None:
+    """Overload, worked by hand (16 A100s, ``elastic`` and ElasticFlow at their defaults).
+
+    b0..b32 arrive every 60 s, each needing all 16 GPUs for 2,010 s (2,000 steps of 1 s plus
+    the 10 s launch, 32,160 GPU-seconds) by 2,150 s after it came: b0 is admitted and runs
+    until 2,010 s; every later one would finish at 4,020 s at the earliest, past its deadline
+    (at most 1,920 + 2,042.5 s with the 5 % margin), and is rejected. At 2,015 s the GPUs are
+    free and x and y arrive, each 400 steps due in 500 s: on 16 GPUs 410 s (6,560
+    GPU-seconds), on 8 GPUs 810 s, too late. Both policies admit x on all 16 (done at
+    2,425 s); y then has no room before its deadline and is rejected: b0 and x are met.
+
+    The opportunity-cost rule before the capacity bound priced x's booking at the arrival
+    rate alone: 33 arrivals over 2,015 s, all 34 of the window blocked for 410 s, so 33 /
+    2,015 × 410 = 6.7 expected arrivals turned away, more than its limit of 3: x (and y)
+    ran best-effort, the leftover fill gave each 8 GPUs (810 s), and both missed: it met
+    b0 only. But those arrivals want 32,160 GPU-seconds each and the booking holds 6,560:
+    in the mix they come in (33 b's and x, 1,067,840 / 34 GPU-seconds each) it could have
+    served 6,560 × 34 / 1,067,840 = 0.21 of them, below the limit (1.25 now), so x is
+    booked."""
+    state = ClusterState(nodes=(make_node("a0", "A100-40G", 8), make_node("a1", "A100-40G", 8)))
+    whole = (make_plan("A100-40G", 16, step_s=1.0),)
+    js = [JobView(id=f"b{i}", submit_time=60.0 * i, plans=whole, total_steps=2000,
+                  deadline=60.0 * i + 2150.0) for i in range(33)]
+    either = (make_plan("A100-40G", 8, step_s=2.0), make_plan("A100-40G", 16, step_s=1.0))
+    js += [JobView(id=k, submit_time=2015.0, plans=either, total_steps=400, deadline=2515.0)
+           for k in ("x", "y")]
+
+    def met(policy: str, **kw: object) -> set[str]:
+        res = replay(js, state, policy, perf=_Stub(), config=SimConfig(), policy_kwargs=kw)
+        out = {j for j, r in res.records.items() if r.state is JobState.SUCCEEDED
+               and r.end_time is not None and r.end_time <= r.view.deadline + 1e-6}
+        assert deadline_metrics(res.records.values()).met == len(out)
+        return out
+
+    assert met("elasticflow") == {"b0", "x"}
+    assert met("elastic") == {"b0", "x"}
+    # the rule before: fewer
+    before = {"capacity_bound": False, "refusal_guard": False, "opportunity_cost": 3.0}
+    assert met("elastic", **before) == {"b0"}
+
+
 @pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
 def test_quick_benchmark_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from benchmarks import deadlines

@@ -34,7 +34,10 @@ job (``Growth``).
    turns away the short arrivals that needed it. With an ``OpportunityCost``, an arrival
    whose every share would turn away more than its limit of expected arrivals (observed
    arrival rate × the fraction of recent arrivals that what the booking leaves free could no
-   longer serve, integrated over the booking) is kept best-effort instead of reserved
+   longer serve, integrated over the booking, and at most as many as the booking's
+   GPU-seconds could have served of them, scaled by how many of the arrivals predicted to
+   use the room of earlier refusals were then admitted into it) is kept best-effort
+   instead of reserved
    (Moore–Hodgson's rule for counting on-time jobs: give up the long job to keep many short
    ones), and shares are chosen to turn away the fewest.
 5. **Deadline-order re-plan** (``Admission.replan``; ``elastic`` only). Bookings are made

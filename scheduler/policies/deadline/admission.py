@@ -18,7 +18,8 @@ from scheduler.decision import ReasonCode, reject
 from scheduler.policies.deadline.bookings import Profile, Share, ticks_floor
 from scheduler.policies.deadline.candidates import Candidate, Round, deadline_order
 from scheduler.policies.deadline.ledger import Ledger
-from scheduler.policies.deadline.opportunity import ArrivalWindow
+from scheduler.policies.deadline.opportunity import ArrivalWindow, RefusalAccount
+from scheduler.policies.deadline.options import Option
 from scheduler.policies.deadline.prediction import Prediction
 from scheduler.policies.deadline.shares import Booker, reserve
 from scheduler.policies.deadline.strategies import Admission
@@ -39,6 +40,8 @@ class Admitter:
         self.ledger = ledger
         self.window = window
         self.pin_type = pin_type
+        oc = rule.opportunity
+        self.account = RefusalAccount(guard=oc is not None and oc.guard)
 
     # -- the phases ------------------------------------------------------------------------
     def keep_promises(self, rnd: Round) -> None:
@@ -84,9 +87,12 @@ class Admitter:
                     and c.job.id not in ledger.best_effort]
         arrivals.sort(key=lambda c: (c.job.submit_time, c.job.id))
         for c in arrivals:
-            needs = self._needs(c, cap, now) if self.rule.replan or oc is not None else {}
+            fewest = self._needs(c, cap, now) if self.rule.replan or oc is not None else {}
+            needs = {t: o.num_gpus for t, o in fewest.items()}
             if oc is not None:
-                self.window.record(c.job.submit_time, needs, job_id=c.job.id)
+                self.window.record(c.job.submit_time, needs, job_id=c.job.id, work={
+                    t: o.num_gpus * self.prediction.remaining_s(c, o)
+                    for t, o in fewest.items()})
                 ledger.changed.add(c.job.id)
             share = self.booker.min_share(c, rnd.profile, now, cap, arrival=True)
             if share is None and needs and self.rule.replan and (plan := self.replan(
@@ -104,12 +110,13 @@ class Admitter:
             how, code = self.rule.infeasible, ReasonCode.REJECT
             if share is None:
                 why = self._infeasible_reason(c, now)
-            elif oc is not None and \
-                    (lost := self.window.displaced(share, cap, rnd.profile)) > oc.limit:
+            elif oc is not None and (lost := self.window.displaced(share, cap, rnd.profile)) \
+                    * self.account.factor(rnd.profile.now) > oc.limit:
                 why = (f"booking {share.option.label()} for {share.end_t - share.start_t:.0f}s "
                        f"would turn away ~{lost:.1f} expected arrivals (more than "
                        f"{oc.limit:g})")
                 how, code = oc.costly, ReasonCode.TOO_COSTLY
+                self.account.refuse(share, lost)
                 log.debug("%s: %s not reserved: %s", self.name, c.job.id, why)
             else:
                 why = None
@@ -121,6 +128,8 @@ class Admitter:
                     ledger.refuse(c.job.id)
                     c.why.append(f"admitted best-effort: {why}")
                 continue
+            if oc is not None:
+                self.account.admitted(share, rnd.profile)
             self._admit(c, share, rnd.profile)
             rnd.booked.append(c)
 
@@ -195,20 +204,21 @@ class Admitter:
                      f"(deadline {c.job.deadline:.0f}s)")
         reserve(c, share, profile)
 
-    def _needs(self, c: Candidate, cap: Mapping[str, int], now: float) -> dict[str, int]:
-        """Per GPU type, the fewest GPUs that finish ``c`` by its deadline (with the safety
-        margin) from now on an otherwise empty cluster; types where none does are left out."""
+    def _needs(self, c: Candidate, cap: Mapping[str, int], now: float) -> dict[str, Option]:
+        """Per GPU type, the option with the fewest GPUs that finishes ``c`` by its deadline
+        (with the safety margin) from now on an otherwise empty cluster; types where none
+        does are left out."""
         d = c.job.deadline
         assert d is not None
         pred = self.prediction
         latest = now + (d - now) * (1.0 - pred.margin)
-        out: dict[str, int] = {}
+        out: dict[str, Option] = {}
         for t in c.types():
             for o in c.options[t]:
                 if o.num_gpus > cap.get(t, 0):
                     break
                 if now + pred.remaining_s(c, o) <= latest:
-                    out[t] = o.num_gpus
+                    out[t] = o
                     break
         return out
 

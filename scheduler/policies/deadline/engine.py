@@ -6,7 +6,8 @@ rejected), **claim** (bookings that start now, running jobs keep or shrink), **f
 leftover GPUs by marginal gain), **preempt and place** (stops, then starts and resizes). The
 parts: ``Admitter`` (admission and re-plan, over the ``Booker`` of shares and the
 ``ArrivalWindow`` of the opportunity cost), ``Allocator`` and ``LeftoverFill``; what
-survives between calls is in the ``Ledger`` and the ``ArrivalWindow``."""
+survives between calls is in the ``Ledger``, the ``ArrivalWindow`` and the admitter's
+``RefusalAccount`` (the last not across a restart: ``restore`` leaves it clean)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from scheduler.policies.deadline.bookings import Profile, Share, ticks_floor
 from scheduler.policies.deadline.candidates import Candidate, Round
 from scheduler.policies.deadline.ledger import DeadlineNote, Ledger
 from scheduler.policies.deadline.leftovers import LeftoverFill
-from scheduler.policies.deadline.opportunity import ArrivalWindow
+from scheduler.policies.deadline.opportunity import ArrivalWindow, RefusalAccount
 from scheduler.policies.deadline.options import Option
 from scheduler.policies.deadline.shares import Booker
 from scheduler.policies.deadline.strategies import DeadlineConfig
@@ -41,7 +42,8 @@ class DeadlineEngine:
         self.prediction = config.prediction
         oc = config.admission.opportunity
         self.ledger = Ledger()
-        self.window = ArrivalWindow(oc.window if oc is not None else 64)
+        self.window = ArrivalWindow(oc.window if oc is not None else 64,
+                                    capacity_bound=oc is None or oc.capacity_bound)
         self.booker = Booker(config.booking, config.prediction, oc, self.window)
         self.admitter = Admitter(name, config.admission, self.booker, config.prediction,
                                  self.ledger, self.window, pin_type=config.plans.pin_type)
@@ -143,6 +145,7 @@ class DeadlineEngine:
         admission; derived caches (options, type values) are refilled on demand."""
         live = {j.id for j in jobs}
         self.ledger.restore(notes, live)
+        self.admitter.account = RefusalAccount(guard=self.admitter.account.guard)
         self.window.restore(((k, n.arrival) for k, n in notes.items()
                              if n.arrival is not None), live)
         self.bookings = {}

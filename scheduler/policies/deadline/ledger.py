@@ -24,7 +24,7 @@ class DeadlineNote:
     or None (seen as an arrival and rejected, or a job without a deadline pinned to a type);
     ``pinned``: the GPU type it may use (``PlanSpace.pin_type``); ``arrival``: its entry in
     the opportunity-cost window, (order of arrival, submit time, fewest GPUs per type that
-    met its deadline)."""
+    met its deadline, their GPU-seconds per type)."""
 
     status: str | None = None
     pinned: str | None = None
@@ -33,7 +33,8 @@ class DeadlineNote:
     def to_data(self) -> dict[str, Any]:
         """The JSON form stored with the job."""
         arr = None if self.arrival is None else [
-            self.arrival[0], self.arrival[1], [[t, n] for t, n in self.arrival[2]]]
+            self.arrival[0], self.arrival[1], [[t, n] for t, n in self.arrival[2]],
+            [[t, w] for t, w in self.arrival[3]]]
         return {"status": self.status, "pinned": self.pinned, "arrival": arr}
 
     @classmethod
@@ -49,13 +50,18 @@ class DeadlineNote:
         raw = data.get("arrival")
         arrival = None
         if raw is not None:
-            try:
-                seq, submit, need = raw
+            try:  # notes written before the GPU-seconds were kept have three fields
+                seq, submit, need, *rest = raw
+                if len(rest) > 1:
+                    raise ValueError(raw)
+                work = rest[0] if rest else ()
                 arrival = (int(seq), float(submit),
-                           tuple((str(t), int(n)) for t, n in need))
+                           tuple((str(t), int(n)) for t, n in need),
+                           tuple((str(t), float(w)) for t, w in work))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"deadline note: arrival must be [order, submit time, "
-                                 f"[[gpu type, gpus], ...]], not {raw!r}") from exc
+                                 f"[[gpu type, gpus], ...], [[gpu type, GPU-seconds], ...]], "
+                                 f"not {raw!r}") from exc
         return cls(status, pinned, arrival)
 
 

@@ -62,11 +62,19 @@ class OpportunityCost:
     The deadline ratio counts jobs, so a booking is worth one job. An arrival whose every
     share would turn away more than ``limit`` expected deadline arrivals (estimated from the
     last ``window`` arrivals, see ``opportunity.ArrivalWindow``) is not booked but handled as
-    ``costly`` says (one of ``MODES``), and every share is chosen to turn away the fewest."""
+    ``costly`` says (one of ``MODES``), and every share is chosen to turn away the fewest.
+    ``capacity_bound``: count no more arrivals than the booking's GPUs could have served
+    (off: the arrival-rate count alone, which under overload counts arrivals that would be
+    turned away whatever is booked). ``guard``: scale the count by how many of the arrivals
+    predicted to use the room of earlier refusals were admitted into it, at most 1
+    (``opportunity.RefusalAccount``): refusals stop when the policy's own bookings do not
+    bear the prediction out."""
 
-    limit: float = 3.0
+    limit: float = 1.25
     costly: str = "best_effort"
     window: int = 64
+    capacity_bound: bool = True
+    guard: bool = True
 
     def __post_init__(self) -> None:
         check_mode("costly_mode", self.costly)
