@@ -520,9 +520,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # ZeRO: the gradients grow as the activations go, moment by moment
         # (_single_step_grads): the first layer's backward starts with the head's gradients
         # (its weight copy freed) and ends with its own (its activations and weight copies
-        # freed); the last layer's likewise; then the embedding's backward (a tied one's two
-        # gradients summed into a third tensor), with only the ids, the labels, the logits
-        # the loop holds and the incoming gradient left
+        # freed); the last layer's likewise; then the embedding's backward, with only the
+        # ids, the labels, the logits the loop holds and the incoming gradient left; a tied
+        # embedding's two gradients are summed into a third tensor after it, when only the
+        # logits the loop holds are left (as without ZeRO)
         g_head, g_layer, g_last, before, after = _single_step_grads(
             m, train, t, pp, dp, zero, stage, n_layers, rt)
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
@@ -534,8 +535,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
             cands.append((after, act_emb, held * lg, 0))
-            if tied:
-                cands.append((before, act_emb, held * lg, 3 * tied))
+            if tied:  # the sum after the embedding's backward: no activation is left
+                cands.append((before, 0, held * lg, 3 * tied))
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
@@ -829,8 +830,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             if first:
                 emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
                 alone += ((emb, -c_rot, 7),)
-                if tied:
-                    alone += ((emb, 3 * tied - c_rot, 6),)
+                if tied:  # the sum after the embedding's backward: no activation is left
+                    alone += ((held - c_mb, 3 * tied - c_rot, 6),)
         out.append((pp - stage, c_mb, c_rot, all_moments, alone))
     return tuple(out)
 
