@@ -12,8 +12,10 @@
   the other sources only, and so is the planner margin the row is judged with.
 * ``runtime``: the built-in trainer's own tensor peak (``benchmarks.trainer_memory``: its
   ``ParallelTransformer`` and loop step under fake tensors) against the ``frenzy`` profile,
-  over 24 plans of what it executes (tp, dp, micro-batch, recomputation, precision); it runs
-  no ZeRO, vocab-parallel head or pipeline yet (issue 11 item 3), so those are not in it.
+  over the plans of what it executes (tp, dp, ZeRO-1/2, micro-batch, recomputation,
+  precision), also split into the plans with and without ZeRO (``runtime_zero``,
+  ``runtime_no_zero``); it runs no ZeRO-3, vocab-parallel head or pipeline yet (issue 11
+  item 3), so those are not in it.
 * ``runtime_cuda``: the same trainer's peaks measured on a real GPU (``benchmarks.trainer_cuda``
   rows committed under docs/gpu_runs/), priced again by today's predictor.
 """
@@ -195,9 +197,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 RUNTIME_NOTE = ("the built-in trainer executes tp (with the vocab-parallel embedding, head "
-                "and cross entropy), dp, micro-batches and recomputation (no ZeRO or pipeline "
-                "stages, issue 11 item 3): the plans cover those, measured on the CPU under "
-                "fake tensors")
+                "and cross entropy), dp, ZeRO-1/2, micro-batches and recomputation (no ZeRO-3 "
+                "or pipeline stages, issue 11 item 3): the plans cover those, measured on the "
+                "CPU under fake tensors")
 
 
 def real_section(directory: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -332,16 +334,24 @@ def main(argv: list[str] | None = None) -> int:
     out["real_n"] = real["n"] if real else 0
     from benchmarks import trainer_memory
 
-    t_cases = trainer_memory.CASES[:3] if args.quick else trainer_memory.CASES
+    t_cases = trainer_memory.QUICK_CASES if args.quick else trainer_memory.ALL_CASES
     runtime_rows = trainer_memory.run(t_cases)
     out["runtime"] = {**real_memory.stats([r["err_pct"] for r in runtime_rows]),
                       "device": "cpu-fake", "profile": "frenzy", "note": RUNTIME_NOTE}
     out["runtime_mape"] = out["runtime"]["mape"]
+    for key, keep in (("runtime_zero", lambda z: z > 0), ("runtime_no_zero", lambda z: z == 0)):
+        errs = [r["err_pct"] for r in runtime_rows if keep(r["zero_stage"])]
+        out[key] = real_memory.stats(errs) if errs else None
+        out[f"{key}_mape"] = out[key]["mape"] if errs else None
     print()
     print(runtime_table(runtime_rows))
     rt = out["runtime"]
     print(f"\nruntime n={rt['n']}  MAPE {rt['mape']:.2f}%  worst {rt['worst_pct']:+.2f}%  "
           f"bias {rt['bias_pct']:+.2f}%  under 5%: {rt['under_5pct']}")
+    for key, what in (("runtime_zero", "ZeRO-1/2 plans"), ("runtime_no_zero", "without ZeRO")):
+        if out[key]:
+            print(f"  {what}: n={out[key]['n']}  MAPE {out[key]['mape']:.2f}%  "
+                  f"worst {out[key]['worst_pct']:+.2f}%")
     from benchmarks import trainer_cuda
 
     cuda_rows = trainer_cuda.replay(trainer_cuda.COMMITTED_ROWS)

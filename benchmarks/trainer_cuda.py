@@ -148,7 +148,8 @@ def _run_config(plan: Plan, tmp: str) -> Any:
     return RunConfig(job_id="trainer-cuda", model=req.model, global_batch=plan.global_batch,
                      seq_len=plan.seq_len, total_steps=STEPS, tp=plan.tp, dp=plan.dp,
                      micro_batch=plan.micro_batch, recompute=req.par.recompute,
-                     precision=req.train.precision, optimizer=req.train.optimizer,
+                     zero_stage=req.par.zero_stage, precision=req.train.precision,
+                     optimizer=req.train.optimizer,
                      checkpoint_dir=tmp, checkpoint_every=10**9)
 
 

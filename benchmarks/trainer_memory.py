@@ -6,12 +6,13 @@ runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 autocast forward, the model's loss (``F.cross_entropy`` on ``logits.float()`` at tp = 1, the
 vocab-parallel cross entropy on the logit shard at tp > 1), ``(loss * scale).backward()`` per
 micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
-optimizer (``loop._optimizer``: weight decay on the matrices), ``zero_grad``). The
-tensor-parallel and data-parallel all-reduces are replaced by no-ops for the measurement
-(they work in place, so they change no memory), which lets one process measure rank 0 of a
-tp·dp plan (rank 0 holds the largest vocabulary shard). The trainer executes no ZeRO and no
-pipeline, so only tp (with the vocabulary split), dp, micro-batch, recomputation and
-precision vary.
+optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO-1/2 the
+trainer's ``ZeroOptimizer`` over rank 0's chunks), ``zero_grad``). The tensor-parallel and
+data-parallel collectives are replaced by no-ops for the measurement (all-reduces work in
+place, ZeRO's reduce-scatter and all-gather write into outputs the trainer allocates, so they
+change no memory), which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the
+largest vocabulary shard). The trainer executes no ZeRO-3 and no pipeline, so tp (with the
+vocabulary split), dp, ZeRO-1/2, micro-batch, recomputation and precision vary.
 """
 
 from __future__ import annotations
@@ -32,17 +33,25 @@ from predictor.spec import Family, ModelSpec, ParallelConfig, Precision, Trainin
 log = logging.getLogger(__name__)
 
 
+_COLLECTIVES = ("all_reduce", "broadcast", "reduce_scatter_tensor", "reduce_scatter_single",
+                "all_gather_into_tensor", "all_gather_single")
+
+
 @contextlib.contextmanager
 def _local_collectives() -> Iterator[None]:
-    """``torch.distributed.all_reduce`` as a no-op (the trainer's collectives are in place)."""
+    """The trainer's collectives as no-ops: all-reduces and broadcasts work in place, and ZeRO's
+    reduce-scatter and all-gather write into outputs the trainer allocated itself, so none
+    changes the memory."""
     import torch.distributed as dist
 
-    orig = dist.all_reduce
-    dist.all_reduce = lambda *a, **k: None  # type: ignore[assignment]
+    orig = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+    for n in orig:
+        setattr(dist, n, lambda *a, **k: None)
     try:
         yield
     finally:
-        dist.all_reduce = orig  # type: ignore[assignment]
+        for n, fn in orig.items():
+            setattr(dist, n, fn)
 
 
 def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
@@ -50,12 +59,14 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.trainer.loop import FP16_LOSS_SCALE, RunConfig, _autocast, _optimizer
+    from orchestrator.trainer.loop import FP16_LOSS_SCALE, RunConfig, _autocast, build_optimizer
     from orchestrator.trainer.model import ParallelTransformer
     from orchestrator.trainer.parallel import Layout, allreduce_grads
+    from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 
-    if par.pp != 1 or par.zero_stage:
-        raise ValueError("the built-in trainer runs neither pp > 1 nor ZeRO")
+    if par.pp != 1:
+        raise ValueError("the built-in trainer runs no pp > 1")
+    check_zero_stage(par.zero_stage)
     layout = Layout(0, par.tp * par.dp, par.tp, par.dp)
     device = torch.device("cpu")
     share = train.global_batch // par.dp
@@ -66,9 +77,11 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
         net = ParallelTransformer(model, layout, par.recompute)
         params = list(net.parameters())
         tracker.label(params, "parameters")
-        opt = _optimizer(RunConfig(job_id="trainer-memory", model=model,
-                                   global_batch=train.global_batch, seq_len=train.seq_len,
-                                   total_steps=steps, optimizer=train.optimizer), params)
+        opt = build_optimizer(RunConfig(job_id="trainer-memory", model=model,
+                                        global_batch=train.global_batch,
+                                        seq_len=train.seq_len, total_steps=steps,
+                                        tp=par.tp, dp=par.dp, zero_stage=par.zero_stage,
+                                        optimizer=train.optimizer), params, layout)
         net.train()
         peak = 0
         for _ in range(steps):
@@ -90,12 +103,16 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                 total += loss.detach()
                 del logits, loss
             tracker.set_phase("allreduce")
-            allreduce_grads(params, layout)
-            tracker.set_phase("optimizer")
-            if scale != 1.0:
-                for p in params:
-                    if p.grad is not None:
-                        p.grad.div_(scale)
+            if isinstance(opt, ZeroOptimizer):
+                opt.reduce_grads(scale)
+                tracker.set_phase("optimizer")
+            else:
+                allreduce_grads(params, layout)
+                tracker.set_phase("optimizer")
+                if scale != 1.0:
+                    for p in params:
+                        if p.grad is not None:
+                            p.grad.div_(scale)
             opt.step()
             opt.zero_grad(set_to_none=True)
             peak = tracker.peak
@@ -114,13 +131,14 @@ def measure_real_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig
     from orchestrator.trainer.local import run_local
     from orchestrator.trainer.loop import RunConfig
 
-    if par.pp != 1 or par.zero_stage:
-        raise ValueError("the built-in trainer runs neither pp > 1 nor ZeRO")
+    if par.pp != 1:
+        raise ValueError("the built-in trainer runs no pp > 1")
     with tempfile.TemporaryDirectory(prefix="frz-trainer-mem-") as tmp:
         cfg = RunConfig(job_id="trainer-memory", model=model, global_batch=train.global_batch,
                         seq_len=train.seq_len, total_steps=steps, tp=par.tp, dp=par.dp,
                         micro_batch=par.micro_batch, recompute=par.recompute,
-                        precision=train.precision, optimizer=train.optimizer,
+                        zero_stage=par.zero_stage, precision=train.precision,
+                        optimizer=train.optimizer,
                         checkpoint_dir=tmp, checkpoint_every=10**9)
         results = run_local(cfg, timeout_s=600.0)
     peak = results[0].peak_tensors_bytes
@@ -139,7 +157,7 @@ class TrainerCase:
         p, t = self.par, self.train
         return (f"{self.model.name} s{t.seq_len} B{t.global_batch} {t.precision.value} "
                 f"{t.optimizer.value} tp{p.tp}dp{p.dp} mb{p.micro_batch} "
-                f"rc={p.recompute.value}")
+                f"rc={p.recompute.value}" + (f" z{p.zero_stage}" if p.zero_stage else ""))
 
 
 def _small(name: str, family: str, layers: int, hidden: int, heads: int, vocab: int,
@@ -220,6 +238,29 @@ VOCAB_PARALLEL_CASES: list[TrainerCase] = [
 ]
 CASES += VOCAB_PARALLEL_CASES
 
+ZERO_CASES: list[TrainerCase] = [
+    # ZeRO-1 (Adam's states in chunks over dp) and ZeRO-2 (gradients too, reduce-scattered in
+    # the backward): dp 2 and 4, with tp 2, with recomputation, one and several micro-batches
+    _case(GPT_S, 256, 8, micro_batch=2, dp=2, zero_stage=1),
+    _case(GPT_S, 256, 8, micro_batch=4, dp=2, zero_stage=2),
+    _case(GPT_S, 512, 16, micro_batch=2, tp=2, dp=2, zero_stage=1, recompute="selective"),
+    _case(GPT_S, 256, 8, "fp32", "adam", micro_batch=2, dp=4, zero_stage=2, recompute="full"),
+    _case(GPT_S, 64, 2, micro_batch=1, dp=2, zero_stage=2),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4, zero_stage=1),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4, zero_stage=2),
+    _case(LLAMA_S, 512, 8, micro_batch=2, dp=4, zero_stage=2, recompute="selective"),
+    _case(LLAMA_S, 256, 8, micro_batch=2, dp=2, zero_stage=2, recompute="full"),
+    _case(LLAMA_S, 64, 4, micro_batch=1, dp=4, zero_stage=1),
+    _case(LLAMA_S, 64, 4, micro_batch=1, dp=4, zero_stage=2),
+    _case(QWEN_S, 256, 8, "fp16", "adam", micro_batch=2, dp=2, zero_stage=2),
+    _case(NEOX_S, 256, 8, "bf16", "sgd", micro_batch=2, dp=2, zero_stage=1),
+    _case(BERT_S, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=2),
+]
+
+ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES
+QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4]]
+"""The CI-size subset: three plans without ZeRO, a ZeRO-1 and a ZeRO-2 one."""
+
 
 def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict[str, Any]]:
     """Measured trainer peak vs ``estimate_memory(..., runtime=FRENZY_CPU).tensors``; ``real``:
@@ -227,13 +268,14 @@ def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict
     under fake tensors (``measure_trainer_peak``, seconds instead of minutes)."""
     rows = []
     measure = measure_real_peak if real else measure_trainer_peak
-    for i, case in enumerate(cases or CASES):
+    cases = cases or ALL_CASES
+    for i, case in enumerate(cases):
         m, tr, par = case.model, case.train, case.par
         measured = measure(m, tr, par)
         predicted = estimate_memory(m, tr, par, runtime=FRENZY_CPU).tensors
         err = 100.0 * (predicted - measured) / measured
         log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
-                 len(cases or CASES), case.label(), measured / 2**20, err)
+                 len(cases), case.label(), measured / 2**20, err)
         rows.append(dict(config=case.label(), measured=measured, predicted=predicted,
-                         err_pct=err))
+                         err_pct=err, zero_stage=par.zero_stage))
     return rows

@@ -544,7 +544,7 @@ class RayBackend:
             global_batch=train.global_batch if train else par.dp * par.micro_batch,
             seq_len=train.seq_len if train else 0, total_steps=job.total_steps,
             tp=par.tp, dp=par.dp, pp=par.pp, micro_batch=par.micro_batch,
-            recompute=par.recompute, precision=plan.precision,
+            recompute=par.recompute, zero_stage=par.zero_stage, precision=plan.precision,
             optimizer=train.optimizer if train else RunConfig.optimizer,
             lr=self.config.lr, seed=self.config.seed,
             checkpoint_dir=self.config.checkpoint_dir,

@@ -507,13 +507,36 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     act_end -= copies - (0 if full else one_copy)
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
         m.tie_embeddings or bert) else 0
-    if rt.grads_set_to_none and m_total == 1:
+    if rt.grads_set_to_none and m_total == 1 and not (zero and dp > 1):
         # no gradient before the backward; then the head's and one layer's; all at its end
+        # (the counts the unsharded plans measured on a GPU were priced with: each moment
+        # holds the gradients and the activations at once, an upper bound)
         partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
         if tied:
             cands.append((whole, 0, held * lg, 2 * tied))
+    elif rt.grads_set_to_none and m_total == 1:
+        # ZeRO: the gradients grow as the activations go, moment by moment
+        # (_single_step_grads): the first layer's backward starts with the head's gradients
+        # (its weight copy freed) and ends with its own (its activations and weight copies
+        # freed); the last layer's likewise; then the embedding's backward, with only the
+        # ids, the labels, the logits the loop holds and the incoming gradient left; a tied
+        # embedding's two gradients are summed into a third tensor after it, when only the
+        # logits the loop holds are left (as without ZeRO)
+        g_head, g_layer, g_last, before, after = _single_step_grads(
+            m, train, t, pp, dp, zero, stage, n_layers, rt)
+        head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
+        own = per_layer + (0 if full else one_copy) if n_layers else 0
+        cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
+        cands += [(g_head, activations - head_copy, held * lg, bwd),
+                  (g_layer, activations - head_copy - own, held * lg, 0),
+                  (g_last, act_end, held * lg, bwd), (before, act_end - own, held * lg, 0)]
+        if first:
+            act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
+            cands.append((after, act_emb, held * lg, 0))
+            if tied:  # the sum after the embedding's backward: no activation is left
+                cands.append((before, 0, held * lg, 3 * tied))
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
@@ -583,19 +606,90 @@ def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, s
     return unit * (head + layer), whole
 
 
-StaticTerms = tuple[tuple[int, int, int], ...]
+@functools.lru_cache(maxsize=4096)
+def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
+                       zero: int, stage: int, n_layers: int, rt: RuntimeProfile
+                       ) -> tuple[int, int, int, int, int]:
+    """Under ``grads_set_to_none``, the gradient bytes alive in a step of one micro-batch: as
+    the first layer's backward starts (the head's) and as it ends (the head's and that
+    layer's), as the last layer's backward starts (all but its own and the first stage's
+    token embedding's) and as it ends (all but the embedding's), and after the embedding's
+    backward. Under ZeRO-2 the built-in
+    trainer reduce-scatters each gradient the moment the backward makes it and frees it
+    (``orchestrator.trainer.zero``): the finished tensors' are chunks (``ceil(n/dp)`` per
+    tensor; the layer's largest counted whole, as at its reduction), and the embedding's full
+    gradient sits beside its chunk for a moment; otherwise the full gradients."""
+    mixed = train.precision is not Precision.FP32
+    if rt.pure_low_precision:
+        unit = 2 if mixed else 4
+    else:
+        unit = rt.grad_bytes if mixed and not rt.fp32_weights_autocast else 4
+    sharded = zero >= 2 and dp > 1
+    grads = _static_bytes(m, train, tp, pp, dp if sharded else 1, zero if sharded else 0,
+                          stage, n_layers, rt)[1]
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+    vocab_arg = 0 if vocab == m.vocab_size else vocab
+    head_numels = _edge_param_numels(m, tp, 2, 1, vocab_arg) if stage == pp - 1 else []
+    lay_n, lay_sh, lay_max, lay_max_sh = _static_sums(m, tp, dp, 0, 0, 0)
+    if not n_layers:
+        lay_n = lay_sh = lay_max = lay_max_sh = 0
+    if sharded:
+        head = unit * sum(-(-n // dp) for n in head_numels)
+        layer, done = unit * (lay_sh + lay_max - lay_max_sh), unit * lay_sh
+    else:
+        head, layer = unit * sum(head_numels), unit * lay_n
+        done = layer
+    if stage:
+        return head, head + layer, grads - done, grads, grads
+    emb = _edge_param_numels(m, tp, pp, stage, vocab_arg)[0]
+    if sharded:
+        chunk = -(-emb // dp)
+        before = grads - unit * chunk
+        return head, head + layer, before - done, before, grads + unit * emb
+    before = grads - unit * emb
+    return head, head + layer, before - done, before, grads
+
+
+def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s: int,
+                              last: bool) -> int:
+    """Activation bytes per sequence left at the token embedding's backward: the token ids
+    (and the labels on a last stage) and the gradient flowing into the embedding (fp32 under
+    ``fp32_stream``)."""
+    return 8 * s * (2 if last else 1) + h * T * (4 if rt.fp32_stream or not mixed else 2)
+
+
+StaticTerms = tuple[tuple[int, int, int, tuple[int, ...]], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
 gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
-without one, and the gradient bytes that do not exist yet during a step of one micro-batch:
-0 unless the runtime sets the gradients to None between steps)."""
+without one, the gradient bytes that do not exist yet during a step of one micro-batch: 0
+unless the runtime sets the gradients to None between steps, and in such a step the
+gradient bytes each kind of moment holds (``GRAD_KINDS``): without ZeRO at the first
+layer's backward and at the backward's end (``_first_backward_grads``), under ZeRO as the
+first layer's backward starts and ends, as the last layer's starts and ends, and after the
+embedding's backward (``_single_step_grads``, which ZeRO-2 shards); zeros unless the
+runtime sets the gradients to None)."""
+
+NO_MOMENT = -(1 << 60)
+"""A moment that does not exist (so no static bytes added to it make it the peak)."""
+
+GRAD_KINDS = 8
+"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-7 add
+``StaticTerms``' seven single-step gradient figures (``NO_MOMENT`` for the kinds that do not
+apply)."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
-                              tuple[tuple[int, int], ...]], ...]
+                              tuple[tuple[int, int, int], ...]], ...]
 """Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
 step of one micro-batch, on top of the activations and the static bytes less the gradients
-that do not exist yet — the same moments unless the runtime sets the gradients to None)."""
+that do not exist yet, each with which of ``StaticTerms``' single-step gradient figures it
+adds (``GRAD_KINDS``: 0 none; without ZeRO 1 the first layer's backward's, 2 the
+backward's end; under ZeRO 3 and 4 as the first layer's backward starts and ends, 5 and 6
+as the last layer's starts and ends, 7 after the embedding's backward) — empty unless the
+runtime
+sets the gradients to None, when a step of one micro-batch has the same moments as any
+other)."""
 
 
 def _candidate_stages(pp: int) -> tuple[int, ...]:
@@ -614,7 +708,14 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
             n_layers = stage_layer_counts(model.num_layers, pp, runtime.stage_split)[stage]
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
-        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0))
+        single = (0,) * (GRAD_KINDS - 1)
+        if runtime.grads_set_to_none and zero and dp > 1:
+            single = (NO_MOMENT, NO_MOMENT, *_single_step_grads(
+                model, train, tp, pp, dp, zero, stage, n_layers, runtime))
+        elif runtime.grads_set_to_none:
+            single = (*_first_backward_grads(model, train, tp, pp, stage, n_layers, runtime),
+                      *(NO_MOMENT,) * 5)
+        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single))
     return tuple(out)
 
 
@@ -710,23 +811,36 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             m.tie_embeddings or bert) else 0
         if tied:  # at the embedding's backward, the last: no activation is left
             moments.append((held - c_mb, 3 * tied - c_rot))
-        alone = moments
-        if rt.grads_set_to_none:
-            partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
-            alone = (head + [(c + held, k + partial) for c, k in layer_bwd]
-                     + [(c + held - drop, k + whole - left) for c, k in layer_bwd])
-            if tied:
-                alone.append((held - c_mb, whole + 2 * tied - c_rot))
         all_moments = tuple(moments)
-        out.append((pp - stage, c_mb, c_rot, all_moments,
-                    all_moments if alone is moments else tuple(alone)))
+        alone: tuple[tuple[int, int, int], ...] = ()
+        if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
+            # unsharded (kinds 1, 2) and ZeRO (kinds 3-7) moments: StaticTerms' figures
+            # leave only one set (see estimate_stage)
+            head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
+            own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
+            alone = (tuple((c, k, 0) for c, k in head)
+                     + tuple((c + held, k, 1) for c, k in layer_bwd)
+                     + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd)
+                     + tuple((c + held, k - head_copy, 3) for c, k in layer_bwd)
+                     + ((held - own[0], -head_copy - own[1], 4),)
+                     + tuple((c + held - drop, k - left, 5) for c, k in layer_bwd)
+                     + ((held - drop - own[0], -left - own[1], 6),))
+            if tied:  # the unsharded tied sum: no activation is left (as in ``moments``)
+                alone += ((held - c_mb, 2 * tied - c_rot, 2),)
+            if first:
+                emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
+                alone += ((emb, -c_rot, 7),)
+                if tied:  # the sum after the embedding's backward: no activation is left
+                    alone += ((held - c_mb, 3 * tied - c_rot, 6),)
+        out.append((pp - stage, c_mb, c_rot, all_moments, alone))
     return tuple(out)
 
 
-ActivationRows = tuple[tuple[int, dict[int, tuple[int, int, int]]], ...]
+ActivationRows = tuple[tuple[int, dict[int, tuple[int, ...]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
-micro-batch in flight, constant activations plus the largest peak moment, the same for a step
-of one micro-batch))."""
+micro-batch in flight, constant activations plus the largest peak moment, and for a step of
+one micro-batch the same over its moments of each of the ``GRAD_KINDS`` kinds:
+``NO_MOMENT`` where none))."""
 
 
 def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
@@ -737,50 +851,65 @@ def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> Act
         row = {}
         for b in micro_batches:
             extra = max(b * c + k for c, k in moments)
-            alone = extra if first is moments else max(b * c + k for c, k in first)
-            row[b] = (b * c_mb, c_rot + extra, c_rot + alone)
+            alone = [NO_MOMENT] * GRAD_KINDS
+            if not first:
+                alone[0] = c_rot + extra
+            for c, k, w in first:
+                alone[w] = max(alone[w], c_rot + b * c + k)
+            row[b] = (b * c_mb, c_rot + extra, *alone)
         out.append((depth, row))
     return tuple(out)
 
 
 def activation_peaks(terms: ActivationTerms, per_replica: int,
-                     micro_batches: Sequence[int]) -> tuple[list[tuple[int, bool]], ...]:
+                     micro_batches: Sequence[int]) -> tuple[list[tuple[int, ...]], ...]:
     """Per candidate stage, the peak bytes on top of the static state (activations, logits,
     working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
-    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``),
-    each with whether it is a step of one micro-batch (then on top of the static state less
-    the gradients not made yet, ``StaticTerms``' third part)."""
+    (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``):
+    ``GRAD_KINDS`` figures and whether it is a step of one micro-batch (then on top of the
+    static state less the gradients not made yet, each kind plus its single-step gradients
+    from ``StaticTerms``; else the first figure alone counts)."""
     return peaks_in_flight(activation_rows(terms, micro_batches), per_replica, micro_batches)
 
 
 def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Sequence[int]
-                    ) -> tuple[list[tuple[int, bool]], ...]:
+                    ) -> tuple[list[tuple[int, ...]], ...]:
     """``activation_peaks`` from ``activation_rows`` (which must hold every size of
     ``micro_batches``): 1F1B keeps ``min(m, pp - stage)`` micro-batches in flight, at least
     one."""
+    none = (NO_MOMENT,) * (GRAD_KINDS - 1)
     out = []
     for depth, row in rows:
-        peaks = []
+        peaks: list[tuple[int, ...]] = []
         for b in micro_batches:
-            per_mb, rest, alone = row[b]
+            per_mb, rest, *alone = row[b]
             m = per_replica // b
             in_flight = depth if m > depth else m
             if m <= 1:
-                peaks.append((per_mb + alone, True))
+                peaks.append((*(per_mb + a for a in alone), True))
             else:
-                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, False))
+                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, *none,
+                              False))
         out.append(peaks)
     return tuple(out)
 
 
-def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, bool]], ...]
+def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, ...]], ...]
                       ) -> list[int]:
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
-    stage the static bytes (less the gradients not made yet in a step of one micro-batch)
-    plus the activation peak, or the static bytes plus Adam's temporary, the worst stage."""
+    stage the static bytes (less the gradients not made yet in a step of one micro-batch,
+    plus the gradients each of its moments holds) plus the activation peak, or the static
+    bytes plus Adam's temporary, the worst stage."""
     out: list[int] | None = None
-    for (fixed, adam, grads), row in zip(static, peaks, strict=True):
-        cur = [max(fixed - (grads if single else 0) + v, fixed + adam) for v, single in row]
+    for (fixed, adam, grads, single_grads), row in zip(static, peaks, strict=True):
+        cur = []
+        for *vals, single in row:
+            if single:
+                v = max(vals[0], *(x + g for x, g in zip(vals[1:], single_grads, strict=True)))
+                v -= grads
+            else:
+                v = vals[0]
+            cur.append(max(fixed + v, fixed + adam))
         out = cur if out is None else list(map(max, out, cur))
     assert out is not None
     return out

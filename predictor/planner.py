@@ -29,6 +29,7 @@ import numpy as np
 from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
 from predictor.memory import (
+    GRAD_KINDS,
     ActivationRows,
     MemoryBreakdown,
     StaticTerms,
@@ -285,7 +286,11 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     pad = len(sizes)  # the column of a missing micro-batch: no bytes per micro-batch, _NEVER
     width = max(len(layout.mbs) for layout in layouts)
     pairs: dict[tuple[int, int], int] = {}
-    per_mb, rest, alone, depths = [], [], [], []  # per (tp, pp): [size][recompute][stage]
+    per_mb, rest, depths = [], [], []  # per (tp, pp): [size][recompute][stage]
+    # a step of one micro-batch, by moment kind (GRAD_KINDS), and the gradients kinds 1..
+    # add (StaticTerms' single-step figures)
+    alone: list[list] = [[] for _ in range(GRAD_KINDS)]
+    ends: list[list] = [[] for _ in range(GRAD_KINDS - 1)]
     which, cols, n_mbs, fixed, adam, grads = [], [], [], [], [], []
     for layout in layouts:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
@@ -299,28 +304,36 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
                             for by_rc in rows] for b in sizes] + [[[0, 0]] * 3])
             rest.append([[[row[b][1] for _, row in by_rc] + [_NEVER] * (2 - stages)
                           for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
-            alone.append([[[row[b][2] for _, row in by_rc] + [_NEVER] * (2 - stages)
-                           for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
+            for w, kind in enumerate(alone):  # moments adding none, one, both end grads
+                kind.append([[[row[b][2 + w] for _, row in by_rc] + [_NEVER] * (2 - stages)
+                              for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
         which.append(q)
         extra = width - len(layout.mbs)
         cols.append([column[b] for b in layout.mbs] + [pad] * extra)
         n_mbs.append([layout.per_replica // b for b in layout.mbs] + [1] * extra)
         f_z, a_z, g_z = [], [], []
+        e_z: list[list] = [[] for _ in ends]
         for zero in range(4):
             if zero and (dp == 1 or zero not in runnable):
                 f_z.append((_NEVER, _NEVER))
                 a_z.append((-1, -1))
                 g_z.append((0, 0))
+                for e in e_z:
+                    e.append((0, 0))
                 continue
             static = table.static_of(tp, pp, dp, zero)
             if len(static) == 1:
-                static = (static[0], (-_NEVER, -1, 0))
+                static = (static[0], (-_NEVER, -1, 0, (0,) * len(ends)))
             f_z.append((static[0][0], static[1][0]))
             a_z.append((static[0][1], static[1][1]))
             g_z.append((static[0][2], static[1][2]))
+            for i, e in enumerate(e_z):
+                e.append((static[0][3][i], static[1][3][i]))
         fixed.append(f_z)
         adam.append(a_z)
         grads.append(g_z)
+        for e, end in zip(e_z, ends, strict=True):
+            end.append(e)
     which_a = np.array(which)[:, None]
     col_a = np.array(cols)
     # 1F1B keeps min(m, pp - stage) micro-batches in flight, at least one (peaks_in_flight)
@@ -337,9 +350,13 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     g = np.array(grads, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     if g.any():  # a step of one micro-batch runs before the gradients exist
         single = (np.array(n_mbs) == 1)[:, None, None, :]
-        first = (held + np.array(alone, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
-                 ).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER]
-        p = np.where(single, first - g, p)
+        first = [(held + np.array(kind, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
+                  ).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER] for kind in alone]
+        top = first[0]
+        for kind, end in zip(first[1:], ends, strict=True):
+            top = np.maximum(top, kind + np.array(end, dtype=np.int64)[:, _ZERO_OF_SAVER, :,
+                                                                        None])
+        p = np.where(single, top - g, p)
     return (f + np.maximum(p, a)).max(axis=2)
 
 

@@ -1,8 +1,9 @@
 """Checkpoints in canonical, unsharded form: resumable on any tp/dp layout.
 
 A checkpoint holds every parameter and optimizer-state tensor under its canonical name with
-its full shape (tp shards gathered), plus the step. Saving gathers the shards inside data
-parallel replica 0 and global rank 0 writes one file; loading reads that file on every rank
+its full shape (tp shards gathered, ZeRO's dp chunks gathered), plus the step. Saving gathers
+ZeRO's optimizer-state chunks over each dp group, the tp shards inside data parallel replica
+0, and global rank 0 writes one file; loading reads that file on every rank
 and keeps each rank's slice for the *new* layout. This is what an elastic resize needs
 (checkpoint at tp=2·dp=1, resume at tp=1·dp=2) and what ``torch.distributed.checkpoint``'s
 sharded format would need DTensor metadata for. Files are written to a temporary name and
@@ -35,6 +36,7 @@ from torch import nn
 
 from orchestrator.trainer.model import shard
 from orchestrator.trainer.parallel import Layout, full_shapes, shard_dims, split_sizes
+from orchestrator.trainer.zero import ZeroOptimizer
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +107,34 @@ def _rows(shape: torch.Size, dim: int | None) -> int:
     return shape[dim] if dim is not None else 0
 
 
+def _local_optim_state(optimizer: Any, p: nn.Parameter) -> dict[str, Any]:
+    """``p``'s optimizer state at its tp-local shape: a ZeRO optimizer's chunks gathered over
+    the dp group (a collective every rank joins), else the optimizer's own entry."""
+    if isinstance(optimizer, ZeroOptimizer):
+        return optimizer.full_state(p)
+    return dict(optimizer.state.get(p, {}))
+
+
 def save(root: str | Path, job_id: str, step: int, model: nn.Module,
-         optimizer: torch.optim.Optimizer, layout: Layout, *, keep: int = 2,
+         optimizer: torch.optim.Optimizer | ZeroOptimizer, layout: Layout, *, keep: int = 2,
          extra: dict[str, Any] | None = None) -> Path | None:
-    """Collective over the world: gather shards in dp replica 0 and write on rank 0.
-    Returns the file written (on rank 0), else None."""
+    """Collective over the world: gather ZeRO chunks over the dp group, tp shards in dp
+    replica 0, and write on rank 0. Returns the file written (on rank 0), else None."""
     path: Path | None = None
-    if layout.dp_rank == 0:
+    zero = isinstance(optimizer, ZeroOptimizer)
+    if layout.dp_rank == 0 or zero:
         dims = shard_dims(model)
         shapes = full_shapes(model, layout.tp)
         params = dict(model.named_parameters())
-        full_model = {n: _gather(p, dims.get(n), layout, _rows(shapes[n], dims.get(n)))
-                      for n, p in params.items()}
+        # ZeRO: every dp rank joins each parameter's chunk gather (dp group) below; only dp
+        # replica 0 joins the tp gathers, in the same parameter order on all its tp ranks.
+        full_model = ({n: _gather(p, dims.get(n), layout, _rows(shapes[n], dims.get(n)))
+                       for n, p in params.items()} if layout.dp_rank == 0 else {})
         full_optim: dict[str, dict[str, Any]] = {}
         for n, p in params.items():
-            state = optimizer.state.get(p, {})
+            state = _local_optim_state(optimizer, p)
+            if layout.dp_rank != 0:
+                continue  # joined the ZeRO gather only
             entry: dict[str, Any] = {}
             for k, v in sorted(state.items()):
                 if isinstance(v, torch.Tensor) and v.shape == p.shape:
@@ -185,8 +200,9 @@ def step_path(root: str | Path, job_id: str, step: int) -> Path:
     return job_dir(root, job_id) / f"step-{step:08d}.pt"
 
 
-def load(root: str | Path, job_id: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-         layout: Layout, *, extra_out: dict[str, Any] | None = None) -> int:
+def load(root: str | Path, job_id: str, model: nn.Module,
+         optimizer: torch.optim.Optimizer | ZeroOptimizer, layout: Layout, *,
+         extra_out: dict[str, Any] | None = None) -> int:
     """Load the newest checkpoint into this rank's shard of ``model`` and ``optimizer``,
     resharded to ``layout``; returns its step (0 and nothing loaded when there is none).
     ``extra_out`` receives the entries saved with ``save(extra=...)``."""
@@ -215,11 +231,13 @@ def load(root: str | Path, job_id: str, model: nn.Module, optimizer: torch.optim
         if not entry:
             continue
         full_p = ckpt["model"][n]
-        optimizer.state[p] = {
-            k: (local(n, v).to(p.device)
-                if isinstance(v, torch.Tensor) and v.shape == full_p.shape else v)
-            for k, v in entry.items()
-        }
+        state = {k: (local(n, v).to(p.device)
+                     if isinstance(v, torch.Tensor) and v.shape == full_p.shape else v)
+                 for k, v in entry.items()}
+        if isinstance(optimizer, ZeroOptimizer):
+            optimizer.load_full_state(p, state)  # this dp rank's chunk
+        else:
+            optimizer.state[p] = state
     log.info("job %s: resumed from step %d (saved at tp=%s dp=%s; now tp=%d dp=%d)", job_id,
              step, ckpt.get("tp"), ckpt.get("dp"), layout.tp, layout.dp)
     return step

@@ -1,4 +1,5 @@
-"""The built-in training loop: one rank of a tp × dp job, with checkpoints and progress.
+"""The built-in training loop: one rank of a tp × dp job (ZeRO-1/2 over dp when the plan
+says so: ``orchestrator.trainer.zero``), with checkpoints and progress.
 
 ``train`` runs inside a Ray worker actor (``orchestrator.trainer.worker``) or, in unit tests,
 inside a plain ``torch.multiprocessing`` process: it only needs ``RunConfig`` and a
@@ -50,6 +51,7 @@ from orchestrator.trainer.parallel import (
     full_shapes,
     shard_dims,
 )
+from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 from predictor.spec import Family, ModelSpec, Optimizer, Precision, Recompute
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class RunConfig:
     pp: int = 1
     micro_batch: int = 1
     recompute: Recompute = Recompute.NONE
+    zero_stage: int = 0  # ZeRO over the dp group: 1 optimizer states, 2 gradients too
     precision: Precision = Precision.FP32
     optimizer: Optimizer = Optimizer.ADAMW
     lr: float = 3e-3
@@ -240,10 +243,15 @@ def _autocast(precision: Precision, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    groups = [g for g in groups if g["params"]]
+def _decays(p: torch.Tensor) -> bool:
+    """Weight decay applies to matrices only (not to biases and norm weights)."""
+    return p.dim() >= 2
+
+
+def _make_optimizer(cfg: RunConfig, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    """The trainer's optimizer over ``groups`` (dicts of ``params`` and ``decay``)."""
+    groups = [{"params": g["params"], "weight_decay": cfg.weight_decay if g["decay"] else 0.0}
+              for g in groups if g["params"]]
     # fused kernels on every device: the step makes no temporaries (CUDA's default foreach
     # path takes a sqrt(v), or a decayed-gradient copy, of every parameter at once), so the
     # emulated cluster's CPU step holds what a GPU's does (predictor.runtimes)
@@ -252,6 +260,24 @@ def _optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.
     if cfg.optimizer is Optimizer.ADAM:  # L2 decay, as torch.optim.Adam applies it
         return torch.optim.Adam(groups, lr=cfg.lr, fused=True)
     return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
+
+
+def _optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """The unsharded optimizer over every parameter (ZeRO-0)."""
+    return _make_optimizer(cfg, [{"params": [p for p in params if _decays(p)], "decay": True},
+                                 {"params": [p for p in params if not _decays(p)],
+                                  "decay": False}])
+
+
+def build_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter], layout: Layout
+                    ) -> torch.optim.Optimizer | ZeroOptimizer:
+    """The optimizer the plan asks for: ZeRO-``cfg.zero_stage`` over the dp group
+    (``orchestrator.trainer.zero``; at dp = 1 there is nothing to shard), else unsharded."""
+    check_zero_stage(cfg.zero_stage)
+    if cfg.zero_stage and layout.dp > 1:
+        return ZeroOptimizer(params, layout, cfg.zero_stage, partial(_make_optimizer, cfg),
+                             _decays)
+    return _optimizer(cfg, params)
 
 
 def init_distributed(cfg: RunConfig, rank: int, device: torch.device) -> None:
@@ -278,6 +304,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
                          "trainer; plan with pp=1")
     if cfg.model is None:
         raise ValueError("RunConfig.model is required by the built-in trainer")
+    check_zero_stage(cfg.zero_stage)
     if cfg.global_batch % (cfg.dp * cfg.micro_batch):
         raise ValueError(f"dp·micro_batch = {cfg.dp * cfg.micro_batch} does not divide "
                          f"global_batch={cfg.global_batch}")
@@ -291,7 +318,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     model = ParallelTransformer(cfg.model, layout, cfg.recompute, numerics).to(device)
     init_canonical(model, layout, cfg.seed)
     params = list(model.parameters())
-    opt = _optimizer(cfg, params)
+    opt = build_optimizer(cfg, params, layout)
     saved: dict[str, Any] = {}
     step = ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout, extra_out=saved)
     if step == 0 and cfg.init_from:
@@ -359,7 +386,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
 
 
 def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Parameter],
-          opt: torch.optim.Optimizer, layout: Layout, inputs: torch.Tensor,
+          opt: torch.optim.Optimizer | ZeroOptimizer, layout: Layout, inputs: torch.Tensor,
           targets: torch.Tensor, stop: bool, step: int) -> tuple[float, bool, float | None]:
     """One optimizer step over this rank's rows (micro-batches, the dp all-reduce, the
     world's agreement on loss / stop / overflow, clipping, the update) of ``model`` and its
@@ -378,20 +405,28 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
         (loss * scale).backward()
         total += loss.detach()
         del logits, loss  # else the last logits live through the all-reduce and the update
-    allreduce_grads(params, layout)
-    if scale != 1.0:
-        for p in params:
-            if p.grad is not None:
-                p.grad.div_(scale)
-    nonfinite = float(any(p.grad is not None and not torch.isfinite(p.grad).all()
-                          for p in params))
+    if isinstance(opt, ZeroOptimizer):  # this rank's chunks of the averaged gradients
+        opt.reduce_grads(scale)
+        nonfinite = float(opt.nonfinite())
+    else:
+        allreduce_grads(params, layout)
+        if scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(scale)
+        nonfinite = float(any(p.grad is not None and not torch.isfinite(p.grad).all()
+                              for p in params))
     flags = torch.tensor([float(total), float(stop), nonfinite], device=device)
     if dist.is_initialized():
         dist.all_reduce(flags)
     grad_norm = None
     if flags[2] == 0:
         if cfg.grad_clip > 0:
-            grad_norm = clip_grads(model, layout, cfg.grad_clip)
+            if isinstance(opt, ZeroOptimizer):
+                names = {p: n for n, p in model.named_parameters()}
+                grad_norm = opt.clip(names, set(shard_dims(model)), cfg.grad_clip)
+            else:
+                grad_norm = clip_grads(model, layout, cfg.grad_clip)
         opt.step()
     else:
         log.warning("job %s step %d: non-finite gradients, step skipped", cfg.job_id, step)
