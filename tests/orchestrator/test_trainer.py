@@ -41,9 +41,10 @@ def _cfg(tmp_path: Path, job_id: str, **kw: object) -> RunConfig:
 
 def reload_and_save(cfg: RunConfig, rank: int) -> int:
     """Load ``cfg.job_id``'s newest checkpoint at cfg's layout, save it as job ``<id>-re``."""
+    assert cfg.model is not None
     init_distributed(cfg, rank, pick_device())
     layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp)
-    model = ParallelTransformer(TINY, layout)
+    model = ParallelTransformer(cfg.model, layout)
     init_canonical(model, layout, seed=123)  # different init: the load must overwrite it
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     step = ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout)

@@ -14,8 +14,8 @@ import torch
 
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.local import run_local
-from orchestrator.trainer.loop import RunConfig, full_state, init_distributed, pick_device, train
-from orchestrator.trainer.model import ParallelTransformer, init_canonical, shard
+from orchestrator.trainer.loop import RunConfig, full_state, init_distributed, train
+from orchestrator.trainer.model import ParallelTransformer, shard
 from orchestrator.trainer.parallel import (
     Layout,
     build_layout,
@@ -24,6 +24,7 @@ from orchestrator.trainer.parallel import (
     vocab_range,
 )
 from predictor.spec import Family, ModelSpec, Precision
+from tests.orchestrator.test_trainer import reload_and_save
 
 # 250 rows: tp = 4 splits them 63, 63, 62, 62 (no padding row anywhere)
 V = 250
@@ -129,26 +130,11 @@ def test_tp2_trains_like_one_rank(tmp_path: Path, family: str, precision: Precis
     assert _vocab_shapes(full_state(_cfg(tmp_path, "tp2", spec))) == want
 
 
-def _reload_and_save(cfg: RunConfig, rank: int) -> int:
-    """Load ``cfg.job_id``'s newest checkpoint at cfg's layout, save it as ``<id>-re``."""
-    assert cfg.model is not None
-    init_distributed(cfg, rank, pick_device())
-    layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp)
-    model = ParallelTransformer(cfg.model, layout)
-    init_canonical(model, layout, seed=123)  # a different init: the load must overwrite it
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    step = ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout)
-    ckpt.save(cfg.checkpoint_dir, f"{cfg.job_id}-re", step, model, opt, layout)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    return step
-
-
 def test_checkpoint_of_tp2_reshards_to_tp4_and_resumes_at_tp1(tmp_path: Path) -> None:
     # 251 rows: 126 + 125 at tp = 2, 63 + 63 + 63 + 62 at tp = 4
     spec = replace(SPECS["llama"], vocab_size=251)
     run_local(_cfg(tmp_path, "job", spec, tp=2, total_steps=2))
-    assert run_local(_cfg(tmp_path, "job", spec, tp=4), fn=_reload_and_save) == [2] * 4
+    assert run_local(_cfg(tmp_path, "job", spec, tp=4), fn=reload_and_save) == [2] * 4
     a = torch.load(ckpt.step_path(tmp_path, "job", 2), weights_only=True)
     b = torch.load(ckpt.step_path(tmp_path, "job-re", 2), weights_only=True)
     assert a["tp"] == 2 and b["tp"] == 4

@@ -19,22 +19,13 @@ from orchestrator.trainer.model import ParallelTransformer
 from orchestrator.trainer.parallel import Layout
 from orchestrator.trainer.zero import ZeroOptimizer
 from predictor.runtimes import FRENZY
-from predictor.spec import Family, ModelSpec
-
-TINY = ModelSpec("tiny-gpt2", Family.GPT2, num_layers=2, hidden_size=64, num_heads=4,
-                 vocab_size=256, max_seq_len=32)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
+from tests.orchestrator.test_trainer import TINY, _one_thread  # noqa: F401 (autouse fixture)
+from tests.orchestrator.test_trainer import _cfg as _trainer_cfg
 
 
 def _cfg(tmp_path: Path, job_id: str, **kw: object) -> RunConfig:
-    base = RunConfig(job_id=job_id, model=TINY, global_batch=8, seq_len=32, total_steps=3,
-                     micro_batch=2, checkpoint_dir=str(tmp_path), checkpoint_every=100,
-                     grad_clip=0.5)
-    return replace(base, **kw)
+    """test_trainer's run of TINY, with gradient clipping on (ZeRO sums the norm over chunks)."""
+    return _trainer_cfg(tmp_path, job_id, **{"grad_clip": 0.5, **kw})
 
 
 def test_zero_1_and_2_give_the_unsharded_losses_and_hold_less(tmp_path: Path) -> None:
