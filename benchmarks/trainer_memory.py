@@ -59,10 +59,16 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.trainer.loop import FP16_LOSS_SCALE, RunConfig, _autocast, build_optimizer
+    from orchestrator.trainer.loop import (
+        FP16_LOSS_SCALE,
+        RunConfig,
+        _autocast,
+        average_grads,
+        build_optimizer,
+    )
     from orchestrator.trainer.model import ParallelTransformer
-    from orchestrator.trainer.parallel import Layout, allreduce_grads
-    from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
+    from orchestrator.trainer.parallel import Layout
+    from orchestrator.trainer.zero import check_zero_stage
 
     if par.pp != 1:
         raise ValueError("the built-in trainer runs no pp > 1")
@@ -103,16 +109,8 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                 total += loss.detach()
                 del logits, loss
             tracker.set_phase("allreduce")
-            if isinstance(opt, ZeroOptimizer):
-                opt.reduce_grads(scale)
-                tracker.set_phase("optimizer")
-            else:
-                allreduce_grads(params, layout)
-                tracker.set_phase("optimizer")
-                if scale != 1.0:
-                    for p in params:
-                        if p.grad is not None:
-                            p.grad.div_(scale)
+            average_grads(opt, params, layout, scale)  # in place, as the trainer does
+            tracker.set_phase("optimizer")
             opt.step()
             opt.zero_grad(set_to_none=True)
             peak = tracker.peak

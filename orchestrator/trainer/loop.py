@@ -48,6 +48,7 @@ from orchestrator.trainer.parallel import (
     Layout,
     allreduce_grads,
     build_layout,
+    clip_global_norm,
     full_shapes,
     shard_dims,
 )
@@ -211,29 +212,10 @@ def clip_grads(model: torch.nn.Module, layout: Layout, max_norm: float) -> float
     """Scale gradients so their global norm is at most ``max_norm``; returns the norm before.
     Tensor-parallel shards are summed over the tp group; replicated tensors count once."""
     dims = shard_dims(model)
-    sharded = torch.zeros((), dtype=torch.float64)
-    replicated = torch.zeros((), dtype=torch.float64)
-    grads = []
-    for name, p in model.named_parameters():
-        if p.grad is None:
-            continue
-        grads.append(p.grad)
-        sq = p.grad.detach().double().pow(2).sum().cpu()
-        if name in dims:
-            sharded += sq
-        else:
-            replicated += sq
-    if layout.tp > 1:
-        dev = grads[0].device if grads else torch.device("cpu")
-        t = sharded.to(dev)
-        dist.all_reduce(t, group=layout.tp_group)
-        sharded = t.cpu()
-    norm = float((sharded + replicated).sqrt())
-    if max_norm > 0 and norm > max_norm:
-        coef = max_norm / (norm + 1e-6)
-        for g in grads:
-            g.mul_(coef)
-    return norm
+    grads = [(p.grad, name in dims) for name, p in model.named_parameters()
+             if p.grad is not None]
+    device = grads[0][0].device if grads else torch.device("cpu")
+    return clip_global_norm(grads, layout, max_norm, device)
 
 
 def _autocast(precision: Precision, device: torch.device) -> Any:
@@ -385,6 +367,21 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
                      peak_reserved_bytes=peak.reserved_bytes if peak else None)
 
 
+def average_grads(opt: torch.optim.Optimizer | ZeroOptimizer,
+                  params: list[torch.nn.Parameter], layout: Layout, scale: float) -> None:
+    """After the micro-batches' backward: average the gradients over the dp group and undo
+    the loss ``scale`` — under ZeRO this rank's chunks (``ZeroOptimizer.reduce_grads``),
+    else every gradient in one flat all-reduce."""
+    if isinstance(opt, ZeroOptimizer):
+        opt.reduce_grads(scale)
+        return
+    allreduce_grads(params, layout)
+    if scale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(scale)
+
+
 def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Parameter],
           opt: torch.optim.Optimizer | ZeroOptimizer, layout: Layout, inputs: torch.Tensor,
           targets: torch.Tensor, stop: bool, step: int) -> tuple[float, bool, float | None]:
@@ -405,17 +402,9 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
         (loss * scale).backward()
         total += loss.detach()
         del logits, loss  # else the last logits live through the all-reduce and the update
-    if isinstance(opt, ZeroOptimizer):  # this rank's chunks of the averaged gradients
-        opt.reduce_grads(scale)
-        nonfinite = float(opt.nonfinite())
-    else:
-        allreduce_grads(params, layout)
-        if scale != 1.0:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.div_(scale)
-        nonfinite = float(any(p.grad is not None and not torch.isfinite(p.grad).all()
-                              for p in params))
+    average_grads(opt, params, layout, scale)
+    nonfinite = float(opt.nonfinite() if isinstance(opt, ZeroOptimizer) else any(
+        p.grad is not None and not torch.isfinite(p.grad).all() for p in params))
     flags = torch.tensor([float(total), float(stop), nonfinite], device=device)
     if dist.is_initialized():
         dist.all_reduce(flags)

@@ -299,6 +299,32 @@ def shard_dims(model: nn.Module) -> dict[str, int]:
     return out
 
 
+def clip_global_norm(grads: list[tuple[torch.Tensor, bool]], layout: Layout, max_norm: float,
+                     device: torch.device, *, dp_chunks: bool = False) -> float:
+    """Scale ``grads`` so the job's global gradient norm is at most ``max_norm``; returns the
+    norm before. ``grads``: (gradient, tp-sharded?) pairs; squares of tp-sharded tensors are
+    summed over the tp group, tp-replicated ones counted once; with ``dp_chunks`` each
+    gradient is this rank's ZeRO chunk, so both sums are taken over the dp group first.
+    ``device``: where the collectives run."""
+    sq = torch.zeros(2, dtype=torch.float64)  # (tp-sharded, replicated)
+    for g, sharded in grads:
+        sq[0 if sharded else 1] += g.detach().double().pow(2).sum().cpu()
+    if dp_chunks and layout.dp > 1:
+        t = sq.to(device)
+        dist.all_reduce(t, group=layout.dp_group)
+        sq = t.cpu()
+    if layout.tp > 1:
+        t = sq[:1].to(device)
+        dist.all_reduce(t, group=layout.tp_group)
+        sq[0] = t.cpu()[0]
+    norm = float(sq.sum().sqrt())
+    if max_norm > 0 and norm > max_norm:
+        coef = max_norm / (norm + 1e-6)
+        for g, _ in grads:
+            g.mul_(coef)
+    return norm
+
+
 def allreduce_grads(params: list[nn.Parameter], layout: Layout) -> None:
     """Average gradients over the dp group in one flattened all-reduce."""
     if layout.dp == 1:

@@ -37,12 +37,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from orchestrator.trainer.parallel import Layout
+from orchestrator.trainer.parallel import Layout, clip_global_norm
+from predictor.runtimes import FRENZY
 
 log = logging.getLogger(__name__)
 
-TRAINER_ZERO_STAGES = (0, 1, 2)
-"""The ZeRO stages the built-in trainer executes (``predictor.runtimes.FRENZY.zero_stages``)."""
+TRAINER_ZERO_STAGES = FRENZY.zero_stages
+"""The ZeRO stages the built-in trainer executes: the ``frenzy`` profile states them, so the
+planner offers exactly the stages this module runs."""
 
 
 def check_zero_stage(stage: int) -> None:
@@ -192,25 +194,10 @@ class ZeroOptimizer:
         """Scale the gradient chunks so the global norm is at most ``max_norm``; returns the
         norm before. Chunks are summed over the dp group; tp-sharded tensors over the tp
         group too, tp-replicated ones counted once."""
-        sq = torch.zeros(2, dtype=torch.float64)  # (tp-sharded, replicated)
-        for p, v in self.chunks.items():
-            if v.grad is not None:
-                sq[0 if names[p] in tp_sharded else 1] += v.grad.detach().double().pow(2).sum()
+        grads = [(v.grad, names[p] in tp_sharded) for p, v in self.chunks.items()
+                 if v.grad is not None]
         dev = next(iter(self.chunks)).device if self.chunks else torch.device("cpu")
-        if self.layout.dp > 1:
-            t = sq.to(dev)
-            dist.all_reduce(t, group=self.layout.dp_group)
-            sq = t.cpu()
-        if self.layout.tp > 1:
-            t = sq[:1].to(dev)
-            dist.all_reduce(t, group=self.layout.tp_group)
-            sq[0] = t.cpu()[0]
-        norm = float(sq.sum().sqrt())
-        if max_norm > 0 and norm > max_norm:
-            coef = max_norm / (norm + 1e-6)
-            for g in self.grads():
-                g.mul_(coef)
-        return norm
+        return clip_global_norm(grads, self.layout, max_norm, dev, dp_chunks=True)
 
     def step(self) -> None:
         """Update the owned chunks, free every gradient, then all-gather each parameter from
