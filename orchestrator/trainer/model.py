@@ -43,8 +43,8 @@ from orchestrator.trainer.parallel import (
     copy_to_tp,
     full_shapes,
     shard_dims,
-    split_sizes,
     vocab_parallel_cross_entropy,
+    vocab_range,
 )
 from predictor.spec import Family, ModelSpec, Recompute
 
@@ -282,8 +282,8 @@ def init_canonical(model: nn.Module, layout: Layout, seed: int) -> None:
 
 
 def shard(full: torch.Tensor, dim: int, layout: Layout) -> torch.Tensor:
-    """This tp rank's slice of ``full`` along ``dim`` (``parallel.split_sizes``: equal
-    slices when tp divides the dimension, else the first ones a row longer)."""
-    sizes = split_sizes(full.shape[dim], layout.tp)
-    start = sum(sizes[:layout.tp_rank])
-    return full.narrow(dim, start, sizes[layout.tp_rank]).contiguous()
+    """This tp rank's slice of ``full`` along ``dim``: the rows ``parallel.vocab_range``
+    gives it (equal slices when tp divides the dimension, else the first ones a row
+    longer)."""
+    start, stop = vocab_range(full.shape[dim], layout)
+    return full.narrow(dim, start, stop - start).contiguous()
