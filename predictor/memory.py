@@ -432,8 +432,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
     full = recompute is Recompute.FULL
-    # full recompute keeps each layer's input: the fp32 residual under fp32_stream
-    per_layer = (h * T * (4 if rt.fp32_stream else D) if full else one_layer)
+    per_layer = _kept_per_layer(rt, full, h, T, D, one_layer)
     mb = hTD  # the stage's output (next stage's / head's input)
     if first:
         mb += 8 * b * s  # token ids
@@ -553,6 +552,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         activations=best[1], logits=best[2],
         overhead=gpu.cuda_context_bytes if gpu is not None else 0,
         transient=best[3], stage=stage)
+
+
+def _kept_per_layer(rt: RuntimeProfile, full: bool, h: int, T: int, D: int, one_layer: int
+                    ) -> int:
+    """Activation bytes one layer keeps for its backward: everything (``one_layer``), or
+    under full recomputation its input alone, the fp32 residual under ``fp32_stream``."""
+    return h * T * (4 if rt.fp32_stream else D) if full else one_layer
 
 
 def _stage_stream_bytes(rt: RuntimeProfile, D: int, h: int, T: int, final_rmsnorm: bool
@@ -748,8 +754,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     n_mlp = m.mlp_kept
     q, f, a, vr, one_layer = _layer_counts(m, t, s, T, Tf, D, selective, flash, traits, rt)
     hTD = h * T * D
-    # full recompute keeps each layer's input: the fp32 residual under fp32_stream
-    per_layer = (h * T * (4 if rt.fp32_stream else D) if full else one_layer)
+    per_layer = _kept_per_layer(rt, full, h, T, D, one_layer)
     # backward working set of the first layer, (per sequence, constant) pieces
     redo = one_layer if full else 0
     bwd = [(hTD + (h * Tf * D if sp else 0) + f * Tf * D + redo, h * f * D),
