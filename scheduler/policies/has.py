@@ -304,8 +304,7 @@ class HasPolicy:
                 fitting = tuple(p for p in index.efficient_by_speed if p.num_gpus <= share)
                 decision = self._place(job, fitting, free, state)
             if decision is None:
-                decision = self._place(job, index.undominated() if self.skip_dominated
-                                       else index.plans, free, state, fallback=index)
+                decision = self._place(job, self._walked(index), free, state, fallback=index)
             if decision is None:
                 waiting += 1
                 first_waiting = first_waiting or job
@@ -331,6 +330,11 @@ class HasPolicy:
         self._prune(pending, running)
         return out
 
+    def _walked(self, index: PlanIndex) -> tuple[Plan, ...]:
+        """The plans the ranked walk tries, in order (and ``_shrink_for`` makes room for):
+        all of them, or without the dominated ones (``skip_dominated``)."""
+        return index.undominated() if self.skip_dominated else index.plans
+
     def _shrink_for(self, job: JobView, running: Sequence[RunningJob], free: FreeGpus,
                     state: ClusterState) -> list[Decision]:
         """Undo growth for the head of the queue: when ``job`` cannot start, shrink running
@@ -344,7 +348,7 @@ class HasPolicy:
         # per type, on first use: its running jobs most GPUs first, and when the first ends
         by_size: dict[str, tuple[list[RunningJob], float]] = {}
         undo: dict[str, tuple[Placement, Plan] | None] = {}  # see ``_smaller_plan``
-        for plan in (index.undominated() if self.skip_dominated else index.plans):
+        for plan in self._walked(index):
             t, need = plan.gpu_type, plan.num_gpus - free.free(plan.gpu_type, plan.required_bytes)
             if need <= 0:
                 continue
