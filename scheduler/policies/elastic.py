@@ -68,7 +68,7 @@ from scheduler.policies.deadline import (
     best_fit_place,
     best_plan_options,
 )
-from scheduler.policies.deadline.strategies import catalog_value, check_mode
+from scheduler.policies.deadline.strategies import OPPORTUNITY_LIMIT, catalog_value, check_mode
 from scheduler.policy import PerfModel, register
 
 
@@ -82,7 +82,7 @@ def elastic_config(
     launch_delay_s: float = LAUNCH_DELAY_S,
     restart_delay_s: float = RESTART_DELAY_S,
     type_value: Callable[[str], float] | None = None,
-    opportunity_cost: float | None = 1.25,
+    opportunity_cost: float | None = OPPORTUNITY_LIMIT,
     costly_mode: str = "best_effort",
     arrival_window: int = 64,
     capacity_bound: bool = True,
@@ -147,7 +147,7 @@ class ElasticPolicy(EnginePolicy):
         launch_delay_s: float = LAUNCH_DELAY_S,
         restart_delay_s: float = RESTART_DELAY_S,
         type_value: Callable[[str], float] | None = None,
-        opportunity_cost: float | None = 1.25,
+        opportunity_cost: float | None = OPPORTUNITY_LIMIT,
         costly_mode: str = "best_effort",
         arrival_window: int = 64,
         capacity_bound: bool = True,

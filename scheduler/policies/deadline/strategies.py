@@ -55,6 +55,11 @@ class BookingRule:
     type_value: Callable[[str], float] = catalog_value
 
 
+OPPORTUNITY_LIMIT = 1.25
+"""``OpportunityCost.limit``'s default, and ``elastic``'s: expected deadline arrivals a
+booking may turn away (chosen on the tuning split: docs/deadlines.md)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OpportunityCost:
     """Decides whether a booking costs more deadline arrivals than it is worth.
@@ -70,7 +75,7 @@ class OpportunityCost:
     (``opportunity.RefusalAccount``): refusals stop when the policy's own bookings do not
     bear the prediction out."""
 
-    limit: float = 1.25
+    limit: float = OPPORTUNITY_LIMIT
     costly: str = "best_effort"
     window: int = 64
     capacity_bound: bool = True
