@@ -177,6 +177,11 @@ LLAMA_V = _small("llama-v128k", "llama", 4, 512, 8, 128256, num_kv_heads=4,
                  ffn_hidden_size=1408, tie_embeddings=False)
 QWEN_V = _small("qwen2-v152k", "qwen2", 4, 512, 8, 151936, num_kv_heads=4,
                 ffn_hidden_size=1408, tie_embeddings=True)
+# many layers, wide, a small vocabulary: under full recomputation at tp > 1 the forward's end
+# (every weight copy autocast made, before it exits) is the peak
+NEOX_D = _small("neox-deep", "gpt_neox", 12, 1024, 8, 8192, tie_embeddings=False)
+LLAMA_D = _small("llama-deep", "llama", 12, 1024, 8, 8192, num_kv_heads=4,
+                 ffn_hidden_size=2816, tie_embeddings=False)
 
 
 def _case(model: ModelSpec, s: int, B: int, prec: str = "bf16", opt: str = "adamw",
@@ -233,6 +238,7 @@ VOCAB_PARALLEL_CASES: list[TrainerCase] = [
     _case(LLAMA_V, 256, 8, "fp16", "sgd", micro_batch=4, tp=4, recompute="full"),
     _case(QWEN_V, 256, 4, micro_batch=2, tp=4),
     _case(BERT_S, 128, 8, micro_batch=4, tp=4),
+    _case(NEOX_D, 256, 8, micro_batch=2, tp=2, recompute="full"),
 ]
 CASES += VOCAB_PARALLEL_CASES
 
@@ -253,6 +259,7 @@ ZERO_CASES: list[TrainerCase] = [
     _case(QWEN_S, 256, 8, "fp16", "adam", micro_batch=2, dp=2, zero_stage=2),
     _case(NEOX_S, 256, 8, "bf16", "sgd", micro_batch=2, dp=2, zero_stage=1),
     _case(BERT_S, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=2),
+    _case(LLAMA_D, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=1, recompute="full"),
 ]
 
 ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES

@@ -511,6 +511,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # (the counts the unsharded plans measured on a GPU were priced with: each moment
         # holds the gradients and the activations at once, an upper bound)
         partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
+        fwd_grads = 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
         if tied:
@@ -527,6 +528,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             m, train, t, pp, dp, zero, stage, n_layers, rt)
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
         own = per_layer + (0 if full else one_copy) if n_layers else 0
+        fwd_grads = 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(g_head, activations - head_copy, held * lg, bwd),
                   (g_layer, activations - head_copy - own, held * lg, 0),
@@ -537,10 +539,18 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             if tied:  # the sum after the embedding's backward: no activation is left
                 cands.append((before, 0, held * lg, 3 * tied))
     else:
+        fwd_grads = gradients
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
         if tied:
             cands.append((gradients, 0, held * lg, 3 * tied))
+    if full and one_copy and n_layers:
+        # autocast keeps every weight copy it makes until the forward leaves it (after the
+        # head's matmul), though the recomputed layers keep none for their backward: the end
+        # of the forward holds all the layers' copies and the low-precision logits (with an
+        # earlier micro-batch's gradients, when there is one)
+        out_bytes = h * T * (4 if rt.fp32_stream else D) if last and not bert else 0
+        cands.append((fwd_grads, activations + n_layers * one_copy, D * lg + out_bytes, 0))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)
@@ -809,6 +819,9 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                     head.append((held + h * Tf * D, vr * h * 4))
             else:
                 head.append((lb + h * Tf * D, vr * h * D))
+        if full and one_copy and n_layers:  # the forward's end (see estimate_stage)
+            head.append((D * lg + (h * T * (4 if rt.fp32_stream else D)
+                                   if last and not bert else 0), n_layers * one_copy))
         moments = [(c + held, k) for c, k in layer_bwd] + head
         drop = (n_layers - 1) * per_layer if n_layers else 0
         left = copies - (0 if full else one_copy)
