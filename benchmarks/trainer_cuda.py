@@ -76,6 +76,7 @@ class Plan:
     recompute: str = "none"
     tp: int = 1
     dp: int = 1
+    zero: int = 0
 
     def spec(self, gpu: str | None = None, vocab_parallel: bool = True) -> dict[str, Any]:
         """The ``frenzy memory`` spec of this plan (on ``gpu``, when given; with the
@@ -85,7 +86,7 @@ class Plan:
                 "seq_len": self.seq_len, "precision": self.precision,
                 "optimizer": self.optimizer, "tp": self.tp, "dp": self.dp,
                 "micro_batch": self.micro_batch, "recompute": self.recompute,
-                "runtime": "frenzy"}
+                "zero_stage": self.zero, "runtime": "frenzy"}
         if not vocab_parallel:
             spec["runtime_options"] = dict(REPLICATED_HEAD)
         return spec if gpu is None else {**spec, "gpu": gpu}
@@ -94,7 +95,7 @@ class Plan:
         name = self.model if isinstance(self.model, str) else self.model["name"]
         return (f"{name} s{self.seq_len} B{self.global_batch} {self.precision} "
                 f"{self.optimizer} tp{self.tp}dp{self.dp} mb{self.micro_batch} "
-                f"rc={self.recompute}")
+                f"rc={self.recompute}" + (f" zero{self.zero}" if self.zero else ""))
 
 
 PLANS: list[Plan] = [
@@ -118,6 +119,19 @@ PLANS: list[Plan] = [
     Plan(TINYLLAMA, 1024, 8, micro_batch=2, tp=2, dp=2, recompute="selective"),
     Plan("gpt2-large", 1024, 8, micro_batch=2, tp=4),
     Plan("pythia-1.4b", 1024, 8, micro_batch=4, dp=2),
+    # ZeRO-1/2 (states, and under ZeRO-2 gradients, sharded over dp) and the vocab-parallel
+    # head at tp > 1: several ranks on the one GPU, rank 0's memory only
+    Plan("pythia-1.4b", 1024, 8, micro_batch=4, dp=2, zero=1),
+    Plan("pythia-1.4b", 1024, 8, micro_batch=4, dp=2, zero=2),
+    Plan("pythia-1.4b", 1024, 4, micro_batch=2, dp=2, zero=2),  # one micro-batch a step
+    Plan("gpt2-large", 1024, 8, micro_batch=2, dp=4, zero=2),
+    Plan("gpt2-medium", 1024, 16, "fp16", "adam", micro_batch=4, dp=2, zero=1),
+    Plan(TINYLLAMA, 1024, 8, micro_batch=2, tp=2, dp=2, recompute="selective", zero=2),
+    Plan(QWEN2_05B, 1024, 16, micro_batch=8, tp=2),
+    Plan(QWEN2_05B, 1024, 16, micro_batch=4, dp=2, recompute="full", zero=2),
+    Plan("bert-large", 512, 32, micro_batch=16, tp=2),
+    Plan("pythia-1.4b", 1024, 8, micro_batch=4, tp=4, recompute="full"),
+    Plan(TINYLLAMA, 1024, 4, micro_batch=1, tp=2, dp=2, zero=1),  # one micro-batch a step
 ]
 QUICK = [0, 2, 15]
 GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
@@ -153,8 +167,62 @@ def _run_config(plan: Plan, tmp: str) -> Any:
                      checkpoint_dir=tmp, checkpoint_every=10**9)
 
 
+def _site(frames: list[dict[str, Any]]) -> str:
+    """The innermost frame of this repository's code in an allocation's Python stack."""
+    for f in frames:
+        name = f.get("filename", "")
+        if "/orchestrator/" in name or "/benchmarks/" in name:
+            return f"{name.split('/')[-2]}/{name.split('/')[-1]}:{f.get('line')} {f.get('name')}"
+    return frames[0].get("name", "?") if frames else "?"
+
+
+def peak_contents(snapshot: dict[str, Any], top: int = 40) -> dict[str, Any]:
+    """What was allocated at the tensor peak of a ``torch.cuda.memory._snapshot()`` whose
+    history was recorded from the start: the device trace replayed twice, a block counting
+    from its ``alloc`` to its ``free_completed`` (as ``max_memory_allocated`` counts it: a
+    block another stream still uses stays allocated until that stream's work is done) and to
+    its ``free_requested`` (when the program dropped it); the blocks alive at the first
+    peak grouped by the code that allocated them and their size, and the blocks whose free
+    was requested but not completed at that peak."""
+    def replay(free_action: str) -> tuple[int, dict[int, tuple[int, str]], set[int]]:
+        live: dict[int, tuple[int, str]] = {}
+        requested: set[int] = set()
+        cur = peak = 0
+        at_peak: dict[int, tuple[int, str]] = {}
+        pending: set[int] = set()
+        for ev in (snapshot.get("device_traces") or [[]])[0]:
+            if ev["action"] == "alloc":
+                live[ev["addr"]] = (ev["size"], _site(ev.get("frames", [])))
+                requested.discard(ev["addr"])
+                cur += ev["size"]
+                if cur > peak:
+                    peak, at_peak, pending = cur, dict(live), set(requested)
+            elif ev["action"] == "free_requested":
+                requested.add(ev["addr"])
+            if ev["action"] == free_action and ev["addr"] in live:
+                cur -= live.pop(ev["addr"])[0]
+                requested.discard(ev["addr"])
+        return peak, at_peak, pending
+
+    def grouped(blocks: list[tuple[int, str]]) -> list[dict[str, Any]]:
+        groups: dict[tuple[str, int], int] = {}
+        for size, site in blocks:
+            groups[(site, size)] = groups.get((site, size), 0) + 1
+        rows = [{"site": site, "block_bytes": size, "count": n, "bytes": size * n}
+                for (site, size), n in groups.items()]
+        return sorted(rows, key=lambda r: -r["bytes"])[:top]
+
+    peak, at_peak, pending = replay("free_completed")
+    requested_peak = replay("free_requested")[0]
+    return {"peak_bytes": peak, "peak_bytes_free_requested": requested_peak,
+            "blocks": len(at_peak), "groups": grouped(list(at_peak.values())),
+            "freed_not_completed": grouped([at_peak[a] for a in pending])}
+
+
 def rank_run(cfg: Any, rank: int) -> dict[str, Any]:
-    """``train(cfg, rank)`` with the peak statistics read and reset after every step."""
+    """``train(cfg, rank)`` with the peak statistics read and reset after every step (and on
+    rank 0, with ``FRENZY_CUDA_SNAPSHOT`` set, the allocation history recorded and what was
+    alive at the peak returned as ``peak_contents``)."""
     from orchestrator.trainer import loop
 
     loop.ckpt.save = lambda *a, **k: None  # type: ignore[assignment]
@@ -171,6 +239,9 @@ def rank_run(cfg: Any, rank: int) -> dict[str, Any]:
         if cuda:
             row["alloc"] = torch.cuda.max_memory_allocated(dev)
             row["reserved"] = torch.cuda.max_memory_reserved(dev)
+            # the bytes the program asked for, before the allocator rounds a request up to
+            # its block (a block is not split for a remainder of 1 MiB or less)
+            row["requested"] = torch.cuda.memory_stats(dev).get("requested_bytes.all.peak", 0)
             torch.cuda.reset_peak_memory_stats(dev)
         elif status.get("peak_tensors_bytes"):
             row["alloc"] = status["peak_tensors_bytes"]
@@ -178,6 +249,9 @@ def rank_run(cfg: Any, rank: int) -> dict[str, Any]:
         last[0] = time.perf_counter()
 
     out: dict[str, Any] = {"rank": rank}
+    record = cuda and rank == 0 and bool(os.environ.get("FRENZY_CUDA_SNAPSHOT"))
+    if record:
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=2_000_000)
     if cuda:
         torch.empty(1, device=dev)  # the peak statistics need an initialised device
         gc.collect()
@@ -186,6 +260,9 @@ def rank_run(cfg: Any, rank: int) -> dict[str, Any]:
     last[0] = time.perf_counter()
     loop.train(cfg, rank, loop.Control(on_step=on_step))
     out["steps"] = steps
+    if record:
+        out["peak_contents"] = peak_contents(torch.cuda.memory._snapshot())
+        torch.cuda.memory._record_memory_history(enabled=None)
     if cuda:
         free, total = torch.cuda.mem_get_info(dev)
         out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved(dev)
@@ -210,8 +287,12 @@ def measure(plan: Plan) -> dict[str, Any]:
         "alloc_steady": max((s.get("alloc", 0) for s in steps[1:]), default=0),
         "alloc_first": steps[0].get("alloc", 0),
     }
+    if "peak_contents" in r0:
+        out["peak_contents"] = r0["peak_contents"]
     if "reserved" in steps[0]:
         out["reserved"] = max(s["reserved"] for s in steps)
+    if steps[0].get("requested"):
+        out["requested"] = max(s["requested"] for s in steps)
     if "reserved" in steps[0] and plan.tp * plan.dp == 1:  # else the GPU holds other ranks
         out["device"] = r0["outside_allocator"] + out["reserved"]
         out["outside_allocator"] = r0["outside_allocator"]
@@ -227,6 +308,8 @@ def _err(pred: float, meas: float) -> float:
 def _errors(pred: dict[str, Any], meas: dict[str, Any]) -> dict[str, float]:
     """Signed errors in percent of every figure both sides have."""
     out = {"err_tensors_pct": _err(pred["tensors"], meas["alloc"])}
+    if meas.get("requested"):
+        out["err_requested_pct"] = _err(pred["tensors"], meas["requested"])
     for key, name in (("reserved", "reserved"), ("device", "device"), ("step_s", "step")):
         if key in meas:
             out[f"err_{name}_pct"] = _err(pred[key], meas[key])
@@ -279,7 +362,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
               for r in dev)
     return {"plans": len(rows), "failed": len(rows) - len(ok),
             "device_name": rows[0]["device_name"] if rows else None,
-            "tensors": stats("err_tensors_pct"), "reserved": stats("err_reserved_pct"),
+            "tensors": stats("err_tensors_pct"), "requested": stats("err_requested_pct"),
+            "reserved": stats("err_reserved_pct"),
             "device": stats("err_device_pct"), "step_time": stats("err_step_pct"),
             "fit_margin": FIT_MARGIN, "oom_after_margin": oom}
 

@@ -18,10 +18,10 @@ def test_the_committed_gpu_rows_cover_the_plans() -> None:
 
 def test_tensor_peaks_hold_on_the_gpu_and_no_plan_that_fits_would_run_out() -> None:
     s = summary(replay(ROWS))
-    # max_memory_allocated of 19 plans (15 of them twice): within 2 % on average and never
-    # under-predicted by more than the 5 % that full recomputation misses on CUDA
+    # max_memory_allocated of 30 plans (54 rows with repeats): within 2 % on average and
+    # never under by more than the allocator's rounding of blocks (below)
     assert s["tensors"]["mape"] <= 2.0
-    assert s["tensors"]["worst"] >= -5.5
+    assert s["tensors"]["worst"] >= -3.5
     # the device figure (nvidia-smi) plus the planner's margin covers every measured run
     assert s["oom_after_margin"] == 0
 
@@ -32,3 +32,26 @@ def test_rmsnorm_models_are_priced_with_cudas_fused_kernel() -> None:
     for r in replay(ROWS):
         if r["plan"].startswith(("tinyllama", "qwen2")) and r["world"] == 1:
             assert abs(r["err_tensors_pct"]) < 0.2, r["plan"]
+
+
+def test_zero_and_the_vocabulary_split_ran_on_the_gpu_and_hold() -> None:
+    rows = [r for r in replay(ROWS) if r.get("vocab_parallel")]
+    zero = [r for r in rows if " zero" in r["plan"]]
+    split = [r for r in rows if "tp1dp" not in r["plan"]]
+    assert len(zero) >= 8 and {" zero1", " zero2"} <= {r["plan"][-6:] for r in zero}
+    assert len(split) >= 6
+    for r in zero + split:
+        assert -3.5 <= r["err_tensors_pct"] <= 2.0, r["plan"]
+
+
+def test_the_bytes_asked_for_match_where_the_allocator_rounds_blocks_up() -> None:
+    # torch's requested_bytes peak (what the program asked for) against the prediction: the
+    # tp 2 x dp 2 plans sit 1.3-3.3 % under max_memory_allocated, which counts the blocks
+    # the caching allocator did not split (remainders of 1 MiB or less), and within 0.3 %
+    # of the bytes asked for; the pythia tp 4 full-recompute row was 4.7 % under before the
+    # forward's end (all of autocast's weight copies) was priced
+    rows = [r for r in replay(ROWS) if "err_requested_pct" in r]
+    assert len(rows) == 4
+    for r in rows:
+        assert abs(r["err_requested_pct"]) < 0.3, r["plan"]
+        assert r["measured"]["requested"] <= r["measured"]["alloc"] * 1.003
