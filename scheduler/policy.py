@@ -61,11 +61,11 @@ def wake_at(policy: Policy) -> float | None:
 
 
 def holds_until(policy: Policy) -> float | None:
-    """The latest time at which ``policy``, in its last ``decide``, means to start a job that
-    it keeps waiting on purpose (a booked start in the future); None: it keeps none waiting
-    (an optional ``holds_until`` attribute). A driver that ends once no waiting job can ever
-    start (the simulator, on an idle cluster with nothing more to come) reads it: a job
-    waiting for its booked start is not stuck."""
+    """The latest start still to come that ``policy`` booked in its last ``decide`` (a
+    deadline policy's reservation held late; the job may run before it on leftovers); None:
+    it booked none (an optional ``holds_until`` attribute). A driver that ends once no waiting
+    job can ever start (the simulator, on an idle cluster with nothing more to come) reads it:
+    a job waiting for its booked start is not stuck."""
     return getattr(policy, "holds_until", None)
 
 

@@ -403,6 +403,22 @@ def test_elasticflow_moves_a_job_whose_pinned_type_lost_every_plan(
     assert note.job_id == "j" and note.data["pinned"] == "A100-80G"
 
 
+def test_a_booking_held_late_is_the_start_the_policy_holds_a_job_until() -> None:
+    """k (4 GPUs, 100 steps of 1 s) takes the node now; j (1 GPU at best 8 s a step) is booked
+    as late as meets its deadline: it must end by 100000 × (1 − 0.05) = 95000 s after a 10 s
+    launch and 800 s of steps, so from 94190 s; it waits until then (``holds_until``)."""
+    from scheduler.policy import holds_until
+
+    state = a100(per=4)
+    j = job("j", ranked(*scaling("A100-40G", (1, 2, 4), eff=1.0)), deadline=100_000.0)
+    k = job("k", ranked(make_plan("A100-40G", 4, step_s=1.0)), deadline=100_000.0)
+    pol = make_policy("elastic", perf=IdentityPerf())
+    out = pol.decide(state, [j, k], [], 0.0)
+    assert [(d.kind, d.job_id) for d in out] == [(DecisionKind.START, "k")]
+    assert holds_until(pol) == pytest.approx(94_190.0)
+    assert pol.decide(state, [], [], 1.0) == [] and holds_until(pol) is None
+
+
 # -- invariants -------------------------------------------------------------------------------
 
 TYPES = [("A100-40G", 8), ("RTX2080Ti", 8), ("RTX6000", 4)]
