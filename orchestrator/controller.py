@@ -59,6 +59,7 @@ from scheduler.cluster import Allocation, CapacityError, ClusterState, Node
 from scheduler.decision import Decision, DecisionKind
 from scheduler.job import JobView, RunningJob
 from scheduler.policy import Policy, make_policy
+from scheduler.policy import holds_until as policy_holds_until
 from scheduler.policy import wake_at as policy_wake_at
 
 log = logging.getLogger(__name__)
@@ -240,6 +241,9 @@ class Controller:
         self.wake_at: float | None = None
         """When the policy's last call asked to be called again with nothing else happening
         (``scheduler.policy.wake_at``); event-driven drivers (the simulator) tick then."""
+        self.holds_until: float | None = None
+        """The latest start the policy's last call booked for a job it keeps waiting on
+        purpose (``scheduler.policy.holds_until``): until then a waiting job is not stuck."""
         self._batch_depth = 0
         self._scheduling = False
         self._dirty = False
@@ -525,6 +529,7 @@ class Controller:
         try:
             decisions = self.policy.decide(self._state, pending, running, now)
             self.wake_at = policy_wake_at(self.policy)
+            self.holds_until = policy_holds_until(self.policy)
             self.check(decisions)
         except Exception as exc:
             decisions = self._fail_safe(exc, pending, running, now)
@@ -542,6 +547,7 @@ class Controller:
         """The policy raised: log the round's inputs, alert, let the fallback decide."""
         self.policy_failures += 1
         self.wake_at = None  # periodic ticks and events call the policy again
+        self.holds_until = None
         error = f"{type(exc).__name__}: {exc}"
         log.error("policy %s raised at t=%.3f, round dropped: %s\n%s", self.policy.name, now,
                   error, "".join(traceback.format_exception(exc)).rstrip())

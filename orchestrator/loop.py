@@ -48,6 +48,7 @@ from orchestrator.controller import (
     Listener,
     RetireListener,
 )
+from orchestrator.oom import MEMORY_FACTOR, memory_factor
 from scheduler.cluster import ClusterState
 from scheduler.job import JobView
 from scheduler.policy import Policy, PolicyNote, restore, take_notes
@@ -233,6 +234,9 @@ class ControlLoop:
         self._wakeup = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.stuck: dict[str, str] = {}
+        """Why each job still waiting when ``run_virtual`` ended is stuck there: the jobs no
+        round will place (job id -> reason; empty when it ended otherwise)."""
 
     @property
     def policy(self) -> Policy:
@@ -315,44 +319,80 @@ class ControlLoop:
     ) -> None:
         """Jump the ``VirtualClock`` from one instant at which something happens to the
         next and run a turn there, until every job has ended and nothing more will arrive
-        (or ``until_s`` / ``max_policy_calls``). When nothing is due while jobs wait, one
-        last tick gives a round-based policy its chance; then the loop ends (the jobs still
-        queued stay unfinished)."""
+        (or ``until_s`` / ``max_policy_calls``).
+
+        It also ends when jobs wait that no round will ever place: nothing holds GPUs and
+        nothing is due but the periodic tick (no backend event, arrival, run-time limit,
+        wake-up, nor a start the policy booked for later, ``Controller.holds_until``), so
+        the rounds to come see what the last one saw. One more round gives the policy its
+        chance (at the next tick, or at once without ticks); if it places nothing, the
+        loop ends and the waiting jobs stay unfinished, each with its reason in ``stuck``."""
         clock = self.clock
         if not isinstance(clock, VirtualClock):
             raise TypeError("run_virtual needs a VirtualClock; use start() for wall time")
         ctl = self.controller
         stuck_ticked = False
+        self.stuck = {}
         while True:
             if max_policy_calls is not None and ctl.policy_call_count >= max_policy_calls:
                 break
+            now = clock.now()
             t_ev = self.backend.next_event_time()
             t_arr = self.source.next_time()
             t = min(math.inf if t_ev is None else t_ev, math.inf if t_arr is None else t_arr)
-            if self.tick_s and ctl.active():
-                t = min(t, self._next_tick)
             t_limit = ctl.next_limit_time()  # a job reaches its run-time limit
             if t_limit is not None:
-                t = min(t, max(t_limit, clock.now()))
+                t = min(t, max(t_limit, now))
             wake = ctl.wake_at  # the policy asked to be called again then
-            if wake is not None and wake > clock.now():
+            if wake is not None and wake > now:
                 t = min(t, wake)
             else:
                 wake = None
+            held = ctl.holds_until  # a start the policy booked for later
+            idle = (math.isinf(t) and ctl.active() and (held is None or held <= now)
+                    and not ctl.running())
+            if self.tick_s and ctl.active():
+                t = min(t, self._next_tick)
             if math.isinf(t):
                 if ctl.active() and not stuck_ticked:
                     stuck_ticked = True  # one last round: maybe the policy waits for a tick
                     with self.lock:
                         ctl.tick()
                     continue
+                self._record_stuck(now)
                 break
-            stuck_ticked = False
+            if idle:  # only the periodic tick is due: the rounds to come see the same
+                if stuck_ticked:
+                    self._record_stuck(now)
+                    break
+                stuck_ticked = True
+            else:
+                stuck_ticked = False
             if until_s is not None and t > until_s:
                 break
-            clock.advance_to(max(t, clock.now()))
+            clock.advance_to(max(t, now))
             self.step(t, wake=wake)
             if on_turn is not None:
                 on_turn(self)
+
+    def _record_stuck(self, now: float) -> None:
+        """Note the waiting jobs no round will place (``stuck``: job id -> reason)."""
+        ctl = self.controller
+        for view in ctl.pending():
+            plans = view.plans
+            fewest = min(plans, key=lambda p: (p.num_gpus, p.required_bytes), default=None)
+            need = (f"its smallest plan needs {fewest.num_gpus}x{fewest.gpu_type} "
+                    f"({fewest.required_bytes / (1 << 30):.3g} GiB each)" if fewest is not None
+                    else "it has no plan")
+            oom = (f" after an out-of-memory re-plan (memory x{memory_factor(view):.2f})"
+                   if MEMORY_FACTOR in view.extra else "")
+            self.stuck[view.id] = (
+                f"never placed{oom}: at t={now:.0f}s the cluster was idle with nothing more "
+                f"to arrive or happen and {ctl.policy.name} placed it in no round; "
+                f"{len(plans)} plan(s), {need}")
+        if self.stuck:
+            log.warning("%s: %d waiting job(s) no round will place (e.g. %s: %s)",
+                        ctl.policy.name, len(self.stuck), *next(iter(self.stuck.items())))
 
     # -- wall time (the service) -------------------------------------------------------------
     def start(self) -> ControlLoop:

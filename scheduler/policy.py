@@ -60,6 +60,15 @@ def wake_at(policy: Policy) -> float | None:
     return getattr(policy, "wake_at", None)
 
 
+def holds_until(policy: Policy) -> float | None:
+    """The latest start still to come that ``policy`` booked in its last ``decide`` (a
+    deadline policy's reservation held late; the job may run before it on leftovers); None:
+    it booked none (an optional ``holds_until`` attribute). A driver that ends once no waiting
+    job can ever start (the simulator, on an idle cluster with nothing more to come) reads it:
+    a job waiting for its booked start is not stuck."""
+    return getattr(policy, "holds_until", None)
+
+
 def take_notes(policy: Policy) -> list[PolicyNote]:
     """The notes ``policy`` changed since the last call ([] for a policy without any)."""
     fn = getattr(policy, "take_notes", None)

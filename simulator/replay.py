@@ -4,8 +4,10 @@
 ``ControlLoop.run_virtual`` moves time and hands over inputs: at the next instant at which
 something happens (an arrival from the trace, a backend event, a periodic tick) it advances
 the clock, submits the arrivals and delivers the backend's due events in one turn
-(simultaneous events, one policy call), and repeats until every job has ended or nothing can
-happen any more (then the jobs still queued are reported unfinished).
+(simultaneous events, one policy call), and repeats until every job has ended, or nothing can
+happen any more, or the jobs still queued can never be placed (an idle cluster, nothing more
+to come, a round that placed none of them); those are reported unfinished, each with its
+reason (``ReplayResult.unfinished``).
 
 Planning is done once per distinct (model, training shape) and cluster, and reused for every
 job of that shape (only the step count differs; plans are re-stamped with it).
@@ -18,7 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,7 +29,7 @@ from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DE
 from orchestrator.controller import Controller, JobRecord
 from orchestrator.estimation import EstimatorFeed
 from orchestrator.loop import ControlLoop, ListJobSource
-from orchestrator.states import JobEvent
+from orchestrator.states import JobEvent, JobState
 from predictor.gpus import get_gpu
 from predictor.plan import Plan
 from predictor.planner import DEFAULT_MAX_GPUS, plan_job
@@ -173,6 +175,10 @@ class ReplayResult:
     records: dict[str, JobRecord]
     """Every job's final record: the ended ones as the Controller retired them (its own table
     keeps only the latest), then those still live when the replay stopped."""
+    unfinished: dict[str, str] = field(default_factory=dict)
+    """Why each job that did not succeed did not: the reason of its failure or cancellation
+    (a rejection, an out-of-memory run no plan survives), or why it was still live when the
+    replay ended (never placed: ``ControlLoop.stuck``; or the replay was cut short)."""
 
 
 def _default_perf() -> PerfModel:
@@ -220,12 +226,17 @@ def replay(
             collector.set_samples(ev.job_id, samples[ev.job_id])
 
     records: dict[str, JobRecord] = {}
+    why_not: dict[str, str] = {}
 
     def on_retired(rec: JobRecord) -> None:
         records[rec.view.id] = rec
 
+    def on_ended(ev: JobEvent) -> None:
+        if ev.to_state.terminal and ev.to_state is not JobState.SUCCEEDED:
+            why_not[ev.job_id] = f"{ev.to_state.value}: {ev.reason}"
+
     # Every policy call's timing is kept: the scheduling-overhead figures use all of them.
-    listeners: list[Any] = [collector, on_submitted]
+    listeners: list[Any] = [collector, on_submitted, on_ended]
     if estimator is not None:
         by_id = {j.id: j for j in jobs}
         listeners.append(EstimatorFeed(estimator, perf, by_id.get, backend.inventory))
@@ -246,13 +257,13 @@ def replay(
                      on_turn=on_turn if progress is not None else None)
     if progress is not None:
         progress.close()
-    unfinished = [r.view.id for r in ctl.live.values()]
     records.update((r.view.id, r) for r in ctl.live.values())
-    if unfinished and config.until_s is None and config.max_policy_calls is None:
-        log.warning("%s: %d job(s) never finished (e.g. %s): no plan the policy would place",
-                    pol.name, len(unfinished), ", ".join(unfinished[:3]))
+    for r in ctl.live.values():
+        why_not[r.view.id] = loop.stuck.get(r.view.id) or (
+            f"{r.state.value} when the replay stopped at t={clock.now():.0f}s "
+            f"(until_s={config.until_s}, max_policy_calls={config.max_policy_calls})")
     metrics = summarize(collector, cluster.total_by_type(), ctl.policy_wall_s)
-    return ReplayResult(pol.name, metrics, ctl, collector, backend, loop, records)
+    return ReplayResult(pol.name, metrics, ctl, collector, backend, loop, records, why_not)
 
 
 # -- workloads by name ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """ControlLoop over SimBackend on a virtual clock: the fail-safe (a policy that raises), nodes
-joining and leaving, cancellations from the source. Times worked by hand from the
+joining and leaving, cancellations from the source, the end of a replay whose waiting jobs
+no round will place. Times worked by hand from the
 simulator's model: finish = start + launch delay (+ restore delay when resuming) +
 remaining steps x step time."""
 
@@ -39,7 +40,8 @@ class RaisingPolicy(FifoPolicy):
         return super().decide(state, pending, running, now)
 
 
-def make(jobs: Sequence[JobView], state: ClusterState, policy: object = None,
+def make(jobs: Sequence[JobView], state: ClusterState, policy: object = None, *,
+         tick_s: float | None = None,
          **kw: object) -> tuple[ControlLoop, SimBackend, VirtualClock, list[JobEvent],
                                 list[PolicyAlert]]:
     clock = VirtualClock()
@@ -48,7 +50,7 @@ def make(jobs: Sequence[JobView], state: ClusterState, policy: object = None,
     alerts: list[PolicyAlert] = []
     loop = ControlLoop(policy or FifoPolicy(), be, ListJobSource(jobs), clock,  # type: ignore[arg-type]
                        listeners=[events.append], alert_listeners=[alerts.append],
-                       tick_s=None, **kw)  # type: ignore[arg-type]
+                       tick_s=tick_s, **kw)  # type: ignore[arg-type]
     return loop, be, clock, events, alerts
 
 
@@ -149,3 +151,49 @@ def test_cancellations_from_the_source_free_the_gpus() -> None:
     assert loop.controller.job("a").state is JobState.CANCELLED
     assert loop.controller.job("b").state is JobState.STARTING  # took the freed GPUs at 30
     assert loop.stats.cancelled == 1
+
+
+class BookedLate(FifoPolicy):
+    """FIFO from ``at`` on; before that it keeps every job waiting for its booked start
+    (``holds_until``), as a deadline policy booking a late start does."""
+
+    name = "booked-late"
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.holds_until: float | None = None
+        self.calls: list[float] = []
+
+    def decide(self, state: ClusterState, pending: Sequence[JobView],
+               running: Sequence[RunningJob], now: float) -> list[Decision]:
+        self.calls.append(now)
+        if now < self.at:
+            self.holds_until = self.at
+            return []
+        self.holds_until = None
+        return super().decide(state, pending, running, now)
+
+
+def test_with_ticks_a_job_no_round_places_on_the_idle_cluster_ends_the_loop() -> None:
+    # FIFO on the first plan: 8 GPUs, the cluster has 4. Called at the arrival (t = 30) and
+    # at the next tick (t = 600); both rounds see an idle cluster with nothing to come.
+    loop, _be, clock, _events, _ = make([job("big", t=30, gpus=8)], cluster(4), tick_s=600.0)
+    loop.run_virtual()
+    assert clock.now() == 600.0 and loop.controller.policy_call_count == 2
+    assert loop.controller.job("big").state is JobState.PENDING
+    assert loop.stuck == {"big": (
+        "never placed: at t=600s the cluster was idle with nothing more to arrive or happen "
+        "and fifo placed it in no round; 1 plan(s), its smallest plan needs 8xA100-40G "
+        f"({job('big', gpus=8).plans[0].required_bytes / GIB:.3g} GiB each)")}
+
+
+def test_a_job_waiting_for_its_booked_start_is_not_stuck() -> None:
+    # booked from t = 2000: the ticks at 600, 1200, 1800 place nothing, 2400 starts it;
+    # done at 2400 + 10 launch + 100 steps x 2 s = 2610
+    policy = BookedLate(at=2_000.0)
+    loop, _be, _clock, _events, _ = make([job("a", t=0)], cluster(4), policy, tick_s=600.0)
+    loop.run_virtual()
+    assert policy.calls[:5] == [0.0, 600.0, 1200.0, 1800.0, 2400.0]
+    rec = loop.controller.job("a")
+    assert rec.state is JobState.SUCCEEDED and rec.end_time == 2610.0
+    assert loop.stuck == {}

@@ -381,6 +381,44 @@ def test_elasticflow_uses_power_of_two_data_parallel_options_on_one_type() -> No
     assert p.parallel.tp == 1 and p.parallel.pp == 1 and p.num_gpus in (1, 2, 4, 8)
 
 
+@pytest.mark.parametrize("deadline", [None, 5_000.0])
+def test_elasticflow_moves_a_job_whose_pinned_type_lost_every_plan(
+        deadline: float | None) -> None:
+    """An out-of-memory re-plan leaves the job only plans of another GPU type: ElasticFlow
+    keeps a job on the type it was admitted to or started on, but that pool can no longer
+    run it, so it is unpinned and started where its plans still fit (and pinned there)."""
+    state = cluster(make_node("v0", "V100-32G", 4), make_node("a0", "A100-80G", 4))
+    v100, a100 = make_plan("V100-32G", 4, step_s=1.0), make_plan("A100-80G", 4, step_s=2.0)
+    pol = make_policy("elasticflow", perf=IdentityPerf())
+    (first,) = pol.decide(state, [job("j", ranked(v100, a100), deadline=deadline)], [], 0.0)
+    assert first.kind is DecisionKind.START and first.allocation.plan.gpu_type == "V100-32G"
+    pol.take_notes()
+    # the first step ran out of memory: only the A100 plan is left, the job waits again
+    again = job("j", ranked(a100), deadline=deadline)
+    (d,) = pol.decide(state, [again], [], 10.0)
+    assert d.kind is DecisionKind.START and d.allocation.plan.gpu_type == "A100-80G"
+    assert "no plan of it fits V100-32G any more (re-planned): may move to A100-80G" \
+        in d.reason
+    (note,) = pol.take_notes()
+    assert note.job_id == "j" and note.data["pinned"] == "A100-80G"
+
+
+def test_a_booking_held_late_is_the_start_the_policy_holds_a_job_until() -> None:
+    """k (4 GPUs, 100 steps of 1 s) takes the node now; j (1 GPU at best 8 s a step) is booked
+    as late as meets its deadline: it must end by 100000 × (1 − 0.05) = 95000 s after a 10 s
+    launch and 800 s of steps, so from 94190 s; it waits until then (``holds_until``)."""
+    from scheduler.policy import holds_until
+
+    state = a100(per=4)
+    j = job("j", ranked(*scaling("A100-40G", (1, 2, 4), eff=1.0)), deadline=100_000.0)
+    k = job("k", ranked(make_plan("A100-40G", 4, step_s=1.0)), deadline=100_000.0)
+    pol = make_policy("elastic", perf=IdentityPerf())
+    out = pol.decide(state, [j, k], [], 0.0)
+    assert [(d.kind, d.job_id) for d in out] == [(DecisionKind.START, "k")]
+    assert holds_until(pol) == pytest.approx(94_190.0)
+    assert pol.decide(state, [], [], 1.0) == [] and holds_until(pol) is None
+
+
 # -- invariants -------------------------------------------------------------------------------
 
 TYPES = [("A100-40G", 8), ("RTX2080Ti", 8), ("RTX6000", 4)]

@@ -61,6 +61,9 @@ class Admitter:
             if share is None:
                 failed.append(c)
                 continue
+            if self.pin_type and c.fixed_type is None:  # unpinned by a re-plan of its plans
+                self.ledger.pin(c.job.id, share.option.gpu_type)
+                c.fixed_type = share.option.gpu_type
             reserve(c, share, profile)
             booked.append(c)
         if failed and self.rule.replan:

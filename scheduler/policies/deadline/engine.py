@@ -50,6 +50,8 @@ class DeadlineEngine:
         self.allocator = Allocator(name, config.prediction, config.plans.place, perf)
         self.leftovers = LeftoverFill(config.growth, config.prediction)
         self.bookings: dict[str, Share] = {}
+        self.holds_until: float | None = None
+        """The latest future start among ``bookings`` (``scheduler.policy.holds_until``)."""
         self._options: dict[str, tuple[tuple[Plan, ...], Mapping[str, tuple[Option, ...]]]] = {}
 
     def options(self, job: JobView, state: ClusterState) -> Mapping[str, tuple[Option, ...]]:
@@ -75,6 +77,7 @@ class DeadlineEngine:
         its decision; the decision's ``ReasonCode`` says which outcome it is."""
         if not pending and not running:
             self.bookings = {}
+            self.holds_until = None
             self.ledger.live = set()
             return []
         rnd = self.nominate(state, pending, running, now)
@@ -84,6 +87,8 @@ class DeadlineEngine:
         self.leftovers.fill(rnd.cands, free, now)
         self.bookings = {jid: c.reserved for jid, c in rnd.cands.items()
                          if c.reserved is not None and jid in self.ledger.admitted}
+        self.holds_until = max((sh.start_t for sh in self.bookings.values()
+                                if sh.start_t > now), default=None)
         decisions = rnd.rejected + self.allocator.preempt_and_place(state, rnd)
         self._pin_types(rnd)
         self._forget(set(rnd.cands))
@@ -103,10 +108,22 @@ class DeadlineEngine:
         if self.config.plans.pin_type:
             pinned = self.ledger.pinned
             for c in cands.values():
-                c.fixed_type = pinned.get(c.job.id) or (
-                    c.current.gpu_type if c.current else None)
+                fixed = pinned.get(c.job.id) or (c.current.gpu_type if c.current else None)
+                if fixed is not None and c.current is None and fixed not in c.options:
+                    self._unpin(c, fixed)
+                    fixed = None
+                c.fixed_type = fixed
         cap = state.total_by_type()
         return Round(now, cap, cands, Profile(ticks_floor(now), cap))
+
+    def _unpin(self, c: Candidate, gpu_type: str) -> None:
+        """Free a waiting job from ``gpu_type``, its pinned pool, where it has no option left:
+        its plans changed since it was pinned (an out-of-memory re-plan drops the plans that
+        no longer fit a GPU of their type), so that pool can never run it again; it may go
+        to any type its plans still allow, and is pinned there when it books or starts."""
+        self.ledger.unpin(c.job.id)
+        c.why.append(f"no plan of it fits {gpu_type} any more (re-planned): may move to "
+                     f"{', '.join(sorted(c.options)) or 'no GPU type'}")
 
     def _pin_types(self, rnd: Round) -> None:
         """With ``pin_type``, a job given GPUs for the first time stays on their type."""
@@ -149,6 +166,7 @@ class DeadlineEngine:
         self.window.restore(((k, n.arrival) for k, n in notes.items()
                              if n.arrival is not None), live)
         self.bookings = {}
+        self.holds_until = None
 
 
 class EnginePolicy:
@@ -168,6 +186,11 @@ class EnginePolicy:
         """Admit or reject arrivals, keep every admitted job's minimum share, share the rest
         (``DeadlineEngine.decide``)."""
         return self.engine.decide(state, pending, running, now)
+
+    @property
+    def holds_until(self) -> float | None:
+        """The latest booked start still to come (``scheduler.policy.holds_until``)."""
+        return self.engine.holds_until
 
     def take_notes(self) -> list[PolicyNote]:
         """What to keep about jobs whose admission changed (``scheduler.policy``)."""

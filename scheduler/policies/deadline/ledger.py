@@ -95,6 +95,12 @@ class Ledger:
         self.pinned[job_id] = gpu_type
         self.changed.add(job_id)
 
+    def unpin(self, job_id: str) -> None:
+        """Let ``job_id`` leave the GPU type it was kept on (none of its plans fit there any
+        more); it is pinned again where it next books or runs."""
+        if self.pinned.pop(job_id, None) is not None:
+            self.changed.add(job_id)
+
     def status(self, job_id: str) -> str | None:
         """'admitted', 'best_effort' or None."""
         return ("admitted" if job_id in self.admitted else
