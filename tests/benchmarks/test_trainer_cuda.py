@@ -55,3 +55,43 @@ def test_the_bytes_asked_for_match_where_the_allocator_rounds_blocks_up() -> Non
     for r in rows:
         assert abs(r["err_requested_pct"]) < 0.3, r["plan"]
         assert r["measured"]["requested"] <= r["measured"]["alloc"] * 1.003
+
+
+def test_the_allocation_history_replays_to_the_requested_bytes_of_another_run() -> None:
+    # rank 0's allocation history (FRENZY_CUDA_SNAPSHOT) replayed alloc by free gives, to the
+    # byte, the requested-bytes peak torch counted in a separate run of the same plan: the
+    # history records the sizes asked for, so what max_memory_allocated adds is block rounding
+    import json
+
+    from benchmarks.trainer_cuda import GPU_RUNS
+
+    def rows(name: str) -> dict[str, dict]:
+        with open(GPU_RUNS / name) as f:
+            return {r["plan"]: r["measured"] for r in map(json.loads, f)}
+
+    traced, requested = rows("peak_contents_h200.jsonl"), rows("trainer_cuda_h200_requested.jsonl")
+    assert len(traced) == 3
+    for plan, m in traced.items():
+        assert m["peak_contents"]["peak_bytes"] == requested[plan]["requested"]
+        assert m["peak_contents"]["peak_bytes"] < m["alloc"]
+
+
+def test_peak_contents_replays_a_history_by_hand() -> None:
+    from benchmarks.trainer_cuda import peak_contents
+
+    ours = [{"filename": "/r/orchestrator/trainer/model.py", "line": 7, "name": "forward"}]
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": ours},
+        {"action": "alloc", "addr": 2, "size": 50, "frames": []},
+        {"action": "free_requested", "addr": 1, "size": 100},  # another stream still uses it
+        {"action": "alloc", "addr": 3, "size": 60, "frames": ours},  # 210 until completed
+        {"action": "free_completed", "addr": 1, "size": 100},
+        {"action": "alloc", "addr": 4, "size": 60, "frames": ours},  # 170
+    ]
+    out = peak_contents({"device_traces": [trace]})
+    assert out["peak_bytes"] == 210  # as max_memory_allocated counts: until free_completed
+    assert out["peak_bytes_free_requested"] == 170  # 50 + 60 + 60
+    assert out["blocks"] == 3
+    assert out["groups"][0] == {"site": "trainer/model.py:7 forward", "block_bytes": 100,
+                                "count": 1, "bytes": 100}
+    assert out["freed_not_completed"] == [out["groups"][0]]
