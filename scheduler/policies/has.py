@@ -105,6 +105,25 @@ Choices the paper leaves open, and why:
   as it is (a plan at the knee costs at most 1/0.8 the type's cheapest GPU-seconds), and
   ``plan_order="ranked"`` follows the stored ranking as it is (a user's ``fewest_gpus``
   ranking asks for the smallest plan whatever its rate).
+* **Wide starts when nobody waits** (``widen_gain``, default 0.1): once every waiting job
+  has started and growth has run, a job started in this call that GPUs left idle could run
+  faster moves, before it launches, to the fastest plan of any efficiency they hold, if that
+  runs at least ``widen_gain`` faster and saves at least ``min_saving_s`` (the extra
+  workers' start-up) over the knee's plan. The knee keeps GPU-seconds low for the jobs that
+  wait; when none does, GPUs held past the knee cost nothing now and are lent like grown
+  ones (``_shrink_for`` and ``reclaim`` take them back). Growth cannot do this for a short
+  job: it waits ``min_hold_s`` and pays a restart, longer than such a job runs. A
+  round-based policy gives every job its fastest configuration on an idle cluster.
+* **Exchange onto an idle type** (``exchange_gain``, default 0.1): growth moves one job
+  onto its own GPUs plus idle ones, so GPUs of a type slower than every running job's stay
+  idle while two jobs share a faster type (four 7B jobs on 16 A100 each, 32 V100 idle).
+  When nobody waits, a job A with more work left moves to its fastest plan on an idle type
+  so that a job B of A's type with no more work left (SRPT) grows onto A's GPUs, if the
+  pair's predicted remaining time, a restart each included, drops by more than
+  ``exchange_gain`` times B's and by more than two restarts. Both must have run
+  ``min_hold_s``; lenders and jobs moved in the same call are left alone. The pairwise
+  move is the smallest part of a round-based policy's global re-placement that growth
+  cannot reach.
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
