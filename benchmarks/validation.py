@@ -9,7 +9,9 @@ one replay through the production control loop (``simulator.replay``). A margin 
 ``--json`` prints one JSON object on the last line: per cluster ``has_vs_sia_median_pct``,
 ``has_vs_sia_min_pct``, ``has_vs_sia_max_pct``, ``has_vs_opportunistic_median_pct``,
 ``workloads_has_worse_than_sia_by_5pct``, and ``policy_crashes`` (replays that raised), plus
-every workload's figures.
+every workload's figures. Without prediction error each row also has ``bound_avg_jct_s``,
+the average JCT no policy can beat (every job alone on its fastest plan from its arrival),
+and ``bound_vs_sia_pct``, the most any policy could gain over ``sia`` there.
 
 ``--split tuning`` replays every file of the tuning sets instead (full length unless
 ``--max-jobs`` is given): the workloads on which thresholds may be chosen. ``--clusters``
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 import time
@@ -33,9 +36,10 @@ from typing import Any
 
 from benchmarks.jct import _config
 from benchmarks.splits import TUNING, VALIDATION, first_files
+from orchestrator.clusters import load_cluster
 from simulator.error import ERROR_MODES
 from simulator.metrics import combine, json_ready
-from simulator.replay import Task, load_workloads, run_tasks
+from simulator.replay import PlanCache, SimConfig, Task, job_view, load_workloads, run_tasks
 
 log = logging.getLogger("benchmarks.validation")
 
@@ -47,6 +51,31 @@ QUICK_SETS = ("sia-rate_10", "pollux-0.5", "sia-phoebe")
 def margin_pct(has: float, other: float) -> float:
     """``1 - has / other`` in percent: how much lower ``has``'s average JCT is."""
     return 100.0 * (1.0 - has / other)
+
+
+def bound_avg_jct_s(spec: str, index: int, cluster: str, max_jobs: int | None) -> float:
+    """The average JCT no policy can beat on a workload (error-free replay): every job
+    started on arrival on its fastest plan, alone, paying only the launch delay. Each plan
+    is timed packed on the cluster's network, and a placement only slows a plan down, so no
+    job can end sooner. Where ``sia`` is within a few percent of this bound, no policy can
+    beat it by more."""
+    key = (cluster, max_jobs)
+    if key not in _BOUND_CACHES:
+        state = load_cluster(cluster).state
+        _BOUND_CACHES[key] = PlanCache(state)
+    cache = _BOUND_CACHES[key]
+    mapped = load_workloads(spec)[index][1]
+    if max_jobs is not None:
+        mapped = mapped[:max_jobs]
+    views = [job_view(m, cache) for m in mapped]
+    if not views:
+        return math.nan
+    launch = SimConfig().launch_delay_s
+    return sum(min((p.job_time_s for p in v.plans), default=math.inf) + launch
+               for v in views) / len(views)
+
+
+_BOUND_CACHES: dict[tuple[str, int | None], PlanCache] = {}
 
 
 def workloads_of(split: str, sets: tuple[str, ...]) -> list[tuple[str, str, int]]:
@@ -105,6 +134,11 @@ def run(sets: tuple[str, ...], *, max_jobs: int | None, workers: int, error: str
                 **{f"{p}_unfinished": figs[p]["unfinished"] for p in policies},
                 **{f"{p}_restarts_per_job": figs[p]["restarts_per_job"] for p in policies},
             }
+            if error == "none":  # what the best policy could gain over sia at most
+                spec, k = spec_of[w]
+                row["bound_avg_jct_s"] = bound_avg_jct_s(spec, k, cl, max_jobs)
+                row["bound_vs_sia_pct"] = margin_pct(row["bound_avg_jct_s"],
+                                                     figs["sia"]["avg_jct_s"])
             for p in mine:
                 row[f"{p}_vs_sia_pct"] = margin_pct(figs[p]["avg_jct_s"],
                                                     figs["sia"]["avg_jct_s"])
@@ -112,6 +146,10 @@ def run(sets: tuple[str, ...], *, max_jobs: int | None, workers: int, error: str
                     figs[p]["avg_jct_s"], figs["opportunistic"]["avg_jct_s"])
             rows.append(row)
         res: dict[str, Any] = {"workloads": rows}
+        if rows and "bound_vs_sia_pct" in rows[0]:
+            room = [r["bound_vs_sia_pct"] for r in rows]
+            res["bound_vs_sia_median_pct"] = statistics.median(room)
+            res["workloads_bound_below_12pct_of_sia"] = sum(v < 12.0 for v in room)
         for p in mine:
             vs_sia = [r[f"{p}_vs_sia_pct"] for r in rows]
             vs_opp = [r[f"{p}_vs_opportunistic_pct"] for r in rows]
@@ -143,6 +181,9 @@ def table(out: dict[str, Any]) -> str:
             tag = "" if p == "has" else f" {p[:6]}"
             head += f"{'vs sia' + tag:>14}{'vs opp' + tag:>14}"
         head += f"{'unfin h/s/o':>13}{'restarts/job h/s':>18}"
+        bound = bool(res["workloads"]) and "bound_avg_jct_s" in res["workloads"][0]
+        if bound:
+            head += f"{'bound':>8}{'bound vs sia':>14}"
         lines += ["", f"{cl}:", head]
         for r in res["workloads"]:
             line = f"{r['workload']:<22}" + "".join(
@@ -153,6 +194,8 @@ def table(out: dict[str, Any]) -> str:
             line += (f"{r['has_unfinished']:>5}/{r['sia_unfinished']}/"
                      f"{r['opportunistic_unfinished']}"
                      f"{r['has_restarts_per_job']:>10.2f}/{r['sia_restarts_per_job']:.2f}")
+            if bound:
+                line += f"{r['bound_avg_jct_s'] / 3600:8.2f}{r['bound_vs_sia_pct']:+13.1f}%"
             lines.append(line)
         if res["workloads"]:
             for p in mine:
@@ -163,6 +206,11 @@ def table(out: dict[str, Any]) -> str:
                     f"{res[f'{p}_vs_opportunistic_median_pct']:+.1f}%; {p} > 5% worse than "
                     f"sia on {res[f'workloads_{p}_worse_than_sia_by_5pct']} of "
                     f"{len(res['workloads'])}")
+            if "bound_vs_sia_median_pct" in res:
+                lines.append(
+                    f"bound (every job alone on its fastest plan) vs sia: median "
+                    f"{res['bound_vs_sia_median_pct']:+.1f}%; below +12% on "
+                    f"{res['workloads_bound_below_12pct_of_sia']} of {len(res['workloads'])}")
     lines.append(f"policy crashes: {out['policy_crashes']}; wall {out['wall_s']} s")
     return "\n".join(lines)
 

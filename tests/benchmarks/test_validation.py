@@ -58,3 +58,8 @@ def test_quick_run_reports_the_headline_keys(capsys: pytest.CaptureFixture[str])
         for row in res["workloads"]:  # the margin is the one the row's JCTs give
             assert row["has_vs_sia_pct"] == pytest.approx(
                 100 * (1 - row["has_avg_jct_s"] / row["sia_avg_jct_s"]), abs=1e-3)
+            # no policy ends its jobs sooner on average than the bound
+            for p in validation.POLICIES:
+                assert row["bound_avg_jct_s"] <= row[f"{p}_avg_jct_s"] + 1e-3
+            assert row["bound_vs_sia_pct"] == pytest.approx(
+                100 * (1 - row["bound_avg_jct_s"] / row["sia_avg_jct_s"]), abs=1e-3)
