@@ -109,11 +109,13 @@ Choices the paper leaves open, and why:
   has started and growth has run, a job started in this call that GPUs left idle could run
   faster moves, before it launches, to the fastest plan of any efficiency they hold, if that
   runs at least ``widen_gain`` faster and saves at least ``min_saving_s`` (the extra
-  workers' start-up) over the knee's plan. The knee keeps GPU-seconds low for the jobs that
-  wait; when none does, GPUs held past the knee cost nothing now and are lent like grown
-  ones (``_shrink_for`` and ``reclaim`` take them back). Growth cannot do this for a short
-  job: it waits ``min_hold_s`` and pays a restart, longer than such a job runs. A
-  round-based policy gives every job its fastest configuration on an idle cluster.
+  workers' start-up) over the knee's plan (not under ``plan_order="ranked"``, whose stored
+  ranking is followed as it is, nor without growth, whose shrinking takes such GPUs back).
+  The knee keeps GPU-seconds low for the jobs that wait; when none does, GPUs held past the
+  knee cost nothing now and are lent like grown ones (``_shrink_for`` and ``reclaim`` take
+  them back). Growth cannot do this for a short job: it waits ``min_hold_s`` and pays a
+  restart, longer than such a job runs. A round-based policy gives every job its fastest
+  configuration on an idle cluster.
 * **Exchange onto an idle type** (``exchange_gain``, default 0.1): growth moves one job
   onto its own GPUs plus idle ones, so GPUs of a type slower than every running job's stay
   idle while two jobs share a faster type (four 7B jobs on 16 A100 each, 32 V100 idle).
@@ -234,7 +236,9 @@ class HasPolicy:
         for name, value in (("widen_gain", widen_gain), ("exchange_gain", exchange_gain)):
             if value is not None and not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be None or in [0, 1), got {value!r}")
-        self.widen_gain = widen_gain
+        # a wide start leaves the stored ranking (followed as it is under ``ranked``), and
+        # only growth's shrinking takes its GPUs back: start-only HAS never widens
+        self.widen_gain = widen_gain if grow and plan_order != "ranked" else None
         self.exchange_gain = exchange_gain
         self.seed = seed
         self._plans = PlanIndexCache()

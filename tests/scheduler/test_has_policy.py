@@ -512,6 +512,16 @@ def test_a_job_started_while_nobody_waits_starts_wide_on_the_idle_gpus() -> None
     assert d.allocation is not None and d.allocation.num_gpus == 4
 
 
+def test_neither_the_ranked_order_nor_start_only_has_widens() -> None:
+    # the ranked walk follows the stored ranking (#1: one GPU); without growth nothing would
+    # take the extra GPUs back: the knee's 4 GPUs
+    state, job = _one_job_on_an_idle_node(1_000)
+    (d,) = HasPolicy(IdentityPerf(), plan_order="ranked").decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 1
+    (d,) = HasPolicy(IdentityPerf(), grow=False).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
 def test_a_job_of_seconds_is_not_widened() -> None:
     # 100 steps: 8 GPUs save 15 s over 4 (68 s -> 53 s), under min_saving_s (60 s): the
     # extra workers' start-up would eat it
