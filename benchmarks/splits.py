@@ -1,9 +1,9 @@
 """The tuning and the validation split of the workloads the simulator replays.
 
 ``has``'s thresholds (``min_gain``, ``shrink_delay``, ``min_saving_s``, the knee,
-``max_slowdown``) and the deadline policy's margins were chosen by looking at the Sia Philly
-and Helios-Saturn workloads and the paper's NewWorkload queues (docs/jct.md,
-docs/deadlines.md, docs/validation.md say so). Those are
+``max_slowdown``, ``widen_gain``, ``exchange_gain``) and the deadline policy's margins were
+chosen by looking at the Sia Philly and Helios-Saturn workloads and the paper's NewWorkload
+queues (docs/jct.md, docs/deadlines.md, docs/validation.md say so). Those are
 the tuning split. Every other named trace set is the validation split, chosen by subtraction
 so that a set added to ``simulator.traces.TRACE_SETS`` lands in validation unless someone
 moves it here on purpose. Headline figures are medians over the validation split.

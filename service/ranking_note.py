@@ -16,7 +16,8 @@ _WHY: dict[tuple[str, str | None], str] = {
         "it starts a job on the fastest plan near the knee of its cost curve (within 80% "
         "of the fewest GPU-seconds of that GPU type, and only when it saves at least a "
         "minute over the cheapest) that the free GPUs satisfy, falling back to the ranked "
-        "order, and may grow or shrink a running job onto other plans"),
+        "order, or, when no other job waits, on a faster plan that idle GPUs hold, and may "
+        "grow or shrink a running job onto other plans"),
     ("has", "share"): (
         "it starts a job on the fastest plan within an equal share of the free GPUs, "
         "falling back to the ranked order"),

@@ -300,6 +300,8 @@ class Task:
     policy: str
     config: SimConfig = SimConfig()
     max_jobs: int | None = None  # only the first N jobs (quick runs)
+    policy_kwargs: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments for the policy's constructor (a variant of it), as pairs."""
 
 
 _WORKLOADS: dict[str, list[tuple[str, list[MappedJob]]]] = {}
@@ -328,7 +330,8 @@ def run_task(task: Task) -> tuple[Task, str, RunMetrics]:
         mapped = mapped[: task.max_jobs]
     views = [job_view(mj, cache) for mj in mapped]
     t0 = time.perf_counter()
-    res = replay(views, state, task.policy, config=task.config)
+    res = replay(views, state, task.policy, config=task.config,
+                 policy_kwargs=dict(task.policy_kwargs) or None)
     log.info("%s %s: %d jobs in %.1fs", label, task.policy, len(views), time.perf_counter() - t0)
     return task, label, res.metrics
 

@@ -107,6 +107,17 @@ class PlanIndex:
                            for q in self.by_type[p.gpu_type].values()))
         return got
 
+    def fastest_of(self, gpu_type: str) -> tuple[Plan, ...]:
+        """The plans of ``gpu_type`` in ``by_speed`` order, fastest first; empty if the job
+        has none."""
+        by_type = self.lazy.get("fastest_of")
+        if by_type is None:
+            by_type = self.lazy["fastest_of"] = {}
+        got = by_type.get(gpu_type)
+        if got is None:
+            got = by_type[gpu_type] = tuple(p for p in self.by_speed if p.gpu_type == gpu_type)
+        return got
+
     def cheapest(self, gpu_type: str) -> tuple[Plan, ...]:
         """The plans of ``gpu_type`` by GPU-seconds, cheapest first (ties in ``by_type``
         order); empty if the job has none."""

@@ -105,6 +105,27 @@ Choices the paper leaves open, and why:
   as it is (a plan at the knee costs at most 1/0.8 the type's cheapest GPU-seconds), and
   ``plan_order="ranked"`` follows the stored ranking as it is (a user's ``fewest_gpus``
   ranking asks for the smallest plan whatever its rate).
+* **Wide starts when nobody waits** (``widen_gain``, default 0.1): once every waiting job
+  has started and growth has run, a job started in this call that GPUs left idle could run
+  faster moves, before it launches, to the fastest plan of any efficiency they hold, if that
+  runs at least ``widen_gain`` faster and saves at least ``min_saving_s`` (the extra
+  workers' start-up) over the knee's plan (not under ``plan_order="ranked"``, whose stored
+  ranking is followed as it is, nor without growth, whose shrinking takes such GPUs back).
+  The knee keeps GPU-seconds low for the jobs that wait; when none does, GPUs held past the
+  knee cost nothing now and are lent like grown ones (``_shrink_for`` and ``reclaim`` take
+  them back). Growth cannot do this for a short job: it waits ``min_hold_s`` and pays a
+  restart, longer than such a job runs. A round-based policy gives every job its fastest
+  configuration on an idle cluster.
+* **Exchange onto an idle type** (``exchange_gain``, default 0.1): growth moves one job
+  onto its own GPUs plus idle ones, so GPUs of a type slower than every running job's stay
+  idle while two jobs share a faster type (four 7B jobs on 16 A100 each, 32 V100 idle).
+  When nobody waits, a job A with more work left moves to its fastest plan on an idle type
+  so that a job B of A's type with no more work left (SRPT) grows onto A's GPUs, if the
+  pair's predicted remaining time, a restart each included, drops by more than
+  ``exchange_gain`` times B's and by more than two restarts. Both must have run
+  ``min_hold_s``; lenders and jobs moved in the same call are left alone. The pairwise
+  move is the smallest part of a round-based policy's global re-placement that growth
+  cannot reach.
 * **Wake-up** (``wake_at``): a growth held back only by ``min_hold_s`` names the time the
   policy wants to be called again, so an event-driven controller (the simulator) asks then
   instead of at the next arrival or completion.
@@ -121,12 +142,21 @@ O(GPU types) check; the loop stops as soon as the cluster is full.
 from __future__ import annotations
 
 import logging
+import math
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
 from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
-from scheduler.decision import Decision, ReasonCode, resize, resize_code, start
+from scheduler.decision import (
+    Decision,
+    DecisionKind,
+    ReasonCode,
+    resize,
+    resize_code,
+    start,
+)
 from scheduler.job import JobView, RunningJob
 from scheduler.perf import AnalyticalPerfModel
 from scheduler.placement import FreeGpus
@@ -173,6 +203,8 @@ class HasPolicy:
         idle_past_knee: bool = True,
         reclaim: bool = True,
         skip_dominated: bool = True,
+        widen_gain: float | None = 0.1,
+        exchange_gain: float | None = 0.1,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -201,6 +233,13 @@ class HasPolicy:
         # the ranked order is the stored ranking (MARP's, or the one the user asked for),
         # followed as it is: only the orders that fall back to it skip dominated plans
         self.skip_dominated = skip_dominated and plan_order != "ranked"
+        for name, value in (("widen_gain", widen_gain), ("exchange_gain", exchange_gain)):
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be None or in [0, 1), got {value!r}")
+        # a wide start leaves the stored ranking (followed as it is under ``ranked``), and
+        # only growth's shrinking takes its GPUs back: start-only HAS never widens
+        self.widen_gain = widen_gain if grow and plan_order != "ranked" else None
+        self.exchange_gain = exchange_gain
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -327,7 +366,186 @@ class HasPolicy:
                     free, state, wide=True))
         elif self.grow and first_waiting is not None and running:
             out.extend(self._shrink_for(first_waiting, running, free, state))
+        if not waiting and free.total_free:
+            # nobody waits and GPUs stay idle after growth: jobs started in this call start
+            # wide on them (no restart: they have not launched), then pairs of running jobs
+            # may exchange onto an idle GPU type
+            if self.widen_gain is not None and pending:
+                out = self._widen(out, pending, free, state)
+            if self.exchange_gain is not None and self.grow and len(running) > 1 and \
+                    free.total_free:
+                out.extend(self._exchange(running, {d.job_id for d in out}, free, state, now))
         self._prune(pending, running)
+        return out
+
+    def _widen(self, out: list[Decision], pending: Sequence[JobView], free: FreeGpus,
+               state: ClusterState) -> list[Decision]:
+        """``out`` with each job started in this call (shortest first, as started) moved to
+        the fastest plan of any efficiency that the idle GPUs hold, when that runs at least
+        ``widen_gain`` faster than the plan it got (re-timed for its placement on both
+        sides, the placement guard applied). Called only when nobody waits; the job has not
+        launched, so the move costs no restart, and GPUs past its knee are lent like grown
+        ones (``_shrink_for`` and ``reclaim`` take them back)."""
+        by_id = {j.id: j for j in pending}
+        res: list[Decision] = []
+        for d in out:
+            job = by_id.get(d.job_id)
+            here = d.allocation
+            if d.kind is not DecisionKind.START or job is None or here is None or \
+                    not free.total_free:
+                res.append(d)
+                continue
+            # faster by ``widen_gain``, and saving ``min_saving_s`` like any larger plan (the
+            # extra workers' start-up, which the step-time model does not see)
+            limit = min(here.plan.step_time_s * (1.0 - self.widen_gain),
+                        here.plan.step_time_s - self.min_saving_s / max(job.remaining_steps,
+                                                                         1e-9))
+            got = self._fastest_fit(job, self._plans.get(job).by_speed, free, state,
+                                    limit, give=here.placement)
+            if got is None:
+                res.append(d)
+                continue
+            placed, placement = got
+            res.append(start(
+                Allocation(job.id, placed, placement),
+                f"{d.reason}; widened (nobody waits, {free.total_free + here.num_gpus} GPUs "
+                f"idle): {here.plan.label()} -> {placed.label()}, step "
+                f"{here.plan.step_time_s:.3f}s -> {placed.step_time_s:.3f}s", d.code))
+        return res
+
+    def _fastest_fit(self, job: JobView, plans: Sequence[Plan], free: FreeGpus,
+                     state: ClusterState, limit_s: float, give: Placement = (),
+                     skip_type: str | None = None) -> tuple[Plan, Placement] | None:
+        """The first of ``plans`` (fastest first) not of ``skip_type`` that the free GPUs
+        plus ``give`` hold and whose best-fit placement runs it below ``limit_s`` a step and
+        at most ``max_slowdown`` times its predicted step time: (the plan re-timed there,
+        the placement), its GPUs taken and ``give`` given; else None, ``free`` unchanged."""
+        if give:
+            free.give(give)
+        for plan in plans:
+            if plan.step_time_s >= limit_s:
+                break
+            t, n = plan.gpu_type, plan.num_gpus
+            if t == skip_type or free.free(t, plan.required_bytes) < n:
+                continue
+            placement = free.best_fit(t, n, plan.required_bytes, plan.parallel.tp)
+            if placement is None:  # pragma: no cover  (enough free GPUs place it)
+                continue
+            placed = self.perf.placed_plan(job, plan, placement, state)
+            if placed.step_time_s >= limit_s or \
+                    placed.step_time_s > self.max_slowdown * plan.step_time_s:
+                continue
+            free.take(placement)
+            return placed, placement
+        if give:
+            free.take(give)
+        return None
+
+    def _exchange(self, running: Sequence[RunningJob], moved: set[str], free: FreeGpus,
+                  state: ClusterState, now: float) -> list[Decision]:
+        """Nobody waits and GPUs of some type stay idle that no running job grows into (each
+        is already on a faster type): move a job A with much work left onto its fastest
+        plan on an idle type, so that a job B of A's type with no more work left (SRPT)
+        grows onto A's GPUs, when the pair's predicted remaining time, two restarts
+        included, drops by more than ``exchange_gain`` times B's and by more than two
+        restarts. Jobs moved in this call, held less than ``min_hold_s``, or lending or
+        borrowing GPUs are left alone. Returns both resizes per exchange."""
+        hold, restart = self.min_hold_s, self.restart_cost_s
+        live = [r for r in running if r.job.id not in moved and r.job.id not in self._loans
+                and now - r.started_at >= hold]
+        if len(live) < 2:
+            return []
+        left_of = self._left
+        # per type, the jobs that have a faster plan of their own type (the B side), by key,
+        # with a bound on what the pair can gain through each: its fastest plan's saving
+        # less one restart and what the pair must gain (predicted times; placement only
+        # slows a plan down). A job A is placed on an idle type only if some B with no more
+        # work left has a bound above A's least loss.
+        groups: dict[str, list[tuple[float, RunningJob, float]]] = {}
+        for r in live:
+            cur = r.allocation.plan
+            fast = self._plans.get(r.job).fastest_of(cur.gpu_type)
+            if not fast or fast[0].step_time_s >= cur.step_time_s:
+                continue
+            rem = r.job.remaining_steps
+            left = rem * cur.step_time_s
+            bound = left - rem * fast[0].step_time_s - restart - max(
+                self.exchange_gain * left, 2 * restart)
+            groups.setdefault(cur.gpu_type, []).append((left_of(r.job), r, bound))
+        if not groups:
+            return []
+        peers_of: dict[str, tuple[list[float], list[float], list[tuple[float, RunningJob,
+                                                                          float]]]] = {}
+        for t, group in groups.items():
+            group.sort(key=itemgetter(0))  # stable: ties keep the running order
+            best, acc = [], -math.inf
+            for _, _, bound in group:
+                acc = max(acc, bound)
+                best.append(acc)
+            peers_of[t] = ([k for k, _, _ in group], best, group)
+        out: list[Decision] = []
+        # most work left first: the job that gives up the faster type (SRPT)
+        for key_a, a in sorted(((left_of(r.job), r) for r in live), key=lambda kr: -kr[0]):
+            if not free.total_free:
+                break
+            cur_a = a.allocation.plan
+            t_a = cur_a.gpu_type
+            peers = peers_of.get(t_a)
+            if a.job.id in moved or peers is None:
+                continue
+            reach = bisect_right(peers[0], key_a)
+            if not reach:
+                continue
+            index_a = self._plans.get(a.job)
+            # A's least loss: its fastest plan of another type that enough idle GPUs could
+            # hold (before placing it), plus a restart
+            fit_a = next((p for p in index_a.by_speed if p.gpu_type != t_a
+                          and free.free(p.gpu_type, p.required_bytes) >= p.num_gpus), None)
+            if fit_a is None or peers[1][reach - 1] <= a.job.remaining_steps * (
+                    fit_a.step_time_s - cur_a.step_time_s) + restart:
+                continue
+            got_a = self._fastest_fit(a.job, index_a.by_speed, free, state, math.inf,
+                                      skip_type=t_a)
+            if got_a is None:
+                continue
+            placed_a, placement_a = got_a
+            left_a = a.job.remaining_steps * cur_a.step_time_s
+            new_a = a.job.remaining_steps * placed_a.step_time_s + restart
+            free.give(a.allocation.placement)
+            done = False
+            for _, b, _ in peers[2][:reach]:
+                if b is a or b.job.id in moved:
+                    continue
+                cur_b = b.allocation.plan
+                left_b = b.job.remaining_steps * cur_b.step_time_s
+                # B's step time at which the pair gains enough: net > both thresholds
+                need = max(self.exchange_gain * left_b, 2 * restart)
+                limit_b = (left_a + left_b - new_a - restart - need) / b.job.remaining_steps \
+                    if b.job.remaining_steps else 0.0
+                if limit_b <= 0.0:
+                    continue
+                got_b = self._fastest_fit(b.job, self._plans.get(b.job).fastest_of(t_a), free,
+                                          state, min(limit_b, cur_b.step_time_s),
+                                          give=b.allocation.placement)
+                if got_b is None:
+                    continue
+                placed_b, placement_b = got_b
+                new_b = b.job.remaining_steps * placed_b.step_time_s + restart
+                after_a = Allocation(a.job.id, placed_a, placement_a)
+                after_b = Allocation(b.job.id, placed_b, placement_b)
+                why = (f"HAS exchange: nobody waits and {placed_a.gpu_type} GPUs are idle; "
+                       f"{a.job.id} {cur_a.label()} -> {placed_a.label()} frees "
+                       f"{t_a} GPUs for {b.job.id} {cur_b.label()} -> {placed_b.label()}: "
+                       f"predicted remaining time {(left_a + left_b) / 60:.0f} -> "
+                       f"{(new_a + new_b) / 60:.0f} min for the pair, restarts included")
+                out.append(resize(after_a, why, resize_code(a.allocation, after_a)))
+                out.append(resize(after_b, why, resize_code(b.allocation, after_b)))
+                moved.update((a.job.id, b.job.id))
+                done = True
+                break
+            if not done:
+                free.take(a.allocation.placement)
+                free.give(placement_a)
         return out
 
     def _walked(self, index: PlanIndex) -> tuple[Plan, ...]:
@@ -805,6 +1023,7 @@ def paper_has(perf: PerfModel | None = None, *, seed: int = 0, **kwargs: object)
     """HAS exactly as Algorithm 1 publishes it: FCFS walk, start-only (no growth, no
     shrinking). Kept as a named policy so benchmarks measure what our additions bring."""
     policy = HasPolicy(perf, grow=False, queue_order="fcfs", plan_order="ranked", loans=False,
-                       skip_dominated=False, seed=seed, **kwargs)  # type: ignore[arg-type]
+                       skip_dominated=False, widen_gain=None, exchange_gain=None, seed=seed,
+                       **kwargs)  # type: ignore[arg-type]
     policy.name = "has-paper"
     return policy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -17,6 +18,25 @@ def test_the_split_is_disjoint_and_covers_every_named_set() -> None:
     assert set(TRACE_SETS) <= set(TUNING) | set(VALIDATION)
     assert {"sia-philly", "sia-saturn", "newworkload-30", "newworkload-60"} == set(TUNING)
     assert "elasticflow" in VALIDATION and "pollux" in VALIDATION
+
+
+def test_a_has_variant_is_a_name_and_json_keyword_arguments() -> None:
+    assert validation._variant('before={"widen_gain": null}') == ("before",
+                                                                 {"widen_gain": None})
+    for bad in ("before", "sia={}", "2x={}", "v=[1]", "v={oops"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            validation._variant(bad)
+
+
+@pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
+def test_the_tuning_split_replays_every_file_of_each_set() -> None:
+    got = validation.workloads_of("tuning", ("sia-philly", "newworkload-30"))
+    # Sia's philly set holds 8 workload files; a NewWorkload queue is one
+    assert [w for w, _, _ in got] == [f"sia-philly:{k}" for k in range(1, 9)] + [
+        "newworkload-30"]
+    assert got[2] == ("sia-philly:3", "sia-philly", 2)
+    assert validation.workloads_of("validation", ("sia-rate_10",)) == [
+        ("sia-rate_10:1", "sia-rate_10:1", 0)]
 
 
 def test_margin_is_one_minus_the_ratio() -> None:
@@ -38,3 +58,8 @@ def test_quick_run_reports_the_headline_keys(capsys: pytest.CaptureFixture[str])
         for row in res["workloads"]:  # the margin is the one the row's JCTs give
             assert row["has_vs_sia_pct"] == pytest.approx(
                 100 * (1 - row["has_avg_jct_s"] / row["sia_avg_jct_s"]), abs=1e-3)
+            # no policy ends its jobs sooner on average than the bound
+            for p in validation.POLICIES:
+                assert row["bound_avg_jct_s"] <= row[f"{p}_avg_jct_s"] + 1e-3
+            assert row["bound_vs_sia_pct"] == pytest.approx(
+                100 * (1 - row["bound_avg_jct_s"] / row["sia_avg_jct_s"]), abs=1e-3)

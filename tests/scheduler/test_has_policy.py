@@ -481,3 +481,106 @@ def test_no_running_job_is_shrunk_to_make_room_for_a_dominated_plan() -> None:
                                                                   10_000.0)
     assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "G")
     assert d.allocation is not None and d.allocation.placement == (("dgx-0", 2),)
+
+
+def _one_job_on_an_idle_node(steps: int) -> tuple[ClusterState, JobView]:
+    """8 idle A100; a job of ``steps`` steps: 1 GPU at 2.6 s/step (2.6 GPU-s, ranked #1),
+    4 at 0.68 s (2.72 GPU-s, at the knee), 8 at 0.53 s (4.24 GPU-s, past it: 2.6 < 0.8 x
+    4.24)."""
+    state = cluster(make_node("dgx", "A100-40G", 8, interconnect="nvlink"))
+    job = make_job("j", ranked(make_plan("A100-40G", 1, step_s=2.60, num_steps=steps),
+                               make_plan("A100-40G", 4, step_s=0.68, num_steps=steps),
+                               make_plan("A100-40G", 8, step_s=0.53, num_steps=steps)),
+                   total_steps=steps)
+    return state, job
+
+
+def test_a_job_started_while_nobody_waits_starts_wide_on_the_idle_gpus() -> None:
+    # 1,000 steps: the knee walk gives it 4 A100 (680 s; 2,600 s on one saves >= 60 s).
+    # Nobody else waits and 4 A100 stay idle: 8 GPUs run it at 0.53 s, 22 % faster (>= 10 %)
+    # and 150 s sooner (>= min_saving_s), so it starts on all 8 (not launched yet: no restart)
+    state, job = _one_job_on_an_idle_node(1_000)
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert (d.kind, d.job_id) == (DecisionKind.START, "j")
+    assert d.allocation is not None and d.allocation.placement == (("dgx", 8),)
+    assert "widened" in d.reason and "0.680s -> 0.530s" in d.reason
+    # off, it keeps the knee's plan
+    (d,) = HasPolicy(IdentityPerf(), widen_gain=None).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+    # 22 % is below a 25 % threshold
+    (d,) = HasPolicy(IdentityPerf(), widen_gain=0.25).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_neither_the_ranked_order_nor_start_only_has_widens() -> None:
+    # the ranked walk follows the stored ranking (#1: one GPU); without growth nothing would
+    # take the extra GPUs back: the knee's 4 GPUs
+    state, job = _one_job_on_an_idle_node(1_000)
+    (d,) = HasPolicy(IdentityPerf(), plan_order="ranked").decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 1
+    (d,) = HasPolicy(IdentityPerf(), grow=False).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_a_job_of_seconds_is_not_widened() -> None:
+    # 100 steps: 8 GPUs save 15 s over 4 (68 s -> 53 s), under min_saving_s (60 s): the
+    # extra workers' start-up would eat it
+    state, job = _one_job_on_an_idle_node(100)
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_no_job_starts_wide_while_another_waits() -> None:
+    # W (8 A100 only, 10,000 steps) cannot start beside j's knee plan: it waits, so j keeps
+    # its 4 GPUs and the other 4 stay free for W's turn
+    state, job = _one_job_on_an_idle_node(1_000)
+    w = make_job("W", ranked(make_plan("A100-40G", 8, step_s=1.0, num_steps=10_000)),
+                 total_steps=10_000)
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job, w], [], 0.0)
+    assert (d.job_id, d.allocation is not None and d.allocation.num_gpus) == ("j", 4)
+
+
+def _two_on_a100_and_idle_v100(v100_step_s: float) -> tuple[ClusterState, list[RunningJob]]:
+    """8 A100 held by A and B (4 each since t = 0), 8 V100 idle. Both: 4 A100 at 2 s/step,
+    8 A100 at 1 s/step, 2,000 steps. A has done none (2,000 s left on its fastest plan), B
+    half (1,000 s). A can also run on 8 V100 at ``v100_step_s``; B has no V100 plan."""
+    state = cluster(make_node("a100", "A100-40G", 8, 0, interconnect="nvlink"),
+                    make_node("v100", "V100-32G", 8, interconnect="nvlink"))
+    both = (make_plan("A100-40G", 4, step_s=2.0, num_steps=2_000),
+            make_plan("A100-40G", 8, step_s=1.0, num_steps=2_000))
+    a_plans = ranked(*both, make_plan("V100-32G", 8, step_s=v100_step_s, num_steps=2_000))
+    b_plans = ranked(*both)
+    a = JobView(id="A", submit_time=0.0, plans=a_plans, total_steps=2_000)
+    b = JobView(id="B", submit_time=0.0, plans=b_plans, total_steps=2_000, steps_done=1_000.0)
+    return state, [RunningJob(a, Allocation("A", a_plans[0], (("a100", 4),)), 0.0),
+                   RunningJob(b, Allocation("B", b_plans[0], (("a100", 4),)), 0.0)]
+
+
+def test_exchange_moves_the_longer_job_to_an_idle_type_so_the_shorter_one_grows() -> None:
+    # Nobody waits, the V100 node is idle and no job grows into it (A's V100 plan, 2.2 s,
+    # is slower than where it runs). A (4,000 s left) onto 8 V100: 4,400 s + 70 s restart,
+    # it loses 470 s; B (2,000 s left) onto all 8 A100: 1,000 s + 70 s, it gains 930 s.
+    # The pair gains 460 s > 10 % of B's 2,000 s and > two restarts: both move
+    state, running = _two_on_a100_and_idle_v100(2.2)
+    out = HasPolicy(IdentityPerf()).decide(state, [], running, 1_000.0)
+    assert [(d.kind, d.job_id) for d in out] == [(DecisionKind.RESIZE, "A"),
+                                                 (DecisionKind.RESIZE, "B")]
+    assert out[0].allocation is not None and out[0].allocation.placement == (("v100", 8),)
+    assert out[1].allocation is not None and out[1].allocation.placement == (("a100", 8),)
+    assert "100 -> 92 min" in out[0].reason  # 6,000 s -> 4,470 + 1,070 s for the pair
+    applied = apply_decisions(state, running, out)  # feasible one decision at a time
+    assert applied.state.free_gpus == 0
+    # off, nothing moves
+    assert HasPolicy(IdentityPerf(), exchange_gain=None).decide(state, [], running, 1_000.0) == []
+
+
+def test_no_exchange_when_the_pair_gains_too_little_or_a_job_waits() -> None:
+    # A on 8 V100 at 2.4 s: 4,800 + 70 s, it loses 870 s; B gains 930 s: 60 s < 200 s
+    state, running = _two_on_a100_and_idle_v100(2.4)
+    assert HasPolicy(IdentityPerf()).decide(state, [], running, 1_000.0) == []
+    # a job waits (an RTX 2080Ti job; there is none): the idle V100 are not exchanged for
+    state, running = _two_on_a100_and_idle_v100(2.2)
+    waiting = make_job("W", ranked(make_plan("RTX2080Ti", 1)))
+    assert HasPolicy(IdentityPerf()).decide(state, [waiting], running, 1_000.0) == []
+    # held less than min_hold_s (300 s): too early to move either
+    assert HasPolicy(IdentityPerf()).decide(state, [], running, 200.0) == []

@@ -150,6 +150,10 @@ def test_plan_index_speed_prefix_and_cheapest_order() -> None:
     # equal GPU-seconds keep the order of the plan list
     assert [p.num_gpus for p in index.cheapest("A")] == [2, 4, 8]
     assert index.cheapest("C") == ()
+    # one type's plans, fastest first: A's 8 (25 s), 4 (50 s), 2 (100 s); B's only plan
+    assert [p.num_gpus for p in index.fastest_of("A")] == [8, 4, 2]
+    assert index.fastest_of("B") == (plans[3],)
+    assert index.fastest_of("C") == ()
     # the same shapes with 4x the steps: every time scales, the positions carry over
     longer = tuple(replace(p, num_steps=400) for p in plans)
     again = index.restamp(longer)
