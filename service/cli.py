@@ -124,7 +124,7 @@ def run_plan(args: argparse.Namespace) -> int:
         from predictor.spec import MODEL_CATALOG
 
         for name, m in sorted(MODEL_CATALOG.items()):
-            print(f"{name:14s} {m.family.value:9s} {m.num_params() / 1e9:7.2f}B params")
+            print(f"{name:16s} {m.family.value:9s} {m.num_params() / 1e9:7.2f}B params")
         return 0
     if args.batch is None:
         raise SpecError("batch", "--batch (global batch in sequences) is required")

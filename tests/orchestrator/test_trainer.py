@@ -89,7 +89,7 @@ def test_checkpoint_saved_at_tp2_resumes_at_dp2_with_same_weights(tmp_path: Path
         assert torch.allclose(t, full_state(_cfg(tmp_path, "solo"))[name], atol=1e-5), name
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt_neox", "bert"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gpt_neox", "bert"])
 def test_other_families_train_with_recompute_and_bf16(tmp_path: Path, family: str) -> None:
     spec = ModelSpec("t", family, 2, 64, 4, vocab_size=256, max_seq_len=32, num_kv_heads=2,
                      ffn_hidden_size=128)
