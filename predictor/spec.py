@@ -74,7 +74,8 @@ class ModelSpec:
     to 4·hidden for GeLU families; llama-style families must give it.
     ``explicit_head_dim`` is the width of one attention head when it is not
     ``hidden_size / num_heads`` (Qwen3, Mistral-Nemo: Q is ``num_heads · head_dim`` wide, not
-    ``hidden_size``); 0 keeps ``hidden_size / num_heads``, which then must divide. A value
+    ``hidden_size``; llama-layout families only); 0 keeps ``hidden_size / num_heads``, which
+    then must divide. A value
     equal to that is stored as 0, so the same model is one spec either way. ``head_dim`` is
     the effective width; ``from_dict`` takes it under that name.
     """
@@ -122,6 +123,9 @@ class ModelSpec:
             _positive_int("head_dim", hd)
             if hd * self.num_heads == self.hidden_size:
                 object.__setattr__(self, "explicit_head_dim", 0)  # the implicit width
+            elif family not in LLAMA_LAYOUT:  # (their HF layouts have no head_dim to export)
+                raise SpecError("head_dim", f"{family.value} heads are hidden_size / num_heads "
+                                "wide; only llama, qwen2 and qwen3 models set their own")
         elif isinstance(hd, bool) or not isinstance(hd, int):
             raise SpecError("head_dim", f"must be a positive integer, got {hd!r}")
         if not self.explicit_head_dim and self.hidden_size % self.num_heads:

@@ -253,6 +253,13 @@ def test_explicit_head_dim_validation_and_identity() -> None:
     assert exc.value.field == "head_dim"
     # an explicit width survives a change of the hidden size (with_ keeps the field)
     assert m.with_(hidden_size=2048).head_dim == 96
+    # families whose Hugging Face layout has no head_dim take none other than h / heads
+    with pytest.raises(SpecError) as exc:
+        ModelSpec(**{**base, "family": Family.GPT2}, explicit_head_dim=96)
+    assert exc.value.field == "head_dim" and "gpt2" in exc.value.reason
+    assert ModelSpec(**{**base, "family": Family.GPT2, "hidden_size": 1152},
+                     explicit_head_dim=96) == ModelSpec(**{**base, "family": Family.GPT2,
+                                                           "hidden_size": 1152})
 
 
 def test_qwen3_family_traits() -> None:
