@@ -4,7 +4,7 @@ Corpus: the repository's own documentation (``README.md`` and ``docs/*.md``, ~10
 English), tokenized by a byte-level BPE ``tokenizer.json`` trained on it with the
 ``tokenizers`` library (nothing is downloaded). Then:
 
-* per family (gpt2, llama, qwen2, gpt_neox, bert): a tiny model trains ``--steps`` steps on
+* per family (gpt2, llama, qwen2, qwen3, gpt_neox, bert): a tiny model trains ``--steps`` steps on
   the corpus, is exported with ``export_hf`` and loaded with ``transformers``
   (``AutoModelForCausalLM``; ``AutoModelForMaskedLM`` too for bert); its logits are compared
   with the trainer's. The reverse: a ``transformers`` model built from a config with the
@@ -57,6 +57,9 @@ SPECS = {
                        ffn_hidden_size=128, tie_embeddings=False),
     "qwen2": ModelSpec("tiny-qwen2", Family.QWEN2, 2, 64, 4, VOCAB, 128, num_kv_heads=2,
                        ffn_hidden_size=128, tie_embeddings=True),
+    # heads of 32 over hidden 64 (Q 128 wide, as Qwen3-0.6B's 16 x 128 over 1024), q/k norms
+    "qwen3": ModelSpec("tiny-qwen3", Family.QWEN3, 2, 64, 4, VOCAB, 128, num_kv_heads=2,
+                       ffn_hidden_size=128, tie_embeddings=True, explicit_head_dim=32),
     "gpt_neox": ModelSpec("tiny-neox", Family.GPT_NEOX, 2, 64, 4, VOCAB, 128,
                           tie_embeddings=False),
     "bert": ModelSpec("tiny-bert", Family.BERT, 2, 64, 4, VOCAB, 128, type_vocab_size=2),
@@ -66,6 +69,8 @@ NATIVE = {
     "llama": {"rms_norm_eps": 1e-5, "rope_theta": 500000.0,
               "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
     "qwen2": {"rms_norm_eps": 1e-6, "rope_theta": 1e6,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+    "qwen3": {"rms_norm_eps": 1e-6, "rope_theta": 1e6,
               "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
     "gpt_neox": {"hidden_act": "gelu", "rotary_pct": 0.25,
                  "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,

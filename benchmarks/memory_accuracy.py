@@ -125,6 +125,16 @@ CASES: list[Case] = [
     _c("qwen2-7b", 8192, 16, micro_batch=1, tp=4, pp=7, recompute="full",
        sequence_parallel=True),
     _c("qwen2-7b", 1024, 16, "fp32", "sgd", micro_batch=1, tp=2, pp=2, dp=4, zero_stage=2),
+    # qwen3 (per-head q/k norms; 0.6B's heads 2x wider than hidden / heads) and Mistral-Nemo
+    # (Q 4096 wide over hidden 5120)
+    _c("qwen3-0.6b", 4096, 16, micro_batch=2, dp=8, zero_stage=1, recompute="selective"),
+    _c("qwen3-0.6b", 2048, 16, micro_batch=4, tp=2, pp=2, sequence_parallel=True,
+       flash_attention=False),
+    _c("qwen3-8b", 4096, 32, micro_batch=1, tp=4, pp=4, dp=2, zero_stage=1, recompute="full",
+       sequence_parallel=True),
+    _c("mistral-nemo-12b", 8192, 16, micro_batch=1, tp=8, pp=4, sequence_parallel=True),
+    _c("mistral-nemo-12b", 4096, 32, micro_batch=2, tp=8, pp=2, dp=2, zero_stage=2,
+       recompute="selective"),
     # gpt_neox (1.4B-20B)
     _c("pythia-1.4b", 2048, 16, micro_batch=2, tp=2, dp=4, zero_stage=3),
     _c("pythia-1.4b", 2048, 16, "fp16", "adam", micro_batch=4, flash_attention=False,

@@ -182,6 +182,15 @@ QWEN_V = _small("qwen2-v152k", "qwen2", 4, 512, 8, 151936, num_kv_heads=4,
 NEOX_D = _small("neox-deep", "gpt_neox", 12, 1024, 8, 8192, tie_embeddings=False)
 LLAMA_D = _small("llama-deep", "llama", 12, 1024, 8, 8192, num_kv_heads=4,
                  ffn_hidden_size=2816, tie_embeddings=False)
+# heads whose width is not hidden / heads: Q and the attention output twice the hidden size
+# (Qwen3-0.6B's 16 x 128 over 1024, Mistral-Nemo's 32 x 128 over 5120), or half of it; and
+# Qwen3's per-head q/k RMSNorm
+LLAMA_HD = _small("llama-hd128", "llama", 4, 512, 8, 32000, num_kv_heads=4,
+                  ffn_hidden_size=1408, tie_embeddings=False, explicit_head_dim=128)
+LLAMA_HN = _small("llama-hd32", "llama", 4, 512, 8, 32000, num_kv_heads=2,
+                  ffn_hidden_size=1408, tie_embeddings=False, explicit_head_dim=32)
+QWEN3_S = _small("qwen3-small", "qwen3", 4, 512, 8, 32000, num_kv_heads=4,
+                 ffn_hidden_size=1408, tie_embeddings=True, explicit_head_dim=128)
 
 
 def _case(model: ModelSpec, s: int, B: int, prec: str = "bf16", opt: str = "adamw",
@@ -241,6 +250,22 @@ VOCAB_PARALLEL_CASES: list[TrainerCase] = [
     _case(NEOX_D, 256, 8, micro_batch=2, tp=2, recompute="full"),
 ]
 CASES += VOCAB_PARALLEL_CASES
+HEAD_DIM_CASES: list[TrainerCase] = [
+    # explicit head widths and q/k norms (selective and full recompute, tp 1 and 2, one
+    # micro-batch per step); ZeRO-2 ones are in ZERO_CASES
+    _case(LLAMA_HD, 256, 4, micro_batch=4),
+    _case(LLAMA_HD, 512, 4, micro_batch=2, recompute="full"),
+    _case(LLAMA_HD, 256, 8, micro_batch=2, tp=2, recompute="selective"),
+    _case(LLAMA_HD, 256, 8, "fp16", "sgd", micro_batch=2, dp=2),
+    _case(LLAMA_HN, 256, 8, micro_batch=2, tp=2),
+    _case(QWEN3_S, 256, 4, micro_batch=4),
+    _case(QWEN3_S, 512, 4, micro_batch=2, recompute="selective"),
+    _case(QWEN3_S, 256, 8, micro_batch=2, tp=2),
+    _case(QWEN3_S, 256, 8, "fp32", "adamw", micro_batch=2, tp=2, recompute="full"),
+    _case(QWEN3_S, 512, 8, "fp16", "adam", micro_batch=2, recompute="full"),
+    _case(QWEN3_S, 64, 1, micro_batch=1),
+]
+CASES += HEAD_DIM_CASES
 
 ZERO_CASES: list[TrainerCase] = [
     # ZeRO-1 (Adam's states in chunks over dp) and ZeRO-2 (gradients too, reduce-scattered in
@@ -260,6 +285,9 @@ ZERO_CASES: list[TrainerCase] = [
     _case(NEOX_S, 256, 8, "bf16", "sgd", micro_batch=2, dp=2, zero_stage=1),
     _case(BERT_S, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=2),
     _case(LLAMA_D, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=1, recompute="full"),
+    _case(QWEN3_S, 256, 8, micro_batch=2, dp=2, zero_stage=2),
+    _case(QWEN3_S, 64, 2, micro_batch=1, tp=2, dp=2, zero_stage=2),
+    _case(LLAMA_HD, 256, 16, micro_batch=2, tp=2, dp=2, zero_stage=2, recompute="selective"),
 ]
 
 ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES

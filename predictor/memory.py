@@ -14,7 +14,8 @@ memory outside the counted tensors (allocator slack, CUDA context, NCCL) is
 Notation (per rank): D = bytes of the compute dtype (2 mixed, 4 fp32), t = tp, s = sequence,
 b = micro-batch, T = b·s_local tokens held by norms/residuals (s_local = s/t under sequence
 parallelism, else s), T_f = b·s tokens seen by the tensor-parallel matmuls, h = hidden,
-q = h/t (query width per rank), k = kv_heads_per_rank·head_dim, f = ffn/t, a = heads/t.
+q = heads/t·head_dim (query width per rank: h/t unless the model's head width is explicit),
+k = kv_heads_per_rank·head_dim, f = ffn/t, a = heads/t, a_k = kv_heads_per_rank.
 
 Static (per parameter element n, its ZeRO shard n/dp):
   parameters D·n (n/dp under ZeRO-3); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
@@ -33,6 +34,9 @@ dropout output on top of what is counted here):
   attention, explicit softmax: Q, K, V (K/V repeated to all heads under GQA: q each), the
   softmax output a·s·T_f·D (the 5·a·s²·b term less dropout), the re-laid output q·T_f·D.
   selective recompute: Q, K, V (not repeated), re-laid output.
+  q/k norm (qwen3): each per-head RMSNorm keeps its input (q·T_f·D, k·T_f·D) and an fp32
+  1/rms per head and token (4·(a + a_k)·T_f); as torch's composite ops (the built-in trainer
+  on the CPU) an fp32 input and fp32 normalised input instead (8 bytes per element).
   MLP: GeLU 2·f·T_f·D (fc1 output, GeLU output); SwiGLU 3·f·T_f·D (gate, up, product).
   full recompute: the layer input h·T·D only (h·T·4 under a runtime's ``fp32_stream``: the
   fp32 residual), plus one layer recomputed during backward.
@@ -151,6 +155,8 @@ def _layer_param_numels(m: ModelSpec, tp: int) -> list[int]:
     if m.linear_bias:
         out += [f, h]
     norm = [h] if m.rmsnorm else [h, h]
+    if m.qk_norm:  # q_norm and k_norm, replicated on every tp rank
+        return out + norm + norm + [d, d]
     return out + norm + norm
 
 
@@ -303,6 +309,8 @@ def _layer_activations(m: ModelSpec, x: _Dims, flash: bool, selective: bool) -> 
     else:
         kv = x.q if x.k != x.q else x.k  # GQA repeats K/V to all heads
         n += (2 * x.q + 2 * kv) * Tf * D + x.a * x.s * Tf * D
+    if m.qk_norm:
+        n += (x.q + x.k) * Tf * D + 4 * (x.a + x.k // m.head_dim) * Tf
     n += m.mlp_kept * x.f * Tf * D
     return n
 
@@ -364,6 +372,9 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
             one_layer += a * s * Tf * (1 + P)  # dropout mask + dropped probabilities
     if selective and not rt.selective_keeps_core_inputs:
         one_layer -= (2 * q + 2 * k) * Tf * D
+    if m.qk_norm:  # per-head RMSNorm of Q and K: its input and fp32 1/rms per head, token
+        per = 8 if rt.eager_blocks and rt.cpu_rmsnorm else D  # composite: fp32 in and out
+        one_layer += (q + k) * Tf * per + 4 * (a + k // hd) * Tf
     one_layer += m.mlp_kept * f * Tf * D
     if rt.hidden_dropout:
         one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
@@ -593,6 +604,8 @@ def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, 
     recomputed has them again (counted with the backward's working set)."""
     h = m.hidden_size
     lay = _static_sums(m, tp, 1, 0, 0, 0)[0] - (2 if m.rmsnorm else 4) * h
+    if m.qk_norm:  # norm weights: not a matmul's
+        lay -= 2 * m.head_dim
     cast = 0
     if stage == pp - 1:
         vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)

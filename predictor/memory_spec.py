@@ -21,7 +21,7 @@ from predictor.runtimes import DEFAULT_RUNTIME, EXECUTION_FIELDS, RuntimeProfile
 from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
 
 MODEL_FIELDS = ("name", "family", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                "ffn_hidden_size", "vocab_size", "max_seq_len", "tie_embeddings",
+                "head_dim", "ffn_hidden_size", "vocab_size", "max_seq_len", "tie_embeddings",
                 "type_vocab_size", "activation")
 TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "optimizer")
 PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
@@ -64,10 +64,10 @@ def _model(raw: Any, activation: str | None, seq_len: int) -> ModelSpec:
         body.setdefault("name", "custom")
         if "family" not in body:
             raise SpecError("model.family", "required for explicit dimensions "
-                            "(gpt2, llama, qwen2, gpt_neox, bert)")
+                            "(gpt2, llama, qwen2, qwen3, gpt_neox, bert)")
         body.setdefault("max_seq_len", seq_len)
         try:
-            model = ModelSpec(**body)
+            model = ModelSpec.from_dict(body)
         except TypeError as exc:
             raise SpecError("model", str(exc)) from None
     else:

@@ -26,6 +26,7 @@ class Family(StrEnum):
     GPT2 = "gpt2"  # pre-LN decoder, GeLU MLP, learned positions, tied embeddings, biases
     LLAMA = "llama"  # pre-RMSNorm decoder, SwiGLU MLP, rotary, GQA, no biases (also mistral)
     QWEN2 = "qwen2"  # llama layout with q/k/v biases
+    QWEN3 = "qwen3"  # llama layout with per-head RMSNorm on Q and K (q_norm, k_norm)
     GPT_NEOX = "gpt_neox"  # parallel-residual decoder, GeLU MLP, rotary, untied output
     BERT = "bert"  # post-LN bidirectional encoder, GeLU MLP, learned positions, MLM head
 
@@ -33,7 +34,10 @@ class Family(StrEnum):
 ACTIVATIONS = ("", "gelu", "relu", "swiglu")
 """MLP activations a ``ModelSpec`` may name; "" keeps the family's own."""
 
-DECODER_FAMILIES = frozenset({Family.GPT2, Family.LLAMA, Family.QWEN2, Family.GPT_NEOX})
+DECODER_FAMILIES = frozenset({Family.GPT2, Family.LLAMA, Family.QWEN2, Family.QWEN3,
+                              Family.GPT_NEOX})
+LLAMA_LAYOUT = frozenset({Family.LLAMA, Family.QWEN2, Family.QWEN3})
+"""Families with the llama layer: pre-RMSNorm, SwiGLU MLP, rotary, GQA."""
 
 
 class Precision(StrEnum):
@@ -68,6 +72,12 @@ class ModelSpec:
 
     ``num_kv_heads`` defaults to ``num_heads`` (multi-head attention) and ``ffn_hidden_size``
     to 4·hidden for GeLU families; llama-style families must give it.
+    ``explicit_head_dim`` is the width of one attention head when it is not
+    ``hidden_size / num_heads`` (Qwen3, Mistral-Nemo: Q is ``num_heads · head_dim`` wide, not
+    ``hidden_size``; llama-layout families only); 0 keeps ``hidden_size / num_heads``, which
+    then must divide. A value
+    equal to that is stored as 0, so the same model is one spec either way. ``head_dim`` is
+    the effective width; ``from_dict`` takes it under that name.
     """
 
     name: str
@@ -82,6 +92,7 @@ class ModelSpec:
     tie_embeddings: bool = True
     type_vocab_size: int = 0  # bert token-type embeddings
     activation: str = ""  # MLP activation: "" = the family's (gelu / swiglu), or one of ACTIVATIONS
+    explicit_head_dim: int = 0  # one head's width; 0: hidden_size / num_heads
 
     def __hash__(self) -> int:
         # cached (outside the fields, so asdict/replace never see it): the predictor's lookup
@@ -102,15 +113,26 @@ class ModelSpec:
         if not self.num_kv_heads:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if not self.ffn_hidden_size:
-            if family in (Family.LLAMA, Family.QWEN2):
+            if family in LLAMA_LAYOUT:
                 raise SpecError("ffn_hidden_size", "llama-style models must give it (SwiGLU)")
             object.__setattr__(self, "ffn_hidden_size", 4 * self.hidden_size)
         _positive_int("num_kv_heads", self.num_kv_heads)
         _positive_int("ffn_hidden_size", self.ffn_hidden_size)
-        if self.hidden_size % self.num_heads:
+        hd = self.explicit_head_dim
+        if hd:
+            _positive_int("head_dim", hd)
+            if hd * self.num_heads == self.hidden_size:
+                object.__setattr__(self, "explicit_head_dim", 0)  # the implicit width
+            elif family not in LLAMA_LAYOUT:  # (their HF layouts have no head_dim to export)
+                raise SpecError("head_dim", f"{family.value} heads are hidden_size / num_heads "
+                                "wide; only llama, qwen2 and qwen3 models set their own")
+        elif isinstance(hd, bool) or not isinstance(hd, int):
+            raise SpecError("head_dim", f"must be a positive integer, got {hd!r}")
+        if not self.explicit_head_dim and self.hidden_size % self.num_heads:
             raise SpecError(
                 "hidden_size",
-                f"{self.hidden_size} is not divisible by num_heads={self.num_heads}",
+                f"{self.hidden_size} is not divisible by num_heads={self.num_heads} (give "
+                "head_dim when the heads are not hidden_size / num_heads wide)",
             )
         if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
             raise SpecError(
@@ -122,15 +144,24 @@ class ModelSpec:
                             f"{', '.join(a for a in ACTIVATIONS if a)} (or omit it)")
         if family is Family.BERT and self.type_vocab_size < 0:
             raise SpecError("type_vocab_size", "must be >= 0")
-        object.__setattr__(self, "_hash", hash((  # an instance attribute, not a field
-            self.name, family, self.num_layers, self.hidden_size, self.num_heads,
-            self.vocab_size, self.max_seq_len, self.num_kv_heads, self.ffn_hidden_size,
-            self.tie_embeddings, self.type_vocab_size, self.activation)))
+        key = (self.name, family, self.num_layers, self.hidden_size, self.num_heads,
+               self.vocab_size, self.max_seq_len, self.num_kv_heads, self.ffn_hidden_size,
+               self.tie_embeddings, self.type_vocab_size, self.activation)
+        if self.explicit_head_dim:  # (implicit widths hash as they always have)
+            key += (self.explicit_head_dim,)
+        object.__setattr__(self, "_hash", hash(key))  # an instance attribute, not a field
 
     # -- architecture traits -------------------------------------------------------------
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        """Width of one attention head: the explicit one, else hidden_size / num_heads."""
+        return self.explicit_head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def attn_hidden(self) -> int:
+        """Width of the Q projection and of the attention output: heads · head_dim
+        (``hidden_size`` unless the head width is explicit)."""
+        return self.num_heads * self.head_dim
 
     @property
     def kv_hidden(self) -> int:
@@ -138,10 +169,16 @@ class ModelSpec:
         return self.num_kv_heads * self.head_dim
 
     @property
+    def qk_norm(self) -> bool:
+        """Per-head RMSNorm (a ``head_dim``-wide weight each) on Q and on K before rotary
+        (Qwen3's ``q_norm`` / ``k_norm``)."""
+        return self.family is Family.QWEN3
+
+    @property
     def swiglu(self) -> bool:
         if self.activation:
             return self.activation == "swiglu"
-        return self.family in (Family.LLAMA, Family.QWEN2)
+        return self.family in LLAMA_LAYOUT
 
     @property
     def mlp_kept(self) -> int:
@@ -154,7 +191,7 @@ class ModelSpec:
 
     @property
     def rmsnorm(self) -> bool:
-        return self.family in (Family.LLAMA, Family.QWEN2)
+        return self.family in LLAMA_LAYOUT
 
     @property
     def linear_bias(self) -> bool:
@@ -176,13 +213,15 @@ class ModelSpec:
     # -- parameter counts (exactly those of predictor.measure's PyTorch build) -------------
     def layer_params(self) -> int:
         """Parameters of one transformer layer."""
-        h, f, kv = self.hidden_size, self.ffn_hidden_size, self.kv_hidden
+        h, f, kv, q = self.hidden_size, self.ffn_hidden_size, self.kv_hidden, self.attn_hidden
         norm = h if self.rmsnorm else 2 * h
-        attn = h * (h + 2 * kv) + h * h
+        attn = h * (q + 2 * kv) + q * h
         if self.qkv_bias:
-            attn += h + 2 * kv
+            attn += q + 2 * kv
         if self.linear_bias:
             attn += h
+        if self.qk_norm:
+            attn += 2 * self.head_dim
         if self.swiglu:
             mlp = 3 * h * f
         else:
@@ -233,12 +272,24 @@ class ModelSpec:
 
     @staticmethod
     def from_hf_config(config: dict[str, Any], name: str | None = None) -> ModelSpec:
-        """Build from a Hugging Face ``config.json`` (gpt2, llama, mistral, qwen2, gpt_neox,
-        bert families)."""
+        """Build from a Hugging Face ``config.json`` (gpt2, llama, mistral, qwen2, qwen3,
+        gpt_neox, bert families; an explicit ``head_dim`` is kept)."""
         return _from_hf_config(config, name)
 
     def with_(self, **changes: Any) -> ModelSpec:
         return replace(self, **changes)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> ModelSpec:
+        """Build from a dict of fields, where the head width may be given as ``head_dim`` (the
+        name users and ``config.json`` know it by) or as ``explicit_head_dim`` (the field,
+        as ``asdict`` stores it)."""
+        body = dict(data)
+        if "head_dim" in body:
+            if "explicit_head_dim" in body:
+                raise SpecError("head_dim", "give head_dim or explicit_head_dim, not both")
+            body["explicit_head_dim"] = body.pop("head_dim")
+        return ModelSpec(**body)
 
 
 def _need(config: dict[str, Any], *keys: str) -> Any:
@@ -250,23 +301,15 @@ def _need(config: dict[str, Any], *keys: str) -> Any:
     )
 
 
-def _check_head_dim(config: dict[str, Any], hidden: int, heads: int) -> None:
-    """Refuse a config whose attention width is not ``hidden_size`` (an explicit ``head_dim``
-    other than hidden / heads, as in Mistral-Nemo or the small Qwen3 models): every count
-    here takes the query width to be ``hidden_size``, so such a model would be priced and
-    built with the wrong attention projections instead of failing."""
+def _head_dim(config: dict[str, Any]) -> int:
+    """A config's explicit ``head_dim`` (0 when absent: hidden_size / heads). Mistral-Nemo
+    and the Qwen3 models set one other than that (Q is heads · head_dim wide)."""
     head_dim = config.get("head_dim")
-    if head_dim is None or not isinstance(hidden, int) or not isinstance(heads, int) \
-            or heads <= 0:
-        return
-    if head_dim != hidden // heads or hidden % heads:
-        raise SpecError(
-            "config.head_dim",
-            f"{head_dim} differs from hidden_size / num_attention_heads = {hidden} / {heads}; "
-            "models whose attention width (heads x head_dim) is not hidden_size are not "
-            "supported (give the model's dimensions with head_dim = hidden_size / heads, or "
-            "drop head_dim where it equals that)",
-        )
+    if head_dim is None:
+        return 0
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+        raise SpecError("config.head_dim", f"must be a positive integer, got {head_dim!r}")
+    return head_dim
 
 
 def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
@@ -276,7 +319,7 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
     if model_type is None:
         raise SpecError(
             "config.model_type",
-            "missing; one of gpt2, llama, mistral, qwen2, gpt_neox, bert is needed",
+            "missing; one of gpt2, llama, mistral, qwen2, qwen3, gpt_neox, bert is needed",
         )
     label = name or config.get("_name_or_path") or f"hf-{model_type}"
     if model_type == "gpt2":
@@ -292,12 +335,14 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
             ffn_hidden_size=config.get("n_inner") or 4 * n_embd,
             tie_embeddings=bool(config.get("tie_word_embeddings", True)),
         )
-    if model_type in ("llama", "mistral", "qwen2"):
+    if model_type in ("llama", "mistral", "qwen2", "qwen3"):
         heads = _need(config, "num_attention_heads")
-        _check_head_dim(config, _need(config, "hidden_size"), heads)
+        if model_type == "qwen3" and config.get("attention_bias"):
+            raise SpecError("config.attention_bias", "true is not supported for qwen3 (biases "
+                            "on q/k/v and o); only the published bias-free layout is")
         return ModelSpec(
             name=label,
-            family=Family.QWEN2 if model_type == "qwen2" else Family.LLAMA,
+            family={"qwen2": Family.QWEN2, "qwen3": Family.QWEN3}.get(model_type, Family.LLAMA),
             num_layers=_need(config, "num_hidden_layers"),
             hidden_size=_need(config, "hidden_size"),
             num_heads=heads,
@@ -306,6 +351,7 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
             vocab_size=_need(config, "vocab_size"),
             max_seq_len=_need(config, "max_position_embeddings"),
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            explicit_head_dim=_head_dim(config),
         )
     if model_type == "gpt_neox":
         return ModelSpec(
@@ -335,7 +381,7 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
     raise SpecError(
         "config.model_type",
         f"unsupported model_type {model_type!r}; supported: gpt2, llama, mistral, qwen2, "
-        "gpt_neox, bert",
+        "qwen3, gpt_neox, bert",
     )
 
 
@@ -382,6 +428,22 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
         ModelSpec(
             "qwen2-7b", Family.QWEN2, 28, 3584, 28, vocab_size=152064, max_seq_len=32768,
             num_kv_heads=4, ffn_hidden_size=18944, tie_embeddings=False,
+        ),
+        # Qwen3 (config.json on the hub): q/k per-head RMSNorm; the small ones have heads of
+        # 128 over a narrower hidden size (0.6B: 16 x 128 = 2048 > 1024) and tie embeddings
+        ModelSpec(
+            "qwen3-0.6b", Family.QWEN3, 28, 1024, 16, vocab_size=151936, max_seq_len=40960,
+            num_kv_heads=8, ffn_hidden_size=3072, tie_embeddings=True, explicit_head_dim=128,
+        ),
+        ModelSpec(
+            "qwen3-8b", Family.QWEN3, 36, 4096, 32, vocab_size=151936, max_seq_len=40960,
+            num_kv_heads=8, ffn_hidden_size=12288, tie_embeddings=False,
+        ),
+        # Mistral-Nemo-Base-2407: 32 heads of 128 over hidden 5120 (Q is 4096 wide)
+        ModelSpec(
+            "mistral-nemo-12b", Family.LLAMA, 40, 5120, 32, vocab_size=131072,
+            max_seq_len=1024000, num_kv_heads=8, ffn_hidden_size=14336, tie_embeddings=False,
+            explicit_head_dim=128,
         ),
         ModelSpec(
             "pythia-1.4b", Family.GPT_NEOX, 24, 2048, 16, vocab_size=50304, max_seq_len=2048,

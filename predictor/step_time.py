@@ -3,15 +3,16 @@
 What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calculon, Megatron):
 
 * **Compute** is counted from the model's matmul FLOPs, layer by layer (QKV with GQA, the
-  attention core ``4·b·s²·h``, output projection, 2- or 3-matrix MLP, logits), ×3 for
-  forward+backward, + one more layer forward under full recomputation (×4/3 of the layer math),
-  + the attention core under selective recomputation, divided by ``tp``. Each GEMM runs at
-  ``peak · e(F)`` with the size-dependent efficiency ``e(F) = e_max · F / (F + F_half)``: small
-  GEMMs run far below peak (Calculon's step curve, made smooth). Algebraically a GEMM of F FLOPs
-  takes ``(F + F_half) / (peak · e_max)``, i.e. its FLOPs at the asymptotic rate plus a fixed
-  cost — which is also what kernel-launch and tail effects look like. Memory-bound element-wise
-  work (norms, activations, dropout, residuals, softmax without flash, the fp32 loss) is
-  counted in bytes over the GPU's memory bandwidth. The matmul rate depends on the training
+  attention core ``4·b·s²·q`` with q = heads·head_dim, output projection, 2- or 3-matrix MLP,
+  logits), ×3 for forward+backward, + one more layer forward under full recomputation (×4/3
+  of the layer math), + the attention core under selective recomputation, divided by
+  ``tp``. Each GEMM runs at ``peak · e(F)`` with the size-dependent efficiency
+  ``e(F) = e_max · F / (F + F_half)``: small GEMMs run far below peak (Calculon's step
+  curve, made smooth). Algebraically a GEMM of F FLOPs takes
+  ``(F + F_half) / (peak · e_max)``, i.e. its FLOPs at the asymptotic rate plus a fixed cost —
+  which is also what kernel-launch and tail effects look like. Memory-bound element-wise work
+  (norms, activations, dropout, residuals, softmax without flash, the fp32 loss) is counted
+  in bytes over the GPU's memory bandwidth. The matmul rate depends on the training
   runtime (``predictor.step_calibration``): whether its fp32 matmuls run on TF32, and the
   calibrated efficiency per (GPU type, matmul mode).
 * **Host dispatch floor**: kernels and collectives are launched asynchronously, so one layer
@@ -74,6 +75,9 @@ ELEMENTWISE_PASSES_F = 4.0
 # ... and per attention-score element (b·a·s²) without flash attention: scale+mask+softmax+
 # dropout, read+write.
 SOFTMAX_PASSES = 4.0
+# ... and per element of Q and K (b·s·heads·head_dim, b·s·kv_heads·head_dim) of a model with
+# per-head q/k norms (qwen3): one RMSNorm each, read+write.
+QK_NORM_PASSES = 2.0
 # Flash attention's achieved rate relative to a dense GEMM of the same FLOPs (forward), and its
 # backward FLOPs relative to its forward (it recomputes the scores): FlashAttention-2 paper.
 FLASH_RELATIVE_EFFICIENCY = 0.7
@@ -309,6 +313,7 @@ def _layer_times(
     the forward and backward. Cached because the planner asks for the same layer shape under
     many (pp, dp) layouts, savers and GPU types of equal rates."""
     h, f, kv, a = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.num_heads
+    qw = model.attn_hidden  # Q and attention-output width: h unless head_dim is explicit
     tokens = b * s
     nbytes = _act_bytes(precision)
     n_mlp = 3 if model.swiglu else 2
@@ -317,13 +322,13 @@ def _layer_times(
     # order (as ``sum`` over the GEMM times would)
     half = GEMM_HALF_FLOPS
     mlp = (2.0 * tokens * h * f / t + half) / rate
-    dense_fwd = ((2.0 * tokens * h * (h + 2 * kv) / t + half) / rate
-                 + (2.0 * tokens * h * h / t + half) / rate + mlp + mlp)
+    dense_fwd = ((2.0 * tokens * h * (qw + 2 * kv) / t + half) / rate
+                 + (2.0 * tokens * h * qw / t + half) / rate + mlp + mlp)
     if n_mlp == 3:
         dense_fwd += mlp
     dense_bwd = 2.0 * dense_fwd  # dgrad + wgrad GEMMs of the same sizes
 
-    core_flops = 4.0 * b * s * s * h / t  # QK^T and PV, full square (no causal skipping)
+    core_flops = 4.0 * b * s * s * qw / t  # QK^T and PV, full square (no causal skipping)
     if flash:
         core_fwd = _gemm_s(core_flops, rate * FLASH_RELATIVE_EFFICIENCY)
         core_bwd = FLASH_BWD_FLOPS_RATIO * core_fwd
@@ -337,6 +342,8 @@ def _layer_times(
     elem_h = ELEMENTWISE_PASSES_H * tokens * h * nbytes / (t if sp else 1)
     elem_f = ELEMENTWISE_PASSES_F * tokens * f * (n_mlp - 1) * nbytes / t
     elem = (elem_h + elem_f) / mem_bps + softmax
+    if model.qk_norm:
+        elem += QK_NORM_PASSES * tokens * (qw + kv) * nbytes / t / mem_bps
 
     # GPU time only: the host's dispatch floor is applied by the caller, over the GPU work
     # and the tensor-parallel collectives of the layer together (see ``_floored``).
@@ -652,7 +659,8 @@ class StepTimeModel:
                 # beside the weight-gradient GEMM of its own layer: what exceeds that GEMM
                 tokens = mb * train.seq_len
                 h = model.hidden_size
-                w_qkv = _gemm_s(2.0 * tokens * h * (h + 2 * model.kv_hidden) / t, rate)
+                w_qkv = _gemm_s(2.0 * tokens * h * (model.attn_hidden + 2 * model.kv_hidden)
+                                / t, rate)
                 w_in = _gemm_s(2.0 * tokens * h * model.ffn_hidden_size
                                * (2 if model.swiglu else 1) / t, rate)
                 bwd_ar = max(0.0, one_ar - w_qkv) + max(0.0, one_ar - w_in)

@@ -67,10 +67,11 @@ def _model_from_args(args: argparse.Namespace) -> ModelSpec:
         hidden_size=args.hidden,
         num_heads=args.heads,
         num_kv_heads=args.kv_heads or 0,
+        explicit_head_dim=args.head_dim or 0,
         ffn_hidden_size=args.ffn or 0,
         vocab_size=args.vocab,
         max_seq_len=args.max_seq or max(args.seq, 2048),
-        tie_embeddings=args.family in ("gpt2", "bert"),
+        tie_embeddings=args.family in ("gpt2", "bert", "qwen3"),
     )
 
 
@@ -87,6 +88,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--hidden", type=int)
     src.add_argument("--heads", type=int)
     src.add_argument("--kv-heads", type=int)
+    src.add_argument("--head-dim", type=int,
+                     help="one head's width when not hidden / heads (e.g. Qwen3, Mistral-Nemo)")
     src.add_argument("--ffn", type=int)
     src.add_argument("--vocab", type=int)
     src.add_argument("--max-seq", type=int)
@@ -121,7 +124,7 @@ def run_plan(args: argparse.Namespace) -> int:
         from predictor.spec import MODEL_CATALOG
 
         for name, m in sorted(MODEL_CATALOG.items()):
-            print(f"{name:14s} {m.family.value:9s} {m.num_params() / 1e9:7.2f}B params")
+            print(f"{name:16s} {m.family.value:9s} {m.num_params() / 1e9:7.2f}B params")
         return 0
     if args.batch is None:
         raise SpecError("batch", "--batch (global batch in sequences) is required")

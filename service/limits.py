@@ -40,6 +40,7 @@ MODEL_BOUNDS: dict[str, int] = {
     "max_seq_len": 1 << 21,
     "ffn_hidden_size": 1 << 19,
     "type_vocab_size": 1 << 16,
+    "head_dim": 1 << 16,
 }
 """Upper bound of each model dimension (the schema's ``le``); generous for today's models
 (the largest public ones have ~128 layers, hidden 25,600, 256k vocabularies)."""

@@ -48,6 +48,9 @@ class ModelDimensions(_Create):
                                  description="0: 4·hidden (GeLU)")
     tie_embeddings: bool = Field(True, strict=True)
     type_vocab_size: int = Field(0, ge=0, le=MODEL_BOUNDS["type_vocab_size"], strict=True)
+    head_dim: int = Field(0, ge=0, le=MODEL_BOUNDS["head_dim"], strict=True,
+                          description="one attention head's width (config.json's head_dim); "
+                                      "0: hidden_size / num_heads")
 
 
 class TrainingCreate(_Create):
@@ -230,6 +233,7 @@ class ModelPublic(BaseModel):
     max_seq_len: int
     tie_embeddings: bool
     type_vocab_size: int = 0
+    head_dim: int | None = None  # one attention head's width (hidden_size / num_heads or given)
     num_params: int | None = None
 
 

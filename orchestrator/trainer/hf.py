@@ -2,13 +2,15 @@
 
 ``to_hf`` turns a canonical, unsharded state (what a checkpoint holds) into the state dict of
 the family's ``transformers`` class (``GPT2LMHeadModel``, ``LlamaForCausalLM``,
-``Qwen2ForCausalLM``, ``GPTNeoXForCausalLM``, ``BertForMaskedLM``) and ``hf_config`` writes
-the ``config.json`` that rebuilds it; ``from_hf`` is the inverse, used by ``init_from``. The
-layouts that differ are GPT-2's ``Conv1D`` (transposed weights, fused q|k|v ``c_attn``) and
-GPT-NeoX's fused ``query_key_value`` (per head: q, k, v). ``spec_from_folder`` reads a model
-folder (``config.json`` + ``*.safetensors``) into a ``ModelSpec`` and the ``Numerics`` the
-trainer needs to compute the same logits; features it cannot reproduce (rope scaling,
-sliding windows, other activations) are refused with the config key that sets them.
+``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``, ``GPTNeoXForCausalLM``, ``BertForMaskedLM``) and
+``hf_config`` writes the ``config.json`` that rebuilds it (an explicit ``head_dim`` and
+Qwen3's ``q_norm`` / ``k_norm`` weights included); ``from_hf`` is the inverse, used by
+``init_from``. The layouts that differ are GPT-2's ``Conv1D`` (transposed weights, fused
+q|k|v ``c_attn``) and GPT-NeoX's fused ``query_key_value`` (per head: q, k, v).
+``spec_from_folder`` reads a model folder (``config.json`` + ``*.safetensors``) into a
+``ModelSpec`` and the ``Numerics`` the trainer needs to compute the same logits; features it
+cannot reproduce (rope scaling, sliding windows, other activations) are refused with the
+config key that sets them.
 
 The BERT objective of the trainer is masked LM with a bidirectional encoder, which is
 ``BertForMaskedLM``; ``AutoModelForCausalLM`` maps the same weights to ``BertLMHeadModel``
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 
 from orchestrator.trainer.model import Numerics
-from predictor.spec import Family, ModelSpec
+from predictor.spec import LLAMA_LAYOUT, Family, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ _LLAMA_LAYER = (
     ("mlp.gate.weight", "mlp.gate_proj.weight"), ("mlp.up.weight", "mlp.up_proj.weight"),
     ("mlp.down.weight", "mlp.down_proj.weight"),
 )
+_QWEN3_LAYER = (*_LLAMA_LAYER,
+                ("attn.q_norm.weight", "self_attn.q_norm.weight"),
+                ("attn.k_norm.weight", "self_attn.k_norm.weight"))
 _NEOX_LAYER = (
     ("norm1.weight", "input_layernorm.weight"), ("norm1.bias", "input_layernorm.bias"),
     ("norm2.weight", "post_attention_layernorm.weight"),
@@ -102,14 +107,14 @@ _GLOBAL: dict[Family, tuple[tuple[str, str], ...]] = {
                   ("mlm_norm.bias", "cls.predictions.transform.LayerNorm.bias"),
                   ("out_bias", "cls.predictions.bias")),
 }
-_GLOBAL[Family.QWEN2] = _GLOBAL[Family.LLAMA]
+_GLOBAL[Family.QWEN2] = _GLOBAL[Family.QWEN3] = _GLOBAL[Family.LLAMA]
 
 _LAYER_PREFIX = {Family.GPT2: "transformer.h.", Family.LLAMA: "model.layers.",
-                 Family.QWEN2: "model.layers.", Family.GPT_NEOX: "gpt_neox.layers.",
-                 Family.BERT: "bert.encoder.layer."}
+                 Family.QWEN2: "model.layers.", Family.QWEN3: "model.layers.",
+                 Family.GPT_NEOX: "gpt_neox.layers.", Family.BERT: "bert.encoder.layer."}
 _PLAIN_LAYER = {Family.GPT2: _GPT2_LAYER, Family.LLAMA: _LLAMA_LAYER,
-                Family.QWEN2: _LLAMA_LAYER, Family.GPT_NEOX: _NEOX_LAYER,
-                Family.BERT: _BERT_LAYER}
+                Family.QWEN2: _LLAMA_LAYER, Family.QWEN3: _QWEN3_LAYER,
+                Family.GPT_NEOX: _NEOX_LAYER, Family.BERT: _BERT_LAYER}
 
 
 def _neox_fuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
@@ -205,10 +210,11 @@ def hf_config(spec: ModelSpec, numerics: Numerics) -> dict[str, Any]:
                 "n_inner": spec.ffn_hidden_size, "n_positions": spec.max_seq_len,
                 "activation_function": act, "layer_norm_epsilon": eps, "resid_pdrop": 0.0,
                 "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    if spec.family in (Family.LLAMA, Family.QWEN2):
-        qwen = spec.family is Family.QWEN2
-        return {**common, "model_type": "qwen2" if qwen else "llama",
-                "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"],
+    if spec.family in LLAMA_LAYOUT:
+        model_type = {Family.QWEN2: "qwen2", Family.QWEN3: "qwen3"}.get(spec.family, "llama")
+        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}.get(
+            model_type, "LlamaForCausalLM")
+        return {**common, "model_type": model_type, "architectures": [arch],
                 "num_hidden_layers": spec.num_layers, "hidden_size": spec.hidden_size,
                 "num_attention_heads": spec.num_heads,
                 "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
@@ -273,9 +279,9 @@ def numerics_from_config(config: dict[str, Any], spec: ModelSpec) -> Numerics:
     if fam is Family.GPT_NEOX and config.get("use_parallel_residual") is False:
         raise ValueError("config.use_parallel_residual=false is not implemented by the "
                          "built-in trainer (GPT-NeoX layers are parallel-residual)")
-    eps_key = {Family.GPT2: "layer_norm_epsilon", Family.LLAMA: "rms_norm_eps",
-               Family.QWEN2: "rms_norm_eps"}.get(fam, "layer_norm_eps")
-    defaults = {Family.GPT2: 1e-5, Family.LLAMA: 1e-6, Family.QWEN2: 1e-6,
+    eps_key = "rms_norm_eps" if spec.rmsnorm else {
+        Family.GPT2: "layer_norm_epsilon"}.get(fam, "layer_norm_eps")
+    defaults = {Family.GPT2: 1e-5, Family.LLAMA: 1e-6, Family.QWEN2: 1e-6, Family.QWEN3: 1e-6,
                 Family.GPT_NEOX: 1e-5, Family.BERT: 1e-12}
     theta = rope.get("rope_theta", config.get("rope_theta", config.get("rotary_emb_base",
                                                                         10000.0)))

@@ -1,10 +1,14 @@
 """A tensor-parallel transformer built from a ``ModelSpec``'s traits (every family).
 
-One generic layer covers the families: pre-LN (gpt2, llama, qwen2), parallel residual
+One generic layer covers the families: pre-LN (gpt2, llama, qwen2, qwen3), parallel residual
 (gpt_neox) and post-LN (bert); LayerNorm or RMSNorm; GeLU MLP or SwiGLU; learned positions or
-rotary; GQA. Q, K, V, the MLP input projections are column-parallel and the attention output
-and MLP output projections row-parallel, so each layer costs two tp all-reduces forward and
-two backward (Megatron's layout). The token embedding, the output head (tied or not) and
+rotary; GQA; heads of any width (Q and the attention output are heads · head_dim wide, which
+need not be the hidden size); Qwen3's per-head RMSNorm of Q and K (``q_norm``, ``k_norm``:
+one head_dim-wide weight each, replicated over the tp ranks, whose gradients are summed over
+the tp group since each rank normalises its own heads only). Q, K, V, the MLP input
+projections are column-parallel and the attention output and MLP output projections
+row-parallel, so each layer costs two tp all-reduces forward and two backward (Megatron's
+layout). The token embedding, the output head (tied or not) and
 BERT's output bias are split over the tp ranks by vocabulary rows (``parallel.vocab_range``),
 so each rank computes the logits of its rows only and ``ParallelTransformer.loss`` is the
 vocab-parallel cross entropy; positions, token types and norms are replicated. At tp = 1 the
@@ -112,10 +116,12 @@ class _Attention(nn.Module):
         self.rotary = not spec.learned_positions
         self.causal = spec.causal
         self.selective = recompute is Recompute.SELECTIVE
-        self.q = ColumnParallelLinear(h, h, spec.qkv_bias, layout)
+        self.q = ColumnParallelLinear(h, spec.attn_hidden, spec.qkv_bias, layout)
         self.k = ColumnParallelLinear(h, spec.kv_hidden, spec.qkv_bias, layout)
         self.v = ColumnParallelLinear(h, spec.kv_hidden, spec.qkv_bias, layout)
-        self.o = RowParallelLinear(h, h, spec.linear_bias, layout)
+        self.o = RowParallelLinear(spec.attn_hidden, h, spec.linear_bias, layout)
+        self.q_norm = _HeadNorm(hd, numerics.eps(spec), layout) if spec.qk_norm else None
+        self.k_norm = _HeadNorm(hd, numerics.eps(spec), layout) if spec.qk_norm else None
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.kv_heads != self.heads:
@@ -126,8 +132,11 @@ class _Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q(x).view(b, s, self.heads, self.head_dim)
+        k = self.k(x).view(b, s, self.kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
             q = _rotate(q, self.rotary_dims, self.rope_theta)
@@ -137,6 +146,26 @@ class _Attention(nn.Module):
         else:
             out = self._core(q, k, v)
         return self.o(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+
+
+class _HeadNorm(nn.Module):
+    """RMSNorm over each head's ``head_dim`` values (Qwen3's ``q_norm`` / ``k_norm``). The
+    weight is replicated over the tp ranks, but each rank normalises only its own heads, so
+    its gradient is summed over the tp group (``copy_to_tp`` on the weight), as the other
+    replicated weights' are equal on every rank by construction. The weight is cast to the
+    input's dtype (autocast's bf16 Q and K), as in a bf16 ``transformers`` model: with the
+    dtypes equal torch runs its fused kernel on CUDA (input and 1/rms kept for backward)
+    instead of the composite ops (fp32 input and fp32 normalised input)."""
+
+    def __init__(self, head_dim: int, eps: float, layout: Layout) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(head_dim))
+        self.eps = eps
+        self.layout = layout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = copy_to_tp(self.weight, self.layout)
+        return F.rms_norm(x, (x.shape[-1],), w.to(x.dtype), self.eps)
 
 
 def _rotate(x: torch.Tensor, dims: int | None = None, theta: float = 10000.0) -> torch.Tensor:

@@ -310,7 +310,9 @@ class Norm(nn.Module):
 
 
 class Attention(nn.Module):
-    """Self-attention of one rank: heads/t query heads, max(kv/t, 1) K/V heads."""
+    """Self-attention of one rank: heads/t query heads, max(kv/t, 1) K/V heads, each
+    ``head_dim`` wide; with ``qk_norm`` (qwen3) a per-head RMSNorm of Q and of K before
+    rotary (each keeps its input and the fp32 1/rms per head and token)."""
 
     def __init__(self, m: ModelSpec, plan: RankPlan) -> None:
         super().__init__()
@@ -331,6 +333,8 @@ class Attention(nn.Module):
         self.bo = _param((h,), plan, 0) if m.linear_bias else None
         self.causal = m.causal
         self.rotary = not m.learned_positions
+        self.q_norm = Norm(d, True, plan) if m.qk_norm else None
+        self.k_norm = Norm(d, True, plan) if m.qk_norm else None
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.plan.flash:
@@ -356,8 +360,12 @@ class Attention(nn.Module):
         k = _ColumnLinear.apply(x, self.wk, self.bk, t)
         v = _ColumnLinear.apply(x, self.wv, self.bv, t)
         s = q.shape[1]
-        q = q.view(b, s, self.heads, self.d).transpose(1, 2).contiguous()
-        k = k.view(b, s, self.kv, self.d).transpose(1, 2).contiguous()
+        q = q.view(b, s, self.heads, self.d)
+        k = k.view(b, s, self.kv, self.d)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.transpose(1, 2).contiguous()
+        k = k.transpose(1, 2).contiguous()
         v = v.view(b, s, self.kv, self.d).transpose(1, 2).contiguous()
         if self.rotary and rope is not None:
             q = _Rotary.apply(q, *rope)
@@ -393,8 +401,8 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    """One transformer layer: pre-norm (gpt2/llama/qwen2), parallel residual (gpt_neox) or
-    post-norm (bert)."""
+    """One transformer layer: pre-norm (gpt2/llama/qwen2/qwen3), parallel residual (gpt_neox)
+    or post-norm (bert)."""
 
     def __init__(self, m: ModelSpec, plan: RankPlan) -> None:
         super().__init__()

@@ -59,7 +59,7 @@ def init_from_spec(body: JobCreate) -> tuple[ModelSpec, Any]:
 def check_init_from(body: JobCreate, model: ModelSpec) -> None:
     """The model given alongside ``init_from`` must be the folder's."""
     spec, _ = init_from_spec(body)
-    fields = ("family", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+    fields = ("family", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
               "ffn_hidden_size", "vocab_size", "tie_embeddings")
     diff = [f"{f} {getattr(model, f)} vs {getattr(spec, f)}" for f in fields
             if getattr(model, f) != getattr(spec, f)]

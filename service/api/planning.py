@@ -151,7 +151,7 @@ def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
             model = ModelSpec.from_hf_config(body.hf_config or {}, name=body.name)
         else:
             assert body.dimensions is not None
-            model = ModelSpec(**body.dimensions.model_dump())
+            model = ModelSpec.from_dict(body.dimensions.model_dump())
         t = body.training
         train = TrainingSpec(
             global_batch=t.global_batch, seq_len=t.seq_len, precision=t.precision,

@@ -33,7 +33,8 @@ def model_public(spec: ModelSpec | dict[str, Any]) -> ModelPublic:
     if isinstance(spec, dict):
         data = dict(spec)
         try:
-            data["num_params"] = ModelSpec(**spec).num_params()
+            rebuilt = ModelSpec(**spec)
+            data["num_params"], data["head_dim"] = rebuilt.num_params(), rebuilt.head_dim
         except (SpecError, TypeError) as exc:  # a row written by an older schema
             log.warning("stored model spec does not rebuild: %s", exc)
         return ModelPublic.model_validate(data)
@@ -43,7 +44,7 @@ def model_public(spec: ModelSpec | dict[str, Any]) -> ModelPublic:
         num_kv_heads=spec.num_kv_heads, ffn_hidden_size=spec.ffn_hidden_size,
         vocab_size=spec.vocab_size, max_seq_len=spec.max_seq_len,
         tie_embeddings=spec.tie_embeddings, type_vocab_size=spec.type_vocab_size,
-        num_params=spec.num_params(),
+        head_dim=spec.head_dim, num_params=spec.num_params(),
     )
 
 

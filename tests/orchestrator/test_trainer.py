@@ -89,13 +89,38 @@ def test_checkpoint_saved_at_tp2_resumes_at_dp2_with_same_weights(tmp_path: Path
         assert torch.allclose(t, full_state(_cfg(tmp_path, "solo"))[name], atol=1e-5), name
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt_neox", "bert"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gpt_neox", "bert"])
 def test_other_families_train_with_recompute_and_bf16(tmp_path: Path, family: str) -> None:
     spec = ModelSpec("t", family, 2, 64, 4, vocab_size=256, max_seq_len=32, num_kv_heads=2,
                      ffn_hidden_size=128)
     out = train(_cfg(tmp_path, family, model=spec, recompute="full", precision="bf16"), 0)
     assert out.finished and all(torch.isfinite(torch.tensor(out.losses)))
     assert ckpt.latest_step(tmp_path, family) == 3
+
+
+QWEN3 = ModelSpec("tiny-qwen3", Family.QWEN3, num_layers=2, hidden_size=64, num_heads=4,
+                  vocab_size=256, max_seq_len=32, num_kv_heads=2, ffn_hidden_size=128,
+                  tie_embeddings=True, explicit_head_dim=32)
+
+
+def test_wide_heads_with_qk_norm_train_the_same_at_tp2(tmp_path: Path) -> None:
+    """Qwen3's layout with heads of 32 over hidden 64 (Q and the attention output 4 x 32 =
+    128 wide, K and V 2 x 32): tp = 2 gives each rank two query heads and one K/V head, which
+    it normalises with the replicated q_norm / k_norm weights; their gradients are summed
+    over the tp group, so both layouts train the same weights. The loss falls."""
+    single = train(_cfg(tmp_path, "q1", model=QWEN3, total_steps=4), 0)
+    tp2 = run_local(_cfg(tmp_path, "q2", model=QWEN3, tp=2, total_steps=4))
+    assert single.finished and tp2[0].losses == pytest.approx(single.losses, abs=1e-4)
+    assert single.losses[-1] < single.losses[0] - 0.1
+    one = full_state(_cfg(tmp_path, "q1", model=QWEN3))
+    two = full_state(_cfg(tmp_path, "q2", model=QWEN3, tp=2))
+    assert tuple(one["layers.0.attn.q.weight"].shape) == (4 * 32, 64)
+    assert tuple(one["layers.0.attn.k.weight"].shape) == (2 * 32, 64)
+    assert tuple(one["layers.0.attn.o.weight"].shape) == (64, 4 * 32)
+    for name in ("layers.0.attn.q_norm.weight", "layers.1.attn.k_norm.weight"):
+        assert one[name].shape == (32,)
+        assert not torch.allclose(one[name], torch.ones(32))  # trained (no weight decay)
+        assert torch.allclose(one[name], two[name], atol=1e-5), name
 
 
 def test_pipeline_parallel_is_refused_with_a_reason(tmp_path: Path) -> None:

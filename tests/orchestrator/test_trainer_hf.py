@@ -33,6 +33,12 @@ SPECS = {
     "qwen2": ModelSpec("t-qwen2", Family.QWEN2, 2, 32, 4, V, 64, num_kv_heads=2,
                        ffn_hidden_size=48, tie_embeddings=True),
     "gpt_neox": ModelSpec("t-neox", Family.GPT_NEOX, 2, 32, 4, V, 64, tie_embeddings=False),
+    # heads wider than hidden / heads: Q and the attention output 4 x 16 = 64 over hidden 32
+    # (as Qwen3-0.6B's 16 x 128 over 1024), with Qwen3's q_norm / k_norm, and without
+    "qwen3": ModelSpec("t-qwen3", Family.QWEN3, 2, 32, 4, V, 64, num_kv_heads=2,
+                       ffn_hidden_size=48, tie_embeddings=True, explicit_head_dim=16),
+    "llama_hd": ModelSpec("t-llama-hd", Family.LLAMA, 2, 32, 4, V, 64, num_kv_heads=2,
+                          ffn_hidden_size=48, tie_embeddings=False, explicit_head_dim=16),
     "bert": ModelSpec("t-bert", Family.BERT, 2, 32, 4, V, 64, type_vocab_size=2),
 }
 # What the families' own configs set differently from the trainer's defaults.
@@ -42,6 +48,9 @@ NATIVE = {
               "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
     "qwen2": {"rms_norm_eps": 1e-6, "rope_theta": 1e6,
               "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+    "qwen3": {"rms_norm_eps": 1e-6, "rope_theta": 1e6,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+    "llama_hd": {"rms_norm_eps": 1e-5},
     "gpt_neox": {"hidden_act": "gelu", "rotary_pct": 0.25, "layer_norm_eps": 1e-5,
                  "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                      "partial_rotary_factor": 0.25}},
@@ -148,6 +157,36 @@ def test_transformers_weights_start_a_job_with_the_same_logits(tmp_path: Path,
     state = model.state_dict()
     assert all(torch.equal(saved["model"][k], state[k]) for k in state)
     assert saved["numerics"] == {**numerics.__dict__}
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama_hd"])
+def test_wide_heads_export_under_the_transformers_names_and_shapes(family: str) -> None:
+    """The exported config builds the ``transformers`` class whose state dict has exactly
+    the exported names and shapes (Qwen3's ``self_attn.q_norm.weight`` /
+    ``self_attn.k_norm.weight`` included; q_proj 4 x 16 = 64 rows over hidden 32), and the
+    config reads back as the same spec."""
+    from orchestrator.trainer.hf import to_hf
+    from orchestrator.trainer.model import init_canonical
+
+    spec = SPECS[family]
+    layout = Layout(0, 1, 1, 1)
+    model = ParallelTransformer(spec, layout)
+    init_canonical(model, layout, seed=0)
+    ours = {k: tuple(v.shape) for k, v in to_hf(model.state_dict(), spec).items()}
+    config = hf_config(spec, Numerics())
+    assert config["head_dim"] == 16 and config["hidden_size"] == 32
+    assert ModelSpec.from_hf_config(config, name=spec.name) == spec
+    config.pop("dtype", None)
+    hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    assert type(hf).__name__ == ("Qwen3ForCausalLM" if family == "qwen3" else "LlamaForCausalLM")
+    theirs = {k: tuple(v.shape) for k, v in hf.state_dict().items()
+              if not (spec.tie_embeddings and k == "lm_head.weight")}
+    assert ours == theirs
+    assert ours["model.layers.1.self_attn.q_proj.weight"] == (64, 32)
+    assert ours["model.layers.1.self_attn.o_proj.weight"] == (32, 64)
+    norms = {k for k in ours if k.endswith(("q_norm.weight", "k_norm.weight"))}
+    assert len(norms) == (4 if family == "qwen3" else 0)
+    assert all(ours[k] == (16,) for k in norms)
 
 
 def test_init_from_shards_the_weights_over_tensor_parallel_ranks(tmp_path: Path) -> None:

@@ -263,3 +263,112 @@ def test_memory_never_decreases_with_the_micro_batch() -> None:
         assert curve == sorted(curve)
         for b, v in zip(mbs, curve, strict=True):
             assert v == estimate_memory(m, tr, replace(par, micro_batch=b)).tensors
+
+
+# -- explicit head widths and q/k norms ------------------------------------------------------
+# heads of 16 over hidden 64 (Q 8 x 16 = 128 wide, K/V 2 x 16 = 32), with and without qwen3's
+# per-head q/k RMSNorm
+WIDE = ModelSpec("tiny-wide", Family.LLAMA, num_layers=4, hidden_size=64, num_heads=8,
+                 num_kv_heads=2, ffn_hidden_size=176, vocab_size=1000, max_seq_len=256,
+                 tie_embeddings=False, explicit_head_dim=16)
+QWEN3 = WIDE.with_(name="tiny-qwen3", family=Family.QWEN3)
+
+
+def test_wide_heads_layer_parameters_per_rank_by_hand() -> None:
+    from predictor.memory import _layer_param_numels
+
+    # tp 2: q 4 heads x 16 = 64 rows, k and v 1 head x 16; o 64 x 64; SwiGLU f/2 = 88;
+    # two RMSNorms of 64 and (qwen3) q_norm, k_norm of 16, replicated
+    want = [64 * 64, 16 * 64, 16 * 64, 64 * 64, 88 * 64, 64 * 88, 88 * 64, 64, 64]
+    assert _layer_param_numels(WIDE, 2) == want
+    assert _layer_param_numels(QWEN3, 2) == [*want, 16, 16]
+    # whole layer: 64 x (128 + 2 x 32) + 128 x 64 + 3 x 64 x 176 + 2 x 64 (+ 2 x 16)
+    assert WIDE.layer_params() == 20480 + 33792 + 128
+    assert QWEN3.layer_params() == WIDE.layer_params() + 32
+    assert sum(_layer_param_numels(QWEN3, 2)) == (20480 + 33792) // 2 + 128 + 32
+
+
+def test_wide_heads_layer_activations_by_hand() -> None:
+    """Per token (bf16, flash, tp 1): norms 4h x 2 B, rstd 2 x 4 B, Q 128, K/V 32 each, the
+    kernel output and the re-laid output 128 each (x 2 B), lse 8 heads x 4 B, SwiGLU 3f x 2 B
+    = 512 + 8 + 896 + 32 + 1056 = 2504; qwen3's q/k norms keep their inputs (128 + 32) x 2 B
+    and 1/rms per head (8 + 2) x 4 B: 360 more."""
+    s, b = 256, 1
+    tr = _train(global_batch=1, seq_len=s)
+    assert _layer_act(WIDE, tr, ParallelConfig(micro_batch=b)) == 2504 * s * b
+    assert _layer_act(QWEN3, tr, ParallelConfig(micro_batch=b)) == 2864 * s * b
+    # selective recompute keeps the norms' inputs (outside the recomputed core) as well
+    sel = ParallelConfig(micro_batch=b, recompute="selective")
+    assert _layer_act(QWEN3, tr, sel) - _layer_act(WIDE, tr, sel) == 360 * s * b
+
+
+def test_qk_norm_on_the_built_in_trainer_on_the_cpu() -> None:
+    """torch's composite RMSNorm (the CPU) keeps an fp32 input and an fp32 normalised input,
+    8 B per element whatever the dtype, where the fused kernel keeps the bf16 input: per
+    token (128 + 32) x 8 + (8 + 2) x 4 = 1320 B a layer on the CPU, 360 on CUDA."""
+    from predictor.memory import activation_terms
+    from predictor.runtimes import FRENZY, FRENZY_CPU
+
+    s = 256
+    tr = _train(global_batch=1, seq_len=s)
+    for rt, per_token in ((FRENZY_CPU, 1320), (FRENZY, 360)):
+        qwen3, wide = (activation_terms(m, tr, 1, 1, ParallelConfig().recompute, False, True,
+                                        rt)[0][1] for m in (QWEN3, WIDE))
+        assert qwen3 - wide == QWEN3.num_layers * per_token * s, rt.name
+
+
+@pytest.mark.parametrize("name", ["qwen3-0.6b", "mistral-nemo-12b", "qwen3-8b"])
+def test_split_form_agrees_for_explicit_head_widths_under_every_runtime(name: str) -> None:
+    from predictor.memory import peak_tensors
+    from predictor.runtimes import FRENZY_CPU, RUNTIMES
+    from predictor.spec import MODEL_CATALOG
+
+    m = MODEL_CATALOG[name]
+    plans = [dict(micro_batch=2), dict(tp=2, dp=2, micro_batch=1, recompute="selective",
+                                       zero_stage=2, sequence_parallel=True),
+             dict(tp=8, pp=2, dp=2, micro_batch=1, recompute="full", zero_stage=1,
+                  flash_attention=False),
+             dict(tp=4, pp=4, micro_batch=1, zero_stage=3)]
+    for rt in [*RUNTIMES.values(), FRENZY_CPU]:
+        for p in plans:
+            par = ParallelConfig(**p)
+            for micro_batches in (1, 4):  # one micro-batch per step, and several
+                tr = _train(global_batch=par.dp * par.micro_batch * micro_batches,
+                            seq_len=1024, flash_attention=p.get("flash_attention", True))
+                par.check(m, tr)
+                assert peak_tensors(m, tr, par, rt) == estimate_memory(
+                    m, tr, par, runtime=rt).tensors, (rt.name, p, micro_batches)
+
+
+def test_models_with_implicit_head_width_price_as_before() -> None:
+    """Figures of the catalog models from before explicit head widths existed (commit
+    c867974), to the byte and to the last bit of the step time: B 8 x 512 bf16 AdamW on an
+    A100-80G."""
+    from predictor.gpus import get_gpu
+    from predictor.runtimes import FRENZY_CPU, get_runtime
+    from predictor.step_time import estimate_step_time
+
+    tr = _train(global_batch=8, seq_len=512)
+    plans = [ParallelConfig(micro_batch=2),
+             ParallelConfig(tp=2, pp=2, dp=2, micro_batch=1, recompute="selective",
+                            zero_stage=1, sequence_parallel=True),
+             ParallelConfig(tp=4, dp=2, micro_batch=1, recompute="full", zero_stage=2,
+                            flash_attention=False)]
+    pinned = [("gpt2", 0, "reference", 2873414144), ("gpt2-medium", 1, "megatron", 1455436800),
+              ("bert-base", 2, "hf-trainer", 354784798), ("llama-2-7b", 1, "frenzy-cpu",
+                                                         26260807680),
+              ("llama-3-8b", 2, "fsdp2", 20585891840), ("mistral-7b", 1, "reference",
+                                                         22943703040),
+              ("qwen2-7b", 0, "frenzy-cpu", 146574548992),
+              ("qwen2-7b", 2, "megatron", 19545735168),
+              ("pythia-1.4b", 1, "hf-trainer", 4952342528)]
+    for name, i, rt_name, tensors in pinned:
+        rt = FRENZY_CPU if rt_name == "frenzy-cpu" else get_runtime(rt_name)
+        got = estimate_memory(ModelSpec.from_name(name), tr, plans[i], runtime=rt).tensors
+        assert got == tensors, (name, i, rt_name)
+    gpu = get_gpu("A100-80G")
+    for name, i, rt_name, total in [("llama-3-8b", 1, "frenzy", 0.23791804134631936),
+                                    ("qwen2-7b", 2, "megatron", 0.42205395425890235),
+                                    ("gpt2", 0, "frenzy", 0.13234655136567397)]:
+        got = estimate_step_time(ModelSpec.from_name(name), tr, plans[i], gpu, runtime=rt_name)
+        assert got.total_s == total, (name, i, rt_name)

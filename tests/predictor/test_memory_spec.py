@@ -61,3 +61,25 @@ def test_the_planner_prices_step_time_for_the_named_runtime() -> None:
 
     assert best("megatron") < best("frenzy") / 3
     assert best("hf-trainer") == best("frenzy")
+
+
+def test_a_qwen3_config_with_its_head_dim_prices_like_the_catalog_entry() -> None:
+    """Qwen3-0.6B's config.json (head_dim 128 over hidden 1024 and 16 heads) was refused;
+    it is priced as the catalog's qwen3-0.6b, and as the same dimensions given by hand."""
+    config = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+              "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+              "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+              "tie_word_embeddings": True}
+    dims = {"family": "qwen3", "num_layers": 28, "hidden_size": 1024, "num_heads": 16,
+            "num_kv_heads": 8, "head_dim": 128, "ffn_hidden_size": 3072,
+            "vocab_size": 151936, "max_seq_len": 40960, "tie_embeddings": True}
+    plan = {**PLAN, "runtime": "frenzy", "dp": 2, "zero_stage": 1}
+    reports = [memory_report({**plan, **m}) for m in (
+        {"hf_config": config}, {"model": "qwen3-0.6b"}, {"model": dims})]
+    assert reports[0]["tensors_bytes"] == reports[1]["tensors_bytes"] == reports[2][
+        "tensors_bytes"]
+    # fp32 weights (the built-in trainer's), whole under ZeRO-1, at tp 2: per layer the
+    # projections (2,097,152 + 2 x 1,048,576 + 2,097,152 + 3 x 3,145,728) / 2 = 7,864,320 and
+    # the replicated norms 2 x 1024 + 2 x 128: 7,866,624 x 28 = 220,265,472; the embedding's
+    # 75,968 rows x 1024 = 77,791,232 (tied); the final norm 1024: 298,057,728
+    assert reports[0]["breakdown"]["parameters"] == 4 * 298_057_728

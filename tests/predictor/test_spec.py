@@ -171,13 +171,107 @@ def test_parallel_config_checks() -> None:
         ParallelConfig(zero_stage=4)
 
 
-def test_hf_config_head_dim_other_than_hidden_over_heads_is_refused() -> None:
+QWEN3_06B = {  # Qwen/Qwen3-0.6B config.json (the keys that matter)
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+    "tie_word_embeddings": True, "use_sliding_window": False, "vocab_size": 151936,
+}
+
+
+def test_qwen3_0_6b_parameter_count_by_hand() -> None:
+    """Qwen3-0.6B: 0.6B parameters, 0.44B without the embedding (model card). By hand, per
+    layer: q 1024 x (16 x 128 = 2048) = 2,097,152; k and v 1024 x (8 x 128) = 1,048,576
+    each; o 2048 x 1024 = 2,097,152; q_norm and k_norm 128 each; SwiGLU 3 x 1024 x 3072 =
+    9,437,184; two RMSNorms 2 x 1024 -> 15,730,944, x 28 layers = 440,466,432. Embedding
+    151,936 x 1024 = 155,582,464 (tied: no separate head), final norm 1,024. Total
+    596,049,920 (non-embedding 440,467,456 = 0.44B)."""
+    m = ModelSpec.from_hf_config(QWEN3_06B, name="qwen3-0.6b")
+    assert m.family is Family.QWEN3 and m.qk_norm and not m.qkv_bias
+    assert (m.head_dim, m.attn_hidden, m.kv_hidden) == (128, 2048, 1024)
+    assert m.layer_params() == 15_730_944
+    assert m.embedding_params() == 155_582_464 and m.head_params() == 1024
+    assert m.num_params() == 596_049_920
+    assert m == MODEL_CATALOG["qwen3-0.6b"].with_(name="qwen3-0.6b")
+    # the same config without head_dim would be 16 heads of 64: 3 x 1024² + ... fewer
+    # parameters (the refusal this replaces existed to prevent exactly that mispricing)
+    implicit = ModelSpec.from_hf_config({**QWEN3_06B, "head_dim": None})
+    assert implicit.head_dim == 64 and implicit.num_params() < m.num_params()
+
+
+def test_hf_config_keeps_an_explicit_head_dim() -> None:
     """Mistral-Nemo's config.json: hidden 5120, 32 heads, head_dim 128, so Q is 4096 wide,
-    not 5120; pricing it as 5120 / 32 = 160 would count the wrong projections. A head_dim
-    that equals hidden / heads (Llama 3's 4096 / 32 = 128) is accepted as before."""
-    nemo = {**HF_CONFIGS["mistral"], "hidden_size": 5120, "head_dim": 128}
-    with pytest.raises(SpecError) as exc:
-        ModelSpec.from_hf_config(nemo)
-    assert exc.value.field == "config.head_dim" and "5120 / 32" in exc.value.reason
+    not 5120. By hand, per layer: q 5120 x 4096 = 20,971,520; k, v 5120 x 1024 = 5,242,880
+    each; o 4096 x 5120 = 20,971,520; SwiGLU 3 x 5120 x 14336 = 220,200,960; norms 10,240 ->
+    272,640,000; x 40 = 10,905,600,000; embedding and untied head 2 x 131,072 x 5120 =
+    1,342,177,280; final norm 5120: 12,247,782,400 (the model card's 12.2B). A head_dim that
+    equals hidden / heads (Llama 3's 4096 / 32 = 128) is the same spec as without it."""
+    nemo = {**HF_CONFIGS["mistral"], "hidden_size": 5120, "head_dim": 128,
+            "num_hidden_layers": 40, "vocab_size": 131072, "max_position_embeddings": 1024000}
+    m = ModelSpec.from_hf_config(nemo, name="mistral-nemo-12b")
+    assert (m.head_dim, m.attn_hidden, m.kv_hidden) == (128, 4096, 1024)
+    assert m.layer_params() == 272_640_000
+    assert m.num_params() == 12_247_782_400
+    assert m == MODEL_CATALOG["mistral-nemo-12b"]
     same = ModelSpec.from_hf_config({**HF_CONFIGS["llama"], "head_dim": 128})
-    assert same.num_params() == MODEL_CATALOG["llama-2-7b"].num_params()
+    assert same == ModelSpec.from_hf_config(HF_CONFIGS["llama"])
+    assert same.explicit_head_dim == 0 and same.num_params() == MODEL_CATALOG[
+        "llama-2-7b"].num_params()
+    for bad in (0, -128, "128", 12.5, True):
+        with pytest.raises(SpecError) as exc:
+            ModelSpec.from_hf_config({**nemo, "head_dim": bad})
+        assert exc.value.field == "config.head_dim"
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config({**QWEN3_06B, "attention_bias": True})
+    assert exc.value.field == "config.attention_bias"
+
+
+def test_explicit_head_dim_validation_and_identity() -> None:
+    base = dict(name="x", family=Family.LLAMA, num_layers=2, hidden_size=1000, num_heads=12,
+                num_kv_heads=4, ffn_hidden_size=2048, vocab_size=1000, max_seq_len=512)
+    # 1000 / 12 does not divide: refused without head_dim, accepted with one
+    with pytest.raises(SpecError) as exc:
+        ModelSpec(**base)
+    assert exc.value.field == "hidden_size" and "head_dim" in exc.value.reason
+    m = ModelSpec(**base, explicit_head_dim=96)
+    assert (m.head_dim, m.attn_hidden, m.kv_hidden) == (96, 1152, 384)
+    for bad in (-1, "96", 1.5, True, None):
+        with pytest.raises(SpecError) as exc:
+            ModelSpec(**{**base, "hidden_size": 1152}, explicit_head_dim=bad)
+        assert exc.value.field == "head_dim"
+    # the implicit width given explicitly is the same spec: equal, same hash, same dict
+    plain = ModelSpec(**{**base, "hidden_size": 1152})
+    given = ModelSpec(**{**base, "hidden_size": 1152}, explicit_head_dim=96)
+    assert given == plain and hash(given) == hash(plain) and given.explicit_head_dim == 0
+    assert plain != m.with_(hidden_size=1152, explicit_head_dim=64)
+    # from_dict takes the user-facing name, or the field's, not both
+    assert ModelSpec.from_dict({**base, "head_dim": 96}) == m
+    assert ModelSpec.from_dict({**base, "explicit_head_dim": 96}) == m
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_dict({**base, "head_dim": 96, "explicit_head_dim": 96})
+    assert exc.value.field == "head_dim"
+    # an explicit width survives a change of the hidden size (with_ keeps the field)
+    assert m.with_(hidden_size=2048).head_dim == 96
+    # families whose Hugging Face layout has no head_dim take none other than h / heads
+    with pytest.raises(SpecError) as exc:
+        ModelSpec(**{**base, "family": Family.GPT2}, explicit_head_dim=96)
+    assert exc.value.field == "head_dim" and "gpt2" in exc.value.reason
+    assert ModelSpec(**{**base, "family": Family.GPT2, "hidden_size": 1152},
+                     explicit_head_dim=96) == ModelSpec(**{**base, "family": Family.GPT2,
+                                                           "hidden_size": 1152})
+
+
+def test_qwen3_family_traits() -> None:
+    m = MODEL_CATALOG["qwen3-8b"]  # 32 heads of 128 = 4096: an implicit head width
+    assert m.explicit_head_dim == 0 and m.head_dim == 128
+    assert m.rmsnorm and m.swiglu and m.causal and m.qk_norm and not m.qkv_bias
+    assert not m.linear_bias and not m.learned_positions
+    # 8.19B (model card 8.2B): two 128-wide norm weights per layer over llama's layout
+    llama_twin = ModelSpec("twin", Family.LLAMA, 36, 4096, 32, 151936, 40960, num_kv_heads=8,
+                           ffn_hidden_size=12288, tie_embeddings=False)
+    assert m.num_params() - llama_twin.num_params() == 36 * 2 * 128
+    assert m.num_params() == 8_190_735_360
+    with pytest.raises(SpecError) as exc:
+        ModelSpec("q", Family.QWEN3, 2, 64, 4, 100, 64)  # SwiGLU: ffn must be given
+    assert exc.value.field == "ffn_hidden_size"

@@ -106,3 +106,50 @@ def test_jobs_are_priced_for_their_runtime(env: Env) -> None:
     bad = env.client.post("/v1/plans", json=job_body(runtime="megatorn"), headers=h)
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "runtime"
     assert "megatron" in bad.json()["detail"]
+
+
+# Qwen3-style: heads of 32 over hidden 64 (Q and the attention output 4 x 32 = 128 wide, K
+# and V 2 x 32 = 64) and a 32-wide q_norm and k_norm. Per layer: q 64 x 128 = 8192, k and v
+# 64 x 64 = 4096 each, o 128 x 64 = 8192; q/k norms 64; SwiGLU 3 x 64 x 128 = 24576;
+# RMSNorms 128: 49344. N = 2 x 49344 + 65536 (embedding) + 65600 (norm + untied head).
+N_WIDE = 229824
+WIDE_MODEL = {"family": "qwen3", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+              "num_kv_heads": 2, "head_dim": 32, "ffn_hidden_size": 128, "vocab_size": 1024,
+              "tie_embeddings": False}
+
+
+def test_memory_with_an_explicit_head_dim_matches_hand_count(tmp_path: Path, capsys,
+                                                               env: Env) -> None:
+    spec = {**SPEC, "model": WIDE_MODEL}
+    rc, out, _ = _run(tmp_path, spec, capsys, "--json")
+    got = json.loads(out.strip().splitlines()[-1])
+    assert rc == 0 and got["tensors_bytes"] == 10 * N_WIDE
+    assert got["breakdown"]["parameters"] == 2 * N_WIDE
+    r = env.client.post("/v1/memory", json=spec, headers=env.headers("alice"))
+    assert r.status_code == 200 and r.json()["tensors_bytes"] == 10 * N_WIDE
+    # the field is checked like the others
+    rc, _, err = _run(tmp_path, {**spec, "model": {**WIDE_MODEL, "head_dim": -32}}, capsys)
+    assert rc == 2 and err.startswith("error: head_dim:")
+    rc, _, err = _run(tmp_path, {**spec, "model": {**WIDE_MODEL, "head_dims": 32}}, capsys)
+    assert rc == 2 and err.startswith("error: model.head_dims:") and "head_dim" in err
+
+
+def test_jobs_take_a_head_dim_in_their_dimensions(env: Env) -> None:
+    h = env.headers("alice")
+    dims = {**WIDE_MODEL, "max_seq_len": 256}
+    r = env.client.post("/v1/plans", json={
+        "dimensions": dims, "training": {"global_batch": 8, "seq_len": 256, "steps": 10}},
+        headers=h)
+    assert r.status_code == 200, r.text
+    model = r.json()["model"]
+    assert model["head_dim"] == 32 and model["num_params"] == N_WIDE
+    r = env.client.post("/v1/jobs", json={
+        "dimensions": dims, "training": {"global_batch": 8, "seq_len": 256, "steps": 10}},
+        headers=h)
+    assert r.status_code in (200, 201, 202), r.text
+    job = env.client.get(f"/v1/jobs/{r.json()['id']}", headers=h).json()
+    assert job["model"]["head_dim"] == 32 and job["model"]["num_params"] == N_WIDE
+    bad = env.client.post("/v1/plans", json={
+        "dimensions": {**dims, "head_dim": 0, "hidden_size": 66},
+        "training": {"global_batch": 8, "seq_len": 256, "steps": 10}}, headers=h)
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "dimensions.hidden_size"
