@@ -2,10 +2,10 @@
 ``scheduler.estimator.StepTimeEstimator``.
 
 A ``Controller`` listener. Two points of the same run of a job — its start, its progress
-reports, its finish — give its observed seconds per step (Δtime / Δsteps); the prediction for
-that allocation is its plan re-timed for the placement by the performance model (what the
-policy was told). A new allocation (start, resize, restart) starts a new pair; an ended job is
-forgotten.
+reports, its finish or the stop, resize or preemption that ends the run — give its observed
+seconds per step (Δtime / Δsteps); the prediction for that allocation is its plan re-timed for
+the placement by the performance model (what the policy was told). A new allocation (start,
+resize, restart) starts a new pair; an ended job is forgotten.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ class EstimatorFeed:
     unknown, the event is skipped), ``topology`` the cluster used to re-time plans.
 
     Anchors: a job's steps begin to accrue when it enters RUNNING (at the steps it was
-    stopped, resized or preempted at: those events carry ``steps_done``); each progress report
-    and the finish (all steps done) close a pair with the latest anchor on the same
-    allocation. Short jobs, which finish before a second report, are thus observed too."""
+    stopped, resized or preempted at: those events carry ``steps_done``); each progress report,
+    the finish (all steps done) and the stop, resize or preemption that ends the run (at the
+    steps it checkpointed) close a pair with the latest anchor on the same allocation. Short
+    jobs, which finish before a second report, and runs cut short before their first report
+    (a job shrunk for an arrival minutes after it started) are thus observed too."""
 
     def __init__(self, estimator: StepTimeEstimator, perf: PerfModel,
                  view_of: Callable[[str], JobView | None],
@@ -68,7 +70,10 @@ class EstimatorFeed:
             elif ev.from_state is not JobState.RUNNING:  # steps begin to accrue now
                 self._anchor[job_id] = (ev.allocation, ev.time, self._steps.get(job_id, 0.0))
             return
-        self._anchor.pop(job_id, None)  # stopped, resizing, preempted: no pair across it
+        if ev.from_state is JobState.RUNNING and "steps_done" in ev.data:
+            # stopped, resized or preempted: the steps it checkpointed at close the run
+            self._pair(job_id, ev.time, self._steps[job_id], None)
+        self._anchor.pop(job_id, None)  # no pair across a stop, resize or preemption
 
     def _pair(self, job_id: str, t: float, steps: float, alloc: Allocation | None) -> None:
         """Close a pair from the job's anchor to (``t``, ``steps``) on ``alloc`` (None: the

@@ -37,6 +37,11 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   promised re-plans every booking earliest deadline first, pausing a running job with slack
   (its booking still finishes it in time, the restart charged) so that a job due sooner
   fits; ElasticFlow only admits into what the bookings leave.
+* **The safety margin guards guarantees, not the chance to run.** An arrival refused only by
+  the margin (an option of it is on time by the prediction, none with the margin held back)
+  is kept best-effort instead of rejected (``within_margin``): a rejection is a certain
+  miss. It starts on leftovers only on an option that is on time, and is rejected once,
+  still waiting, none is.
 * **Running jobs stay on their GPU type** when a share there meets their deadline, and the
   leftovers may move a running job onto faster GPUs of another type when the time saved pays
   for the restart, so that a minimum share on a cheap type does not keep a long job on slow
@@ -89,6 +94,7 @@ def elastic_config(
     refusal_guard: bool = True,
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
+    within_margin: str | None = "best_effort",
 ) -> DeadlineConfig:
     """``elastic`` as a composition of the deadline strategies (the arguments are
     ``ElasticPolicy``'s): every plan on any GPU type, best-fit placement; running jobs book
@@ -102,7 +108,7 @@ def elastic_config(
         booking=BookingRule(latest=reserve_latest, wake_s=wake_s, fewest_now=True,
                             stay_type=True, type_value=type_value or catalog_value),
         admission=Admission(
-            infeasible=mode, replan=replan,
+            infeasible=mode, replan=replan, within_margin=within_margin,
             opportunity=None if opportunity_cost is None else OpportunityCost(
                 opportunity_cost, costly_mode, arrival_window, capacity_bound,
                 refusal_guard)),
@@ -130,8 +136,10 @@ class ElasticPolicy(EnginePolicy):
     every booking in deadline order when an arrival does not fit (may pause running jobs
     with slack); ``estimator``: corrects remaining times from observed step times and widens
     ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
-    taken as they are); ``seed``: accepted for a uniform interface. The strategies these
-    compose are in ``elastic_config``."""
+    taken as they are); ``within_margin``: what happens to a job refused only by the safety
+    margin (an option of it is on time by the prediction; None: as ``mode``, an ablation);
+    ``seed``: accepted for a uniform interface. The strategies these compose are in
+    ``elastic_config``."""
 
     name = "elastic"
 
@@ -154,6 +162,7 @@ class ElasticPolicy(EnginePolicy):
         refusal_guard: bool = True,
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
+        within_margin: str | None = "best_effort",
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
@@ -164,4 +173,5 @@ class ElasticPolicy(EnginePolicy):
             restart_delay_s=restart_delay_s, type_value=type_value,
             opportunity_cost=opportunity_cost, costly_mode=costly_mode,
             arrival_window=arrival_window, capacity_bound=capacity_bound,
-            refusal_guard=refusal_guard, replan=replan, estimator=estimator))
+            refusal_guard=refusal_guard, replan=replan, estimator=estimator,
+            within_margin=within_margin))

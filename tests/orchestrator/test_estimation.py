@@ -72,3 +72,37 @@ def test_a_short_job_is_observed_from_its_start_to_its_finish() -> None:
     # 600 steps left done by t = 2300: 1800 s / 600 = 3 s per step vs 2 s predicted
     feed(JobEvent("j", 2300.0, R, JobState.SUCCEEDED, "all steps done"))
     assert seen == [pytest.approx(1.5)]
+
+
+def test_a_run_cut_short_by_a_resize_is_observed_up_to_its_checkpoint() -> None:
+    est, feed, plan = _setup()
+    first = Allocation("j", plan, (("n0", 1),))
+    second = Allocation("j", plan, (("n0", 1),))
+    feed(JobEvent("j", 10.0, JobState.STARTING, R, "workers running", first))
+    # resized at t = 110 before any progress report, checkpointed at 25 steps:
+    # 100 s / 25 steps = 4 s per step vs 2 s predicted
+    feed(JobEvent("j", 110.0, R, JobState.RESIZING, "shrunk", second, {"steps_done": 25.0}))
+    assert est.observations == 1
+    assert est.factor("j", "A100-40G", "") == pytest.approx(2.0)
+    # the new run is anchored when it runs again (t = 180, 25 steps); a report at t = 200 at
+    # 35 steps: 2 s per step, factor 1, averaged in with weight 0.5: exp(ln 2 / 2)
+    feed(JobEvent("j", 180.0, JobState.RESIZING, R, "workers running", second))
+    feed(_progress(200.0, 35.0, second))
+    assert est.observations == 2
+    assert est.factor("j", "A100-40G", "") == pytest.approx(2.0 ** 0.5)
+
+
+def test_a_stop_or_preemption_closes_the_run_and_a_stop_without_steps_does_not() -> None:
+    est, feed, plan = _setup()
+    alloc = Allocation("j", plan, (("n0", 1),))
+    seen: list[float] = []
+    est.observe = lambda job_id, gpu, fam, pred, obs: seen.append(obs)  # type: ignore[method-assign]
+    feed(JobEvent("j", 0.0, JobState.STARTING, R, "workers running", alloc))
+    # preempted at t = 30 at 10 steps: 3 s per step
+    feed(JobEvent("j", 30.0, R, JobState.PENDING, "preempted", None, {"steps_done": 10.0}))
+    assert seen == [pytest.approx(3.0)]
+    # again from 10 steps at t = 100; stopped at t = 100.5 at 10.2 steps: under one step,
+    # too little to measure
+    feed(JobEvent("j", 100.0, JobState.STARTING, R, "workers running", alloc))
+    feed(JobEvent("j", 100.5, R, JobState.PENDING, "paused", None, {"steps_done": 10.2}))
+    assert seen == [pytest.approx(3.0)]

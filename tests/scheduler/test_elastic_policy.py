@@ -620,6 +620,53 @@ def test_a_costly_arrival_rejected_in_reject_mode_says_so_in_its_code() -> None:
     assert "even its fastest option needs 1010s" in d.reason
 
 
+def test_a_job_refused_only_by_the_safety_margin_runs_best_effort() -> None:
+    """Due at t=100 on one A100 (its only plan): at 0.88 s per step its 100 steps and the
+    10 s launch take 98 s, on time but past the 95 s the 5 % margin leaves: ``elastic`` runs
+    it best-effort on leftovers (``FILL``) instead of rejecting it; with
+    ``within_margin=None`` (the ablation) and in ``elasticflow`` it is rejected. At 0.92 s
+    per step (102 s) it is late on the prediction itself and rejected by all three."""
+    state = a100()
+    for step_s, name, kw, runs in ((0.88, "elastic", {}, True),
+                                   (0.88, "elastic", {"within_margin": None}, False),
+                                   (0.88, "elasticflow", {}, False),
+                                   (0.92, "elastic", {}, False)):
+        j = job("j", [make_plan("A100-40G", 1, step_s=step_s)], deadline=100.0)
+        pol = make_policy(name, perf=IdentityPerf(), **kw)
+        (d,) = pol.decide(state, [j], [], 0.0)
+        if runs:
+            assert (d.kind, d.code) == (DecisionKind.START, ReasonCode.FILL), d
+            assert "admitted best-effort" in d.reason and "without the safety margin" in \
+                d.reason
+            assert "j" in pol.engine.ledger.best_effort
+        else:
+            assert (d.kind, d.code) == (DecisionKind.REJECT, ReasonCode.REJECT), (step_s, d)
+
+
+def test_a_job_kept_within_the_margin_starts_only_on_time_and_is_let_go_when_it_cannot() -> None:
+    """Due at t=100, 100 steps: on 1 A100 at 1.6 s per step it takes 170 s (late), on 2 at
+    0.88 s 98 s (on time, but past the 95 s the margin leaves): kept best-effort. On 8 free
+    GPUs it starts on the 2 (the leftovers' marginal gain alone would pick the 1: 1/170 per
+    GPU against 1/196). With one GPU free (a job without a deadline holds the other) it
+    waits; at t=5 the 2 GPUs would finish at 103 s, so it is rejected, never having run."""
+    plans = ranked(make_plan("A100-40G", 1, step_s=1.6), make_plan("A100-40G", 2, step_s=0.88))
+    j = job("j", plans, deadline=100.0)
+    pol = make_policy("elastic", perf=IdentityPerf())
+    (d,) = pol.decide(a100(), [j], [], 0.0)
+    assert (d.kind, d.code, d.allocation.num_gpus) == (DecisionKind.START, ReasonCode.FILL, 2)
+    state = cluster(make_node("a0", "A100-40G", 2))
+    x = job("x", [make_plan("A100-40G", 1, step_s=1.0)], deadline=None, steps=10_000)
+    alloc = Allocation("x", x.plans[0], (("a0", 1),))
+    held = state.allocate(alloc)
+    pol = make_policy("elastic", perf=IdentityPerf())
+    assert pol.decide(held, [j], [RunningJob(x, alloc, 0.0)], 0.0) == []
+    assert "j" in pol.engine.ledger.best_effort and "j" in pol.engine.ledger.on_time_only
+    (d,) = pol.decide(held, [j], [RunningJob(x, alloc, 0.0)], 5.0)
+    assert (d.kind, d.code) == (DecisionKind.REJECT, ReasonCode.REJECT), d
+    assert "any more" in d.reason
+    assert "j" not in pol.engine.ledger.best_effort
+
+
 def test_a_job_without_a_deadline_starts_on_leftovers_with_fill() -> None:
     """No deadline, no booking: its start is the leftovers' (``FILL``), on the fastest option
     of the free 8 GPUs (diminishing returns still pay: the only job)."""

@@ -14,10 +14,11 @@ job (``Growth``).
    time never loses what it holds. Reservations live in a per-GPU-type ``Profile`` of
    promised GPUs over time (``bookings``). A new job is checked against the profile *after*
    every admitted job has reserved, so admitting it never takes anything promised away; a
-   job no option can satisfy is rejected or kept as best-effort (``Admission.infeasible``),
-   with the reason. A share may be reserved as early as possible (ElasticFlow) or as late as
-   possible (``BookingRule.latest``; ``elastic``'s default), which keeps the near future free
-   for short jobs while a long job advances on leftovers.
+   job no option can satisfy is rejected or kept as best-effort (``Admission.infeasible``;
+   ``Admission.within_margin`` for one refused only by the safety margin), with the reason.
+   A share may be reserved as early as possible (ElasticFlow) or as late as possible
+   (``BookingRule.latest``; ``elastic``'s default), which keeps the near future free for
+   short jobs while a long job advances on leftovers.
 2. **Allocation now** (``allocation``, ``leftovers``). Jobs whose reservation starts now get
    it; running jobs keep what they hold when it still fits (no restart for nothing); the
    leftover GPUs go greedily where the predicted marginal gain is largest: ``Δ(1/T) /

@@ -83,8 +83,11 @@ class Admitter:
         beside the bookings (or, with ``replan``, after re-planning them all), passes the
         opportunity-cost test, and is admitted; otherwise it is rejected (it leaves
         ``rnd.cands``; its decision goes to ``rnd.rejected``) or kept best-effort, as
-        ``Admission.infeasible`` / ``OpportunityCost.costly`` say."""
+        ``Admission.infeasible`` (``within_margin`` where only the safety margin refuses it)
+        / ``OpportunityCost.costly`` say. First, a waiting job kept best-effort only while it
+        can be on time that no longer can is let go (``_lapse``)."""
         ledger, oc, now, cap = self.ledger, self.rule.opportunity, rnd.now, rnd.cap
+        self._lapse(rnd)
         arrivals = [c for c in rnd.cands.values() if c.current is None
                     and c.job.deadline is not None and c.job.id not in ledger.admitted
                     and c.job.id not in ledger.best_effort]
@@ -111,8 +114,13 @@ class Admitter:
                 rnd.booked.append(c)
                 continue
             how, code = self.rule.infeasible, ReasonCode.REJECT
+            on_time_only = False
             if share is None:
                 why = self._infeasible_reason(c, now)
+                if self.rule.within_margin is not None and self._only_margin(c, now):
+                    how, on_time_only = self.rule.within_margin, True
+                    why += (" (on time without the safety margin: runs only on an option "
+                            "that is)")
             elif oc is not None and (lost := self.window.displaced(share, cap, rnd.profile)) \
                     * self.account.factor(rnd.profile.now) > oc.limit:
                 why = (f"booking {share.option.label()} for {share.end_t - share.start_t:.0f}s "
@@ -128,7 +136,8 @@ class Admitter:
                     rnd.rejected.append(reject(c.job.id, f"{self.name}: rejected: {why}", code))
                     del rnd.cands[c.job.id]
                 else:
-                    ledger.refuse(c.job.id)
+                    ledger.refuse(c.job.id, on_time_only=on_time_only)
+                    c.on_time_only = on_time_only
                     c.why.append(f"admitted best-effort: {why}")
                 continue
             if oc is not None:
@@ -224,6 +233,43 @@ class Admitter:
                     out[t] = o
                     break
         return out
+
+    def _on_time(self, c: Candidate, now: float) -> bool:
+        """Whether some option of ``c`` from now finishes by its deadline itself (no margin)."""
+        return any(self.prediction.meets(c, o, now, margin=False)
+                   for t in c.types() for o in c.options[t])
+
+    def _only_margin(self, c: Candidate, now: float) -> bool:
+        """Whether only the safety margin refuses ``c`` a share: on an otherwise empty
+        cluster no option finishes it with the margin held back, but one by the deadline
+        itself (a job the bookings crowd out is not one)."""
+        pred = self.prediction
+        opts = [o for t in c.types() for o in c.options[t]]
+        return not any(pred.meets(c, o, now) for o in opts) and self._on_time(c, now)
+
+    def _lapse(self, rnd: Round) -> None:
+        """Waiting jobs kept best-effort only while they can be on time
+        (``Ledger.on_time_only``): one that can still be is marked so (it starts only on an
+        on-time option); one that no longer can is rejected if it never ran (a certain miss
+        that would only queue), else kept as plain best-effort (it has made progress)."""
+        ledger = self.ledger
+        for jid in sorted(ledger.on_time_only):
+            c = rnd.cands.get(jid)
+            if c is None or c.current is not None:
+                continue
+            if self._on_time(c, rnd.now):
+                c.on_time_only = True
+                continue
+            ledger.on_time_only.discard(jid)
+            if c.job.steps_done > 0:
+                c.why.append("best-effort: its deadline can no longer be met")
+                continue
+            ledger.best_effort.discard(jid)
+            ledger.changed.add(jid)
+            rnd.rejected.append(reject(jid, f"{self.name}: rejected: no option finishes it "
+                                            "by its deadline any more (it was kept "
+                                            "best-effort while one could)"))
+            del rnd.cands[jid]
 
     def _infeasible_reason(self, c: Candidate, now: float) -> str:
         job = c.job

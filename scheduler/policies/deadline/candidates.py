@@ -19,8 +19,9 @@ class Candidate:
 
     ``target`` is the option it ends the call on (None: not running); ``mandatory``: the
     target is its booking starting now; ``reserved``: its booking; ``fixed_type``: the one
-    GPU type it may use (``PlanSpace.pin_type``); ``why``: the reasons, in phase order, that
-    its decision's text joins."""
+    GPU type it may use (``PlanSpace.pin_type``); ``on_time_only``: a best-effort job that
+    starts only on an option finishing by its deadline (``Admission.within_margin``);
+    ``why``: the reasons, in phase order, that its decision's text joins."""
 
     job: JobView
     options: Mapping[str, tuple[Option, ...]]
@@ -30,6 +31,7 @@ class Candidate:
     mandatory: bool = False
     reserved: Share | None = None
     fixed_type: str | None = None
+    on_time_only: bool = False
     why: list[str] = field(default_factory=list)
 
     def types(self) -> list[str]:

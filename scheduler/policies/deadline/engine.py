@@ -7,7 +7,8 @@ leftover GPUs by marginal gain), **preempt and place** (stops, then starts and r
 parts: ``Admitter`` (admission and re-plan, over the ``Booker`` of shares and the
 ``ArrivalWindow`` of the opportunity cost), ``Allocator`` and ``LeftoverFill``; what
 survives between calls is in the ``Ledger``, the ``ArrivalWindow`` and the admitter's
-``RefusalAccount`` (the last not across a restart: ``restore`` leaves it clean)."""
+``RefusalAccount`` (the last, and the ledger's ``on_time_only`` marks, not across a restart:
+``restore`` leaves them clean)."""
 
 from __future__ import annotations
 

@@ -69,13 +69,17 @@ class Ledger:
     """The deadline promises kept between calls, and which jobs' notes changed.
 
     ``admitted``: ids of jobs holding a deadline guarantee (kept until they leave);
-    ``best_effort``: deadline jobs refused one; ``pinned``: the GPU type a job stays on;
+    ``best_effort``: deadline jobs refused one; ``on_time_only``: those of them refused only
+    by the safety margin, kept while they can still be on time (``Admission.within_margin``;
+    not across a restart: restored as plain best-effort); ``pinned``: the GPU type a job
+    stays on;
     ``live``: the jobs of the last call; ``changed``: jobs whose note changed since the notes
     were last taken."""
 
     def __init__(self) -> None:
         self.admitted: set[str] = set()
         self.best_effort: set[str] = set()
+        self.on_time_only: set[str] = set()
         self.pinned: dict[str, str] = {}
         self.live: set[str] = set()
         self.changed: set[str] = set()
@@ -85,9 +89,12 @@ class Ledger:
         self.admitted.add(job_id)
         self.changed.add(job_id)
 
-    def refuse(self, job_id: str) -> None:
-        """Keep ``job_id`` best-effort: it was refused a guarantee and is not asked again."""
+    def refuse(self, job_id: str, *, on_time_only: bool = False) -> None:
+        """Keep ``job_id`` best-effort: it was refused a guarantee and is not asked again;
+        ``on_time_only``: only while it can still be on time (see ``on_time_only``)."""
         self.best_effort.add(job_id)
+        if on_time_only:
+            self.on_time_only.add(job_id)
         self.changed.add(job_id)
 
     def pin(self, job_id: str, gpu_type: str) -> None:
@@ -110,6 +117,7 @@ class Ledger:
         """Drop the promises of jobs that left (finished, cancelled, rejected)."""
         self.admitted &= live
         self.best_effort &= live
+        self.on_time_only &= live
         self.live = live
         if len(self.pinned) > len(live) + 1024:
             self.pinned = {k: v for k, v in self.pinned.items() if k in live}
@@ -119,6 +127,7 @@ class Ledger:
         mine = {k: n for k, n in notes.items() if k in live}
         self.admitted = {k for k, n in mine.items() if n.status == "admitted"}
         self.best_effort = {k for k, n in mine.items() if n.status == "best_effort"}
+        self.on_time_only = set()
         self.pinned = {k: n.pinned for k, n in mine.items() if n.pinned is not None}
         self.live = live
         self.changed.clear()

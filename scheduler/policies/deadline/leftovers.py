@@ -85,8 +85,10 @@ class LeftoverFill:
                     frm.same_shape(c.current):
                 types = list(c.options)  # a running job may move onto faster free GPUs
         # an admitted job waiting for a later reservation starts early only on an option that
-        # meets its deadline by itself: otherwise it would have to move (and restart) later
+        # meets its deadline by itself: otherwise it would have to move (and restart) later;
+        # a job kept best-effort only while it can be on time starts only on an on-time option
         need_meet = frm is None and c.reserved is not None
+        on_time = frm is None and c.on_time_only
         for t in types:
             room = _room(free, frm, t)
             for o in c.options.get(t, ()):
@@ -95,6 +97,8 @@ class LeftoverFill:
                 if not _is_grow(frm, o):
                     continue
                 if need_meet and not self.prediction.meets(c, o, now):
+                    continue
+                if on_time and not self.prediction.meets(c, o, now, margin=False):
                     continue
                 g = self.gain(c, frm, o)
                 if g > 0 and (best is None or g > best[0]):

@@ -79,9 +79,11 @@ class Prediction:
                     + self.restart_delay_s)
         return c.job.remaining_steps * step_s + self.overhead(c.job, option, c.current)
 
-    def meets(self, c: Candidate, option: Option, now: float) -> bool:
-        """Whether ``option`` from now finishes ``c`` by its deadline, margin held back."""
+    def meets(self, c: Candidate, option: Option, now: float, *, margin: bool = True) -> bool:
+        """Whether ``option`` from now finishes ``c`` by its deadline, margin held back (with
+        ``margin=False``: by the deadline itself)."""
         d = c.job.deadline
         if d is None:
             return False
-        return now + self.remaining_s(c, option) <= now + (d - now) * (1.0 - self.margin)
+        held = self.margin if margin else 0.0
+        return now + self.remaining_s(c, option) <= now + (d - now) * (1.0 - held)

@@ -91,17 +91,26 @@ class Admission:
 
     An arrival is admitted when a minimum satisfactory share fits beside every booking (and,
     with ``opportunity``, costs at most its limit); one that fits nowhere is handled as
-    ``infeasible`` says (one of ``MODES``). With ``replan``, an arrival that does not fit
-    beside the bookings (or an admitted job left without a share) re-plans every booking in
+    ``infeasible`` says (one of ``MODES``). ``within_margin`` (one of ``MODES``; None: as
+    ``infeasible``) handles an arrival refused only by the safety margin: an option of it
+    finishes by the deadline on the prediction, none with the margin held back. The margin
+    protects the guarantees given; rejecting such a job turns a possible hit into a certain
+    miss. Kept best-effort, it starts on leftovers only on an option that is on time, and
+    is rejected once, still waiting, none is (it neither starts on GPUs it would be late
+    on nor queues for a certain miss). With ``replan``, an arrival that does not fit beside
+    the bookings (or an admitted job left without a share) re-plans every booking in
     deadline order, pausing running jobs with slack; ElasticFlow admits only into what the
     bookings leave."""
 
     infeasible: str = "reject"
     replan: bool = False
     opportunity: OpportunityCost | None = None
+    within_margin: str | None = None
 
     def __post_init__(self) -> None:
         check_mode("mode", self.infeasible)
+        if self.within_margin is not None:
+            check_mode("within_margin", self.within_margin)
 
 
 @dataclass(frozen=True, slots=True)
