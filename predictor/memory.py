@@ -522,7 +522,6 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # (the counts the unsharded plans measured on a GPU were priced with: each moment
         # holds the gradients and the activations at once, an upper bound)
         partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
-        fwd_grads = 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
         if tied:
@@ -539,7 +538,6 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             m, train, t, pp, dp, zero, stage, n_layers, rt)
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
         own = per_layer + (0 if full else one_copy) if n_layers else 0
-        fwd_grads = 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(g_head, activations - head_copy, held * lg, bwd),
                   (g_layer, activations - head_copy - own, held * lg, 0),
@@ -550,7 +548,6 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             if tied:  # the sum after the embedding's backward: no activation is left
                 cands.append((before, 0, held * lg, 3 * tied))
     else:
-        fwd_grads = gradients
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
         if tied:
@@ -560,7 +557,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # head's matmul), though the recomputed layers keep none for their backward: the end
         # of the forward holds all the layers' copies and the low-precision logits (with an
         # earlier micro-batch's gradients, when there is one)
-        out_bytes = h * T * (4 if rt.fp32_stream else D) if last and not bert else 0
+        fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
+        out_bytes = _residual_bytes(rt, D, h, T) if last and not bert else 0
         cands.append((fwd_grads, activations + n_layers * one_copy, D * lg + out_bytes, 0))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
@@ -579,7 +577,13 @@ def _kept_per_layer(rt: RuntimeProfile, full: bool, h: int, T: int, D: int, one_
                     ) -> int:
     """Activation bytes one layer keeps for its backward: everything (``one_layer``), or
     under full recomputation its input alone, the fp32 residual under ``fp32_stream``."""
-    return h * T * (4 if rt.fp32_stream else D) if full else one_layer
+    return _residual_bytes(rt, D, h, T) if full else one_layer
+
+
+def _residual_bytes(rt: RuntimeProfile, D: int, h: int, T: int) -> int:
+    """Bytes of one [tokens, hidden] tensor of the residual stream: fp32 under
+    ``fp32_stream``, else the compute dtype."""
+    return h * T * (4 if rt.fp32_stream else D)
 
 
 def _stage_stream_bytes(rt: RuntimeProfile, D: int, h: int, T: int, final_rmsnorm: bool
@@ -833,8 +837,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             else:
                 head.append((lb + h * Tf * D, vr * h * D))
         if full and one_copy and n_layers:  # the forward's end (see estimate_stage)
-            head.append((D * lg + (h * T * (4 if rt.fp32_stream else D)
-                                   if last and not bert else 0), n_layers * one_copy))
+            head.append((D * lg + (_residual_bytes(rt, D, h, T) if last and not bert else 0),
+                         n_layers * one_copy))
         moments = [(c + held, k) for c, k in layer_bwd] + head
         drop = (n_layers - 1) * per_layer if n_layers else 0
         left = copies - (0 if full else one_copy)
