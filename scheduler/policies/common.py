@@ -4,7 +4,7 @@ list safe to apply one decision at a time."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -110,24 +110,24 @@ class PlanIndex:
     def fastest_of(self, gpu_type: str) -> tuple[Plan, ...]:
         """The plans of ``gpu_type`` in ``by_speed`` order, fastest first; empty if the job
         has none."""
-        by_type = self.lazy.get("fastest_of")
-        if by_type is None:
-            by_type = self.lazy["fastest_of"] = {}
-        got = by_type.get(gpu_type)
-        if got is None:
-            got = by_type[gpu_type] = tuple(p for p in self.by_speed if p.gpu_type == gpu_type)
-        return got
+        return self._per_type("fastest_of", gpu_type, lambda: tuple(
+            p for p in self.by_speed if p.gpu_type == gpu_type))
 
     def cheapest(self, gpu_type: str) -> tuple[Plan, ...]:
         """The plans of ``gpu_type`` by GPU-seconds, cheapest first (ties in ``by_type``
         order); empty if the job has none."""
-        by_cost = self.lazy.get("cheapest")
-        if by_cost is None:
-            by_cost = self.lazy["cheapest"] = {}
-        got = by_cost.get(gpu_type)
+        return self._per_type("cheapest", gpu_type, lambda: tuple(sorted(
+            self.by_type.get(gpu_type, {}).values(), key=lambda p: p.gpu_seconds)))
+
+    def _per_type(self, name: str, gpu_type: str,
+                  build: Callable[[], tuple[Plan, ...]]) -> tuple[Plan, ...]:
+        """``build()`` for ``gpu_type``, made on first use and kept in ``lazy[name]``."""
+        cache = self.lazy.get(name)
+        if cache is None:
+            cache = self.lazy[name] = {}
+        got = cache.get(gpu_type)
         if got is None:
-            got = by_cost[gpu_type] = tuple(sorted(self.by_type.get(gpu_type, {}).values(),
-                                                   key=lambda p: p.gpu_seconds))
+            got = cache[gpu_type] = build()
         return got
 
     def restamp(self, plans: tuple[Plan, ...]) -> PlanIndex:
