@@ -8,7 +8,7 @@ difference and the plans each policy ran them on, and the GPU utilisation per ty
 how docs/validation.md found why ``has`` trails ``sia`` on a workload.
 
     python -m benchmarks.jobdiff sia-philly:1 --cluster hetero-128 [--max-jobs 150]
-        [--policies has,sia] [--jobs 5] [--json]
+        [--policies has,sia] [--jobs 5] [--error none|measured|2x] [--error-seed N] [--json]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from benchmarks.jct import _config
 from orchestrator.clusters import load_cluster
 from scheduler.policy import make_policy
+from simulator.error import ERROR_MODES
 from simulator.metrics import json_ready
 from simulator.replay import PlanCache, SimConfig, job_view, load_workloads, replay
 
@@ -45,10 +46,11 @@ class JobTrace:
         return self.end - self.submit
 
 
-def trace_jobs(workload: str, cluster: str, policy: str, max_jobs: int | None
+def trace_jobs(workload: str, cluster: str, policy: str, max_jobs: int | None,
+               error: str = "none", error_seed: int = 0
                ) -> tuple[dict[str, JobTrace], dict[str, float]]:
-    """Replay ``workload`` on ``cluster`` under ``policy``: each finished job's trace, and the
-    GPU utilisation per type."""
+    """Replay ``workload`` on ``cluster`` under ``policy`` (with the simulator's prediction
+    error mode ``error``): each finished job's trace, and the GPU utilisation per type."""
     state = load_cluster(cluster).state
     cache = PlanCache(state)
     mapped = load_workloads(workload)[0][1]  # ``set:k`` names one file; a set, its first
@@ -68,7 +70,7 @@ def trace_jobs(workload: str, cluster: str, policy: str, max_jobs: int | None
         return out
 
     pol.decide = recording  # type: ignore[method-assign]
-    res = replay(list(views.values()), state, pol, config=_config(policy))
+    res = replay(list(views.values()), state, pol, config=_config(policy, error, error_seed))
     out: dict[str, JobTrace] = {}
     for job_id, rec in res.collector.jobs.items():
         if rec.end is None or rec.first_start is None:
@@ -81,13 +83,16 @@ def trace_jobs(workload: str, cluster: str, policy: str, max_jobs: int | None
     return out, dict(res.metrics.gpu_util)
 
 
-def compare(workload: str, cluster: str, policies: tuple[str, ...], max_jobs: int | None
-            ) -> dict[str, Any]:
-    """Per-model sums and per-type utilisation of each policy on one workload."""
+def compare(workload: str, cluster: str, policies: tuple[str, ...], max_jobs: int | None,
+            error: str = "none", error_seed: int = 0) -> dict[str, Any]:
+    """Per-model sums and per-type utilisation of each policy on one workload. Under a
+    prediction error the bound still reads the predicted fastest plan (what the policies
+    see), not the drawn true time."""
     traces: dict[str, dict[str, JobTrace]] = {}
     util: dict[str, dict[str, float]] = {}
     for p in policies:
-        traces[p], util[p] = trace_jobs(workload, cluster, p, max_jobs)
+        traces[p], util[p] = trace_jobs(workload, cluster, p, max_jobs, error,
+                                          error_seed)
     common = set.intersection(*(set(t) for t in traces.values()))
     launch = SimConfig().launch_delay_s
     models: dict[str, dict[str, Any]] = {}
@@ -105,7 +110,8 @@ def compare(workload: str, cluster: str, policies: tuple[str, ...], max_jobs: in
             m[p]["restarts"] += t.restarts
     a, b = policies[0], policies[-1]
     apart = sorted(common, key=lambda j: traces[b][j].jct_s - traces[a][j].jct_s)
-    return {"workload": workload, "cluster": cluster, "policies": list(policies),
+    return {"workload": workload, "cluster": cluster, "error": error,
+            "policies": list(policies),
             "jobs": len(common), "models": models, "gpu_util": util,
             "traces": traces, "order": apart}
 
@@ -153,13 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="has,sia")
     ap.add_argument("--max-jobs", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=5, help="jobs listed each way (default 5)")
+    ap.add_argument("--error", choices=ERROR_MODES, default="none",
+                    help="prediction error in the simulator (simulator.error)")
+    ap.add_argument("--error-seed", type=int, default=0,
+                    help="seed of the per-job error draws (default 0)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     policies = tuple(p for p in args.policies.split(",") if p)
     if len(policies) < 2:
         ap.error("--policies needs at least two policies")
-    out = compare(args.workload, args.cluster, policies, args.max_jobs)
+    out = compare(args.workload, args.cluster, policies, args.max_jobs, args.error,
+                  args.error_seed)
     print(table(out, args.jobs))
     if args.json:
         print(json.dumps(json_ready({k: v for k, v in out.items()

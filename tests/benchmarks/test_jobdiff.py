@@ -26,3 +26,18 @@ def test_per_model_sums_add_up_and_the_bound_is_below_every_policy() -> None:
             for j in out["order"]]
     assert gaps == sorted(gaps)
     assert "furthest behind" in jobdiff.table(out, 2)
+
+
+@pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
+def test_the_error_seed_picks_the_draw_and_the_same_seed_replays_the_same() -> None:
+    def jcts(seed: int) -> dict[str, float]:
+        traces, _ = jobdiff.trace_jobs("newworkload-30", "phoebe", "has", 6, "measured", seed)
+        return {j: t.jct_s for j, t in traces.items()}
+
+    first = jcts(0)
+    assert jcts(0) == first  # deterministic per seed
+    assert jcts(1) != first  # another seed draws other true step times
+    # without error the same jobs run at their predicted step times, which neither draw is
+    exact = {j: t.jct_s for j, t in jobdiff.trace_jobs("newworkload-30", "phoebe", "has",
+                                                       6)[0].items()}
+    assert exact.keys() == first.keys() and exact != first
