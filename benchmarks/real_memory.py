@@ -122,19 +122,13 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
             f.get("decoder-last-pipeline-num-layers", 0))
         mid = (L - a - b) // (pp - 2) if pp > 2 else 0
         spec["layers_per_stage"] = [a] + [mid] * (pp - 2) + [b]
-    if f.get("account-for-embedding-in-pipeline-split") == "True":
-        total = L + 1 + (f.get("account-for-loss-in-pipeline-split") == "True")
-        if total % pp:
-            return None, "embedding/loss-accounted split does not divide pp", ()
-        per = total // pp
-        stages = [per] * pp
-        stages[0] -= 1
-        stages[-1] -= total - L - 1
-        spec["layers_per_stage"] = stages
+    for what in ("embedding", "loss"):  # Megatron's split rule (predictor.memory_spec)
+        if f.get(f"account-for-{what}-in-pipeline-split") == "True":
+            spec[f"account_for_{what}_in_pipeline_split"] = True
     if spec["global_batch"] is None:
         return None, "global batch unknown", ()
     if spec.get("virtual_stages", 1) > 1 and spec.get("layers_per_stage"):
-        return None, "virtual pipeline with an uneven split (not modelled)", ()
+        return None, "virtual pipeline with decoder-first/last stage layers (not modelled)", ()
     tags = ("megatron-toy",) if toy else ("megatron-7b",)
     return spec, "", tags
 
