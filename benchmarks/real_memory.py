@@ -6,8 +6,8 @@ profile, the stage the figure was read on, and the measured quantity (``tensors`
 ``max_memory_allocated`` / active peaks, ``reserved`` for ``max_memory_reserved``,
 ``device`` for nvidia-smi). Context parallelism is expressed as its per-rank share (s/cp
 tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8, torch.compile,
-chunked or fused-in-backward tricks, CPU activation offload, 8-bit or factored optimizers,
-Megatron-FSDP) are kept with the reason they are skipped. The many
+chunked or fused-in-backward tricks, CPU activation offload, 8-bit or factored optimizers)
+are kept with the reason they are skipped. The many
 near-identical Megatron CI toy rows are deduplicated: rows with the same spec (and, for
 reserved / nvidia-smi figures, the same GPU) become one row whose measured figure is their
 median (the spread is reported).
@@ -84,8 +84,9 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
     f = _flags(r["notes"])
     if "fp8" in r["precision"]:
         return None, "fp8 training (not modelled)", ()
-    if "megatron-fsdp" in r["zero_stage_or_fsdp"]:
-        return None, "Megatron-FSDP (not modelled)", ()
+    fsdp = "megatron-fsdp" in r["zero_stage_or_fsdp"]
+    if fsdp and "optim_grads_params" not in r["zero_stage_or_fsdp"]:
+        return None, "Megatron-FSDP other than optim_grads_params (not modelled)", ()
     L, h = int(r["num_layers"]), int(r["hidden_size"])
     toy = L <= 12 and h <= 512
     model = dict(name=r["model"][:40], family="gpt2", num_layers=L, hidden_size=h,
@@ -110,6 +111,9 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
         spec.update(seq_len=spec["seq_len"] // cp, dp=spec["dp"] * cp,
                     global_batch=spec["global_batch"] * cp)
     options: dict[str, Any] = {}
+    if fsdp:  # Megatron-FSDP's ZeRO-3 (predictor.runtimes: sharding)
+        spec["zero_stage"] = 3
+        options["sharding"] = "megatron_fsdp"
     if options:
         spec["runtime_options"] = options
     pp = spec["pp"]

@@ -214,7 +214,9 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     plus, outside the built-in trainer's emulated ZeRO-3, the gathered running block and
     ``prefetch_layers`` more), fp32 gradients, fp32 master and optimizer states. FSDP2 under
     ZeRO-3: the fp32 shards are the master (no separate copy); the gathered bf16 blocks and
-    the unsharded root (embedding, head) are added. ``pure_low_precision``: everything in
+    the unsharded root (embedding, head) are added. Megatron-FSDP under ZeRO-3: the
+    default's shards plus the gathered units, the unsharded root and one unit's gradient
+    bucket (see the branch). ``pure_low_precision``: everything in
     the compute dtype, no master. ``optimizer_offload``: master and states on the CPU."""
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
@@ -246,6 +248,20 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         gathered = D * ((1 + rt.prefetch_layers) * lay_n if n_layers else 0) + D * e_n
         parameters, gradients = 4 * n_sh + gathered, 4 * n_sh
         optimizer_states = 4 * n_sh * states
+        adam = 4 * max_shard if states == 2 else -1
+    elif rt.sharding == "megatron_fsdp" and zero >= 3:
+        # Megatron-FSDP's optim_grads_params (megatron.core.distributed.fsdp): compute-dtype
+        # weight, fp32 main-weight, main-gradient and optimizer-state shards, as the
+        # distributed optimizer's; its FSDP units (TransformerLayer) gathered while they run
+        # (the running one and prefetch_layers more); the other modules' parameters
+        # (embedding, final norm, output layer) gathered at their forward and not released
+        # before the backward's end; and one unit's unsharded gradient bucket awaiting its
+        # reduce-scatter (an upper bound: it exists during that unit's backward only)
+        g = rt.grad_bytes if mixed else 4
+        units = min(1 + rt.prefetch_layers, n_layers) * lay_n
+        parameters = D * (n_sh + units + e_n)
+        gradients = g * (n_sh + (lay_n if n_layers else 0))
+        optimizer_states = 4 * n_sh * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
     else:
         parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
