@@ -83,7 +83,11 @@ def _base(r: dict[str, str]) -> dict[str, Any]:
 def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
     f = _flags(r["notes"])
     if "fp8" in r["precision"]:
-        return None, "fp8 training (not modelled)", ()
+        return None, ("fp8 training (not modelled: the fp8 copies Transformer Engine keeps of "
+                      "each weight and saved GEMM input, row-wise and, on Hopper but not "
+                      "Blackwell, a column-wise transpose, depend on the GPU and the "
+                      "container's TE version; --tp-comm-overlap's userbuffers are not "
+                      "derivable from the row)"), ()
     fsdp = "megatron-fsdp" in r["zero_stage_or_fsdp"]
     if fsdp and "optim_grads_params" not in r["zero_stage_or_fsdp"]:
         return None, "Megatron-FSDP other than optim_grads_params (not modelled)", ()
