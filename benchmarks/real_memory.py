@@ -6,8 +6,8 @@ profile, the stage the figure was read on, and the measured quantity (``tensors`
 ``max_memory_allocated`` / active peaks, ``reserved`` for ``max_memory_reserved``,
 ``device`` for nvidia-smi). Context parallelism is expressed as its per-rank share (s/cp
 tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8, torch.compile,
-chunked or fused-in-backward tricks, CPU activation offload, 8-bit or factored optimizers,
-Megatron-FSDP) are kept with the reason they are skipped. The many
+chunked or fused-in-backward tricks, CPU activation offload, 8-bit or factored optimizers)
+are kept with the reason they are skipped. The many
 near-identical Megatron CI toy rows are deduplicated: rows with the same spec (and, for
 reserved / nvidia-smi figures, the same GPU) become one row whose measured figure is their
 median (the spread is reported).
@@ -83,9 +83,14 @@ def _base(r: dict[str, str]) -> dict[str, Any]:
 def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
     f = _flags(r["notes"])
     if "fp8" in r["precision"]:
-        return None, "fp8 training (not modelled)", ()
-    if "megatron-fsdp" in r["zero_stage_or_fsdp"]:
-        return None, "Megatron-FSDP (not modelled)", ()
+        return None, ("fp8 training (not modelled: the fp8 copies Transformer Engine keeps of "
+                      "each weight and saved GEMM input, row-wise and, on Hopper but not "
+                      "Blackwell, a column-wise transpose, depend on the GPU and the "
+                      "container's TE version; --tp-comm-overlap's userbuffers are not "
+                      "derivable from the row)"), ()
+    fsdp = "megatron-fsdp" in r["zero_stage_or_fsdp"]
+    if fsdp and "optim_grads_params" not in r["zero_stage_or_fsdp"]:
+        return None, "Megatron-FSDP other than optim_grads_params (not modelled)", ()
     L, h = int(r["num_layers"]), int(r["hidden_size"])
     toy = L <= 12 and h <= 512
     model = dict(name=r["model"][:40], family="gpt2", num_layers=L, hidden_size=h,
@@ -110,6 +115,9 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
         spec.update(seq_len=spec["seq_len"] // cp, dp=spec["dp"] * cp,
                     global_batch=spec["global_batch"] * cp)
     options: dict[str, Any] = {}
+    if fsdp:  # Megatron-FSDP's ZeRO-3 (predictor.runtimes: sharding)
+        spec["zero_stage"] = 3
+        options["sharding"] = "megatron_fsdp"
     if options:
         spec["runtime_options"] = options
     pp = spec["pp"]
@@ -122,19 +130,13 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
             f.get("decoder-last-pipeline-num-layers", 0))
         mid = (L - a - b) // (pp - 2) if pp > 2 else 0
         spec["layers_per_stage"] = [a] + [mid] * (pp - 2) + [b]
-    if f.get("account-for-embedding-in-pipeline-split") == "True":
-        total = L + 1 + (f.get("account-for-loss-in-pipeline-split") == "True")
-        if total % pp:
-            return None, "embedding/loss-accounted split does not divide pp", ()
-        per = total // pp
-        stages = [per] * pp
-        stages[0] -= 1
-        stages[-1] -= total - L - 1
-        spec["layers_per_stage"] = stages
+    for what in ("embedding", "loss"):  # Megatron's split rule (predictor.memory_spec)
+        if f.get(f"account-for-{what}-in-pipeline-split") == "True":
+            spec[f"account_for_{what}_in_pipeline_split"] = True
     if spec["global_batch"] is None:
         return None, "global batch unknown", ()
     if spec.get("virtual_stages", 1) > 1 and spec.get("layers_per_stage"):
-        return None, "virtual pipeline with an uneven split (not modelled)", ()
+        return None, "virtual pipeline with decoder-first/last stage layers (not modelled)", ()
     tags = ("megatron-toy",) if toy else ("megatron-7b",)
     return spec, "", tags
 

@@ -214,7 +214,9 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     plus, outside the built-in trainer's emulated ZeRO-3, the gathered running block and
     ``prefetch_layers`` more), fp32 gradients, fp32 master and optimizer states. FSDP2 under
     ZeRO-3: the fp32 shards are the master (no separate copy); the gathered bf16 blocks and
-    the unsharded root (embedding, head) are added. ``pure_low_precision``: everything in
+    the unsharded root (embedding, head) are added. Megatron-FSDP under ZeRO-3: the
+    default's shards plus the gathered units, the unsharded root and one unit's gradient
+    bucket (see the branch). ``pure_low_precision``: everything in
     the compute dtype, no master. ``optimizer_offload``: master and states on the CPU."""
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
@@ -246,6 +248,20 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         gathered = D * ((1 + rt.prefetch_layers) * lay_n if n_layers else 0) + D * e_n
         parameters, gradients = 4 * n_sh + gathered, 4 * n_sh
         optimizer_states = 4 * n_sh * states
+        adam = 4 * max_shard if states == 2 else -1
+    elif rt.sharding == "megatron_fsdp" and zero >= 3:
+        # Megatron-FSDP's optim_grads_params (megatron.core.distributed.fsdp): compute-dtype
+        # weight, fp32 main-weight, main-gradient and optimizer-state shards, as the
+        # distributed optimizer's; its FSDP units (TransformerLayer) gathered while they run
+        # (the running one and prefetch_layers more); the other modules' parameters
+        # (embedding, final norm, output layer) gathered at their forward and not released
+        # before the backward's end; and one unit's unsharded gradient bucket awaiting its
+        # reduce-scatter (an upper bound: it exists during that unit's backward only)
+        g = rt.grad_bytes if mixed else 4
+        units = min(1 + rt.prefetch_layers, n_layers) * lay_n
+        parameters = D * (n_sh + units + e_n)
+        gradients = g * (n_sh + (lay_n if n_layers else 0))
+        optimizer_states = 4 * n_sh * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
     else:
         parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
@@ -279,6 +295,69 @@ def stage_layer_counts(num_layers: int, pp: int, split: str = "first_heavier"
     base, rem = divmod(num_layers, pp)
     out = [base + (1 if i < rem else 0) for i in range(pp)]
     return tuple(out if split == "first_heavier" else out[::-1])
+
+
+def megatron_chunk_layers(num_layers: int, pp: int, virtual_stages: int = 1, *,
+                          embedding: bool = False, loss: bool = False
+                          ) -> tuple[tuple[int, ...], ...]:
+    """Transformer layers of each virtual chunk of each pipeline stage, as Megatron builds
+    them (``megatron.core.transformer.transformer_block.get_num_layers_to_build``) under
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``:
+    the embedding and the loss each count as one layer, the ``num_layers`` (+1, +1) are split
+    evenly over the ``pp`` stages and each stage's share evenly over its ``virtual_stages``
+    chunks, then the first chunk of the first stage builds one transformer layer fewer
+    (embedding) and the last chunk of the last stage one fewer (loss).
+
+    ``ValueError`` (with what would fit) where Megatron's assertions fail: the accounted
+    layers must divide by ``pp``, each stage's share by ``virtual_stages``, and the first
+    and last chunks must keep at least zero layers."""
+    total = num_layers + int(embedding) + int(loss)
+    if total % pp:
+        fits = [d for d in range(1, total + 1) if total % d == 0]
+        raise ValueError(f"num_layers {num_layers} + {total - num_layers} accounted = {total} "
+                         f"does not divide by pp={pp}; pp of {fits} would")
+    per_stage = total // pp
+    if per_stage % virtual_stages:
+        fits = [d for d in range(1, per_stage + 1) if per_stage % d == 0]
+        raise ValueError(f"{per_stage} layers per stage do not divide into virtual_stages="
+                         f"{virtual_stages} chunks; virtual_stages of {fits} would")
+    per = per_stage // virtual_stages
+    out = [[per] * virtual_stages for _ in range(pp)]
+    out[0][0] -= int(embedding)
+    out[-1][-1] -= int(loss)
+    if min(out[0][0], out[-1][-1]) < 0:
+        raise ValueError(f"{per} layer(s) per chunk leave none for the embedding / loss "
+                         "chunk; fewer stages or virtual stages would fit")
+    return tuple(tuple(c) for c in out)
+
+
+def interleaved_layers_in_flight(chunk_layers: Sequence[int], pp: int, stage: int,
+                                 micro_batches: int) -> int:
+    """The most transformer layers' activations stage ``stage`` holds at once under
+    Megatron's interleaved 1F1B schedule (``forward_backward_pipelining_with_interleaving``)
+    when its virtual chunks hold ``chunk_layers`` layers each, over ``micro_batches``
+    micro-batches. Replays the schedule: the virtual micro-batches run in groups of ``pp``
+    micro-batches per chunk (``get_schedule_table`` with the default
+    ``microbatch_group_size_per_vp_stage`` = pp), the backward visits the chunks in reverse;
+    the stage runs ``2·(pp − stage − 1) + (v − 1)·pp`` warm-up forwards (all when that
+    reaches ``m·v``), then one forward and one backward at a time. With equal chunks this is
+    the ``min(m·v, warm-up + 1)`` chunks ``estimate_stage`` counts."""
+    v, m = len(chunk_layers), max(1, micro_batches)
+    table = []
+    for lo in range(0, m, pp):
+        hi = m if lo + pp >= m else lo + pp
+        table += [c for c in range(v) for _ in range(lo, hi)]
+    total = m * v
+    warmup = min(total, 2 * (pp - stage - 1) + (v - 1) * pp)
+    live = peak = 0
+    for k in range(warmup):
+        live += chunk_layers[table[k]]
+        peak = max(peak, live)
+    for k in range(total - warmup):
+        live += chunk_layers[table[warmup + k]]
+        peak = max(peak, live)
+        live -= chunk_layers[v - 1 - table[k]]
+    return peak
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,15 +475,18 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
 
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
                    gpu: GpuType | None = None, *, runtime: RuntimeProfile = REFERENCE,
-                   layers: Sequence[int] | None = None, virtual_stages: int = 1
-                   ) -> MemoryBreakdown:
+                   layers: Sequence[int] | None = None, virtual_stages: int = 1,
+                   chunks: Sequence[Sequence[int]] | None = None) -> MemoryBreakdown:
     """Peak tensor memory of one rank of pipeline stage ``stage`` under ``runtime``.
 
     ``layers`` (layers per stage, summing to the model's) overrides the runtime's split;
     ``virtual_stages`` > 1 is Megatron's interleaved schedule (each stage holds that many
     chunks of ``layers[stage] / virtual_stages`` layers; stage i keeps
     ``2·(pp − i − 1) + (v − 1)·pp + 1`` chunks of micro-batches in flight, at most all
-    ``m·v``). ``gpu`` is accepted for callers that predate ``predictor.overhead``: it sets
+    ``m·v``). ``chunks`` (per stage, the layers of each of its ``virtual_stages`` chunks,
+    e.g. ``megatron_chunk_layers``) gives uneven chunks: the stage holds their sums, and the
+    layers in flight are replayed from the schedule (``interleaved_layers_in_flight``).
+    ``gpu`` is accepted for callers that predate ``predictor.overhead``: it sets
     ``overhead`` to the GPU's CUDA context; the calibrated non-tensor figures come from
     ``predictor.overhead.device_memory``.
 
@@ -421,6 +503,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     swiglu, rmsnorm, bert, _, learned = traits
 
     # static state: one layer's tensors counted once, times the stage's layers
+    if chunks is not None:
+        layers = [sum(c) for c in chunks]
     if layers is None:
         if rt.stage_split == "first_heavier":
             base, rem = divmod(m.num_layers, pp)
@@ -461,7 +545,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     m_total = max(1, train.global_batch // (dp * b))
     in_flight = min(m_total, pp - stage)
     activations = in_flight * (mb + n_layers * per_layer)
-    if virtual_stages > 1 and pp > 1:
+    if virtual_stages > 1 and pp > 1 and chunks is not None:
+        kept = interleaved_layers_in_flight(tuple(chunks[stage]), pp, stage, m_total)
+        activations = in_flight * mb + kept * per_layer
+    elif virtual_stages > 1 and pp > 1:
         v = virtual_stages
         chunks = min(m_total * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1)
         activations = in_flight * mb + chunks * (n_layers // v) * per_layer
@@ -1005,17 +1092,19 @@ def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool, tp: int = 1) ->
 def estimate_memory(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
                     gpu: GpuType | None = None, *, runtime: RuntimeProfile = REFERENCE,
                     layers: Sequence[int] | None = None, virtual_stages: int = 1,
-                    stages: Sequence[int] | None = None) -> MemoryBreakdown:
+                    stages: Sequence[int] | None = None,
+                    chunks: Sequence[Sequence[int]] | None = None) -> MemoryBreakdown:
     """Per-GPU tensor peak of the worst pipeline stage under ``runtime`` (the first and the
     last are the candidates: a middle stage has the first's layers with fewer micro-batches
     in flight and no embedding; with explicit ``layers`` every stage is). ``stages`` limits
     the candidates (e.g. ``(pp - 1,)`` for a measurement taken on the last rank)."""
     if stages is None:
-        stages = range(par.pp) if layers is not None else _candidate_stages(par.pp)
+        explicit = layers is not None or chunks is not None
+        stages = range(par.pp) if explicit else _candidate_stages(par.pp)
     best = None
     for st in stages:
         cur = estimate_stage(model, train, par, st, gpu, runtime=runtime, layers=layers,
-                             virtual_stages=virtual_stages)
+                             virtual_stages=virtual_stages, chunks=chunks)
         if best is None or cur.tensors > best.tensors:
             best = cur
     assert best is not None

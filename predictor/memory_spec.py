@@ -15,7 +15,7 @@ from typing import Any
 
 from predictor.errors import SpecError
 from predictor.gpus import GpuType, get_gpu
-from predictor.memory import MemoryBreakdown, estimate_memory
+from predictor.memory import MemoryBreakdown, estimate_memory, megatron_chunk_layers
 from predictor.overhead import NON_TENSOR, NonTensorModel
 from predictor.runtimes import DEFAULT_RUNTIME, EXECUTION_FIELDS, RuntimeProfile, get_runtime
 from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
@@ -28,9 +28,14 @@ PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage",
                "sequence_parallel", "flash_attention")
 RUNTIME_OPTIONS = tuple(f.name for f in fields(RuntimeProfile)
                         if f.name not in ("name", "description", *EXECUTION_FIELDS))
+SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split",
+                "account_for_loss_in_pipeline_split")
+"""Megatron's ``--account-for-{embedding,loss}-in-pipeline-split``: the embedding / the loss
+counts as a layer when the layers are split over the stages and virtual chunks
+(``predictor.memory.megatron_chunk_layers``)."""
 SPEC_FIELDS = ("model", "hf_config", *TRAIN_FIELDS, *PLAN_FIELDS, "dropout", "activation",
                "layers_per_stage", "virtual_stages", "runtime", "runtime_options", "gpu",
-               "stage")
+               "stage", *SPLIT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,7 @@ class MemoryRequest:
     layers: tuple[int, ...] | None = None
     virtual_stages: int = 1
     stage: str | int = "worst"  # "worst", "first", "last" or a stage index
+    chunks: tuple[tuple[int, ...], ...] | None = None  # per stage, layers per virtual chunk
 
 
 def _unknown(where: str, key: str, allowed: tuple[str, ...]) -> SpecError:
@@ -114,7 +120,8 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
         sequence_parallel=bool(plan.get("sequence_parallel", False)))
     train.check_against(model)
     par = ParallelConfig(**plan)
-    par.check(model, train)
+    par.check(model, train, explicit_split=spec.get("layers_per_stage") is not None
+              or any(spec.get(k) is True for k in SPLIT_FIELDS))
 
     runtime = get_runtime(spec.get("runtime", DEFAULT_RUNTIME))
     options = spec.get("runtime_options") or {}
@@ -131,8 +138,14 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
     if options:
         runtime = runtime.with_overrides(**options)
 
+    vstages = spec.get("virtual_stages", 1)
+    if isinstance(vstages, bool) or not isinstance(vstages, int) or vstages < 1:
+        raise SpecError("virtual_stages", f"a positive integer, got {vstages!r}")
     layers = spec.get("layers_per_stage")
-    if layers is not None:
+    chunks = _chunk_layers(spec, model, par.pp, vstages)
+    if chunks is not None:
+        layers = None
+    elif layers is not None:
         if (not isinstance(layers, list) or len(layers) != par.pp
                 or not all(isinstance(n, int) and n >= 0 for n in layers)
                 or sum(layers) != model.num_layers):
@@ -140,10 +153,7 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
                             f"a list of pp={par.pp} layer counts summing to "
                             f"num_layers={model.num_layers}, got {layers!r}")
         layers = tuple(layers)
-    vstages = spec.get("virtual_stages", 1)
-    if isinstance(vstages, bool) or not isinstance(vstages, int) or vstages < 1:
-        raise SpecError("virtual_stages", f"a positive integer, got {vstages!r}")
-    if vstages > 1:
+    if vstages > 1 and chunks is None:
         per = layers or (model.num_layers // par.pp,) * par.pp
         if any(n % vstages for n in per):
             raise SpecError("virtual_stages",
@@ -154,7 +164,45 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
         raise SpecError("stage", f"worst, first, last or a stage index below pp={par.pp}, "
                         f"got {stage!r}")
     gpu = get_gpu(spec["gpu"]) if spec.get("gpu") else None
-    return MemoryRequest(model, train, par, runtime, gpu, layers, vstages, stage)
+    return MemoryRequest(model, train, par, runtime, gpu, layers, vstages, stage, chunks)
+
+
+def _chunk_layers(spec: dict[str, Any], model: ModelSpec, pp: int, vstages: int
+                  ) -> tuple[tuple[int, ...], ...] | None:
+    """The layers of each virtual chunk of each stage where a spec gives uneven chunks:
+    ``layers_per_stage`` as pp lists of ``virtual_stages`` counts, or Megatron's
+    embedding / loss accounting (``SPLIT_FIELDS``); None for the plain forms."""
+    flags = {}
+    for key in SPLIT_FIELDS:
+        value = spec.get(key, False)
+        if not isinstance(value, bool):
+            raise SpecError(key, f"true or false, got {value!r}")
+        flags[key] = value
+    layers = spec.get("layers_per_stage")
+    nested = isinstance(layers, list) and any(isinstance(n, list) for n in layers)
+    if any(flags.values()):
+        if layers is not None:
+            raise SpecError(SPLIT_FIELDS[0] if flags[SPLIT_FIELDS[0]] else SPLIT_FIELDS[1],
+                            "derives the split itself; give it or layers_per_stage, not both")
+        try:
+            return megatron_chunk_layers(model.num_layers, pp, vstages,
+                                         embedding=flags[SPLIT_FIELDS[0]],
+                                         loss=flags[SPLIT_FIELDS[1]])
+        except ValueError as exc:
+            field = SPLIT_FIELDS[0] if flags[SPLIT_FIELDS[0]] else SPLIT_FIELDS[1]
+            raise SpecError(field, str(exc)) from None
+    if not nested:
+        return None
+    if (len(layers) != pp or vstages < 2
+            or not all(isinstance(c, list) and len(c) == vstages for c in layers)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                       for c in layers for n in c)
+            or sum(map(sum, layers)) != model.num_layers):
+        raise SpecError("layers_per_stage",
+                        f"per virtual chunk: pp={pp} lists of virtual_stages={vstages} layer "
+                        f"counts (virtual_stages > 1) summing to num_layers="
+                        f"{model.num_layers}, got {layers!r}")
+    return tuple(tuple(c) for c in layers)
 
 
 def estimate_request(req: MemoryRequest, non_tensor: NonTensorModel = NON_TENSOR
@@ -164,7 +212,8 @@ def estimate_request(req: MemoryRequest, non_tensor: NonTensorModel = NON_TENSOR
     stages = {"first": (0,), "last": (pp - 1,)}.get(req.stage) if isinstance(req.stage, str) \
         else (req.stage,)
     mem = estimate_memory(req.model, req.train, req.par, runtime=req.runtime,
-                          layers=req.layers, virtual_stages=req.virtual_stages, stages=stages)
+                          layers=req.layers, virtual_stages=req.virtual_stages, stages=stages,
+                          chunks=req.chunks)
     return non_tensor.fill(mem, req.gpu, req.par.num_gpus)
 
 

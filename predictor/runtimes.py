@@ -27,7 +27,12 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 * sharding: ``zero`` (DeepSpeed / Megatron distributed optimizer: bf16 parameters plus fp32
   master shard), or ``fsdp2`` (fp32 sharded parameters are the master; the bf16 unsharded
   copy lives only while a block runs — the current and the prefetched block — and the root
-  module (embedding, final norm, head) stays unsharded through forward and backward).
+  module (embedding, final norm, head) stays unsharded through forward and backward), or
+  ``megatron_fsdp`` (Megatron-FSDP's ``optim_grads_params``, ``--use-megatron-fsdp``: the
+  ``zero`` shards of bf16 weights, fp32 main weights, main gradients and states; each
+  ``TransformerLayer`` unit gathered while it runs, with the prefetched one; the modules
+  outside the units (embedding, final norm, head) gathered from their forward to the end of
+  the backward; one unit's unsharded fp32 gradient bucket before its reduce-scatter).
 * ``ddp_grad_buckets``: torch DDP (``gradient_as_bucket_view=False``, its default) keeps its
   flat all-reduce buckets beside ``param.grad``: a second copy of the gradients when dp > 1
   without ZeRO (Hugging Face Trainer and Lightning multi-GPU runs).
@@ -117,7 +122,7 @@ from typing import Any
 from predictor.errors import SpecError
 
 STAGE_SPLITS = ("first_heavier", "even", "last_lighter")
-SHARDING = ("zero", "fsdp2")
+SHARDING = ("zero", "fsdp2", "megatron_fsdp")
 ZERO_STAGES = (0, 1, 2, 3)
 EXECUTION_FIELDS = ("max_pp", "zero_stages")
 """Fields that say which plans a runtime runs, not what they cost: not per-job overrides (a
@@ -136,7 +141,7 @@ class RuntimeProfile:
     logits_bwd_bytes: int = 2  # bytes per logit element at the output layer's backward
     vocab_pad: int = 1  # the vocabulary is padded to a multiple of vocab_pad·tp
     stage_split: str = "first_heavier"  # how layers that do not divide pp are spread
-    sharding: str = "zero"  # "zero" (ZeRO / distributed optimizer) or "fsdp2"
+    sharding: str = "zero"  # "zero" (ZeRO / distributed optimizer), "fsdp2", "megatron_fsdp"
     prefetch_layers: int = 1  # ZeRO-3 / FSDP2: gathered blocks beyond the one running
     pure_low_precision: bool = False  # weights, grads, optimizer states in the compute dtype
     optimizer_offload: bool = False  # fp32 master weights and optimizer states on the CPU

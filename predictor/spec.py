@@ -571,8 +571,10 @@ class ParallelConfig:
         """Micro-batches per replica per optimizer step (gradient-accumulation count)."""
         return global_batch // (self.dp * self.micro_batch)
 
-    def check(self, model: ModelSpec, train: TrainingSpec) -> None:
-        """Raise ``SpecError`` unless this plan can run ``model`` with ``train``."""
+    def check(self, model: ModelSpec, train: TrainingSpec, *, explicit_split: bool = False
+              ) -> None:
+        """Raise ``SpecError`` unless this plan can run ``model`` with ``train``
+        (``explicit_split``: the layers per stage are given, so pp need not divide them)."""
         if model.num_heads % self.tp:
             raise SpecError("tp", f"{self.tp} does not divide num_heads={model.num_heads}")
         if model.num_kv_heads % self.tp and self.tp % model.num_kv_heads:
@@ -583,7 +585,7 @@ class ParallelConfig:
             raise SpecError(
                 "tp", f"{self.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}"
             )
-        if model.num_layers % self.pp:
+        if model.num_layers % self.pp and not explicit_split:
             raise SpecError("pp", f"{self.pp} does not divide num_layers={model.num_layers}")
         if train.global_batch % (self.dp * self.micro_batch):
             raise SpecError(
