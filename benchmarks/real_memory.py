@@ -166,8 +166,14 @@ def _torchtune(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str
         options["optimizer_in_backward"] = True
     if "act_offload" in on:
         options["activation_offload"] = True
-    if "adamw8bit" in on:  # the recipe default at that commit (SOURCE.md, inferred)
-        spec["optimizer"] = "paged_adamw8bit"
+    if "adamw8bit" in on:
+        # The README says "8-bit AdamW"; SOURCE.md infers the recipe default
+        # PagedAdamW8bit. Paged states are outside PyTorch's allocator (bitsandbytes
+        # ``get_paged``: a CPU tensor over cudaMallocManaged memory), so the active peak
+        # could not then exceed the previous row's less its 12 GiB of AdamW states (about
+        # 10 GiB); it reads 17.6. Read as a non-paged 8-bit AdamW (bitsandbytes AdamW8bit;
+        # torchao's AdamW8bit keeps the same 2 bytes per parameter): docs/memory_accuracy.md
+        spec["optimizer"] = "adamw8bit"
     if options:
         spec["runtime_options"] = options
     tags = ("flags",) if flag != "packed" else ()
