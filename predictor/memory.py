@@ -21,7 +21,10 @@ Static (per parameter element n, its ZeRO shard n/dp):
   parameters D·n (n/dp under ZeRO-3); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
   fp32 master weights 4·n/dp_1 (mixed only) and optimizer states 8 (Adam m, v) or 4 (SGD
   momentum) per element of the shard (n/dp under ZeRO >= 1). Mixed Adam = 2+4+4+8 = 18 B,
-  fp32 Adam = 4+4+8 = 16 B (Megatron's figures).
+  fp32 Adam = 4+4+8 = 16 B (Megatron's figures). bitsandbytes 8-bit Adam keeps 2 bytes
+  (plus a block absmax; fp32 below 4096 elements), its paged variants most of them in CUDA
+  unified memory (the device figure only), transformers' Adafactor a row and a column per
+  matrix (``_optimizer_states``).
 
 Activations kept for backward per layer and micro-batch (bytes; Korthikanti et al. 2022
 structure, without dropout — their 34·s·b·h + 5·a·s²·b has three dropout masks and the
