@@ -194,3 +194,19 @@ def test_the_split_form_refuses_flags_it_does_not_price() -> None:
     for flag in ("compiled", "optimizer_in_backward", "activation_offload"):
         with pytest.raises(ValueError, match=flag):
             static_terms(LLAMA, train, 1, 1, 1, 0, TORCHTUNE.with_overrides(**{flag: True}))
+
+
+@pytest.mark.parametrize("runtime", ["hf-trainer", "torchtune", "deepspeed", "fsdp2",
+                                     "megatron"])
+def test_the_planner_prices_the_new_optimizers_as_estimate_memory_does(runtime: str) -> None:
+    from predictor.memory import peak_tensors
+    from predictor.runtimes import get_runtime
+
+    rt = get_runtime(runtime)
+    for opt in ("adam8bit", "paged_adamw8bit", "adafactor"):
+        for zero in (0, 1, 2, 3):
+            for s, mb in ((1, 1), (64, 2)):
+                train = TrainingSpec(global_batch=4, seq_len=s, optimizer=opt)
+                par = ParallelConfig(dp=2, micro_batch=mb, zero_stage=zero)
+                assert peak_tensors(LLAMA, train, par, rt) == estimate_memory(
+                    LLAMA, train, par, runtime=rt).tensors, (opt, zero, s)
