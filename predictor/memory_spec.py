@@ -181,6 +181,10 @@ def _check_memory_flags(rt: RuntimeProfile, model: ModelSpec, train: TrainingSpe
         if par.recompute is Recompute.SELECTIVE:
             raise SpecError(f"{where}compiled", "recompute none or full (torchtune's "
                             "activation checkpointing), not selective")
+    if rt.optimizer_in_backward and rt.grads_set_to_none:
+        raise SpecError(f"{where}optimizer_in_backward",
+                        f"not priced with runtime {rt.name}'s step-by-step gradient moments "
+                        "(grads_set_to_none); name torchtune or hf-trainer")
     if rt.optimizer_in_backward and par.micro_batches(train.global_batch) > 1:
         raise SpecError(f"{where}optimizer_in_backward",
                         "needs one micro-batch per step (gradient accumulation 1): set "

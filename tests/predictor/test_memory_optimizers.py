@@ -185,6 +185,9 @@ def test_flags_outside_their_derivation_name_the_field() -> None:
                        "runtime": "torchtune", "runtime_options": {"compiled": True}})
     assert err.value.field == "runtime_options.compiled" and "llama" in str(err.value)
     with pytest.raises(SpecError) as err:
+        memory_report(_spec(runtime="frenzy", runtime_options={"optimizer_in_backward": True}))
+    assert err.value.field == "runtime_options.optimizer_in_backward"
+    with pytest.raises(SpecError) as err:
         memory_report(_spec(optimizer="lion"))
     assert err.value.field == "optimizer" and "adafactor" in str(err.value)
 
