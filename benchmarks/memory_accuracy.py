@@ -248,6 +248,11 @@ def real_section(directory: Any = None) -> tuple[dict[str, Any], list[dict[str, 
     summ["under_5pct_after_margin"] = sum(r["err_after_margin_pct"] < -5.0 for r in out_rows)
     summ["fit_margin"] = FIT_MARGIN
     summ["margin_all_rows"] = real_memory.margin_from(preds)
+    summ["margin_all_rows_incl_flags"] = real_memory.margin_from(preds, calibrated_only=False)
+    flag = real_memory.UNCALIBRATED
+    summ["flags"] = real_memory.stats([r["err_pct"] for r in out_rows if flag in r["tags"]])
+    summ["without_flags"] = real_memory.stats(
+        [r["err_pct"] for r in out_rows if flag not in r["tags"]])
     summ["under_5pct_after_fit_margin"] = sum(
         r["err_after_fit_margin_pct"] < -5.0 for r in out_rows)
     skipped: dict[str, int] = {}

@@ -5,9 +5,12 @@ Each CSV row becomes one spec object (``predictor.memory_spec``) with the row's 
 profile, the stage the figure was read on, and the measured quantity (``tensors`` for
 ``max_memory_allocated`` / active peaks, ``reserved`` for ``max_memory_reserved``,
 ``device`` for nvidia-smi). Context parallelism is expressed as its per-rank share (s/cp
-tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8, torch.compile,
-chunked or fused-in-backward tricks, CPU activation offload, 8-bit or factored optimizers)
-are kept with the reason they are skipped. The many
+tokens, optimizer shards over dp·cp). Rows the model cannot express (fp8) are kept with the
+reason they are skipped. Rows that use a memory technique priced from its library's code but
+never calibrated (8-bit and factored optimizers, torchtune's compile / chunked loss /
+optimizer-in-backward / activation offload) carry the tag ``flags``: they are predicted and
+graded like every other row, but no fitted constant (the allocator slack, the planner's
+margin) is taken from them. The many
 near-identical Megatron CI toy rows are deduplicated: rows with the same spec (and, for
 reserved / nvidia-smi figures, the same GPU) become one row whose measured figure is their
 median (the spread is reported).
@@ -141,30 +144,58 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
     return spec, "", tags
 
 
+TORCHTUNE_FLAGS = ("packed", "compile", "chunked_ce", "act_ckpt", "opt_in_bwd", "act_offload",
+                   "adamw8bit")
+"""The README's "Optimization flags" rows, cumulative top to bottom (SOURCE.md)."""
+
+
 def _torchtune(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
-    if not r["source_id"].endswith(":packed"):
-        return None, "torch.compile / chunked CE / optimizer-in-backward / offload " \
-                     "(cumulative README flags, not modelled)", ()
+    flag = r["source_id"].rsplit(":", 1)[1]
+    on = set(TORCHTUNE_FLAGS[:TORCHTUNE_FLAGS.index(flag) + 1])
     spec = _base(r)
     spec.update(model=dict(name="llama-3.2-3b", family="llama", num_layers=28, hidden_size=3072,
                            num_heads=24, num_kv_heads=8, ffn_hidden_size=8192,
                            vocab_size=128256, max_seq_len=4096, tie_embeddings=True),
-                precision="bf16", optimizer="adamw", runtime="torchtune", recompute="none",
+                precision="bf16", optimizer="adamw", runtime="torchtune",
+                recompute="full" if r["recompute"].startswith("full") else "none",
                 flash_attention=True, zero_stage=0, stage="last")
-    return spec, "", ()
+    options: dict[str, Any] = {}
+    if "compile" in on:
+        options["compiled"] = True
+    if "chunked_ce" in on:
+        options["loss_chunks"] = 8  # CEWithChunkedOutputLoss(num_output_chunks=8)
+    if "opt_in_bwd" in on:
+        options["optimizer_in_backward"] = True
+    if "act_offload" in on:
+        options["activation_offload"] = True
+    if "adamw8bit" in on:
+        # The README says "8-bit AdamW"; SOURCE.md infers the recipe default
+        # PagedAdamW8bit. Paged states are outside PyTorch's allocator (bitsandbytes
+        # ``get_paged``: a CPU tensor over cudaMallocManaged memory), so the active peak
+        # could not then exceed the previous row's less its 12 GiB of AdamW states (about
+        # 10 GiB); it reads 17.6. Read as a non-paged 8-bit AdamW (bitsandbytes AdamW8bit;
+        # torchao's AdamW8bit keeps the same 2 bytes per parameter): docs/memory_accuracy.md
+        spec["optimizer"] = "adamw8bit"
+    if options:
+        spec["runtime_options"] = options
+    tags = ("flags",) if flag != "packed" else ()
+    return spec, "", tags
 
 
 def _hf_docs(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
-    if "Adafactor" in r["optimizer"] or "8bit" in r["optimizer"]:
-        return None, "Adafactor / 8-bit Adam (not modelled)", ()
+    optimizer, tags = "adamw", ()
+    if "Adafactor" in r["optimizer"]:  # transformers Adafactor, as the Trainer builds it
+        optimizer, tags = "adafactor", ("flags",)
+    elif "Adam8bit" in r["optimizer"]:  # bitsandbytes.optim.Adam8bit (not paged)
+        optimizer, tags = "adam8bit", ("flags",)
     spec = _base(r)
     spec.update(model="bert-large", precision="fp32" if r["precision"] == "fp32" else "fp16",
-                optimizer="adamw", runtime="hf-trainer",
+                optimizer=optimizer, runtime="hf-trainer",
                 recompute="full" if r["recompute"].startswith("full") else "none",
                 flash_attention=False, zero_stage=0, stage="last",
                 runtime_options={"classification_head": True,
                                  "optimizer_foreach": False})  # adamw_hf: a per-tensor loop
-    return spec, "", ()
+    return spec, "", tags
 
 
 def _ms_swift(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
@@ -252,6 +283,9 @@ def load_rows(directory: Path | None = None) -> list[RealRow]:
 
 
 # -- calibration and leave-one-source-out evaluation -------------------------------------
+UNCALIBRATED = "flags"
+"""The tag of rows that fit no constant (see the module docstring)."""
+
 QUANTILE = 0.95
 """The planner's margin covers this share of held-out under-predictions (``margin_from``)."""
 
@@ -278,13 +312,14 @@ def _parts(row: RealRow, base: NonTensorModel) -> tuple[int, int, int]:
 
 
 def fit_slack(rows: list[RealRow], base: NonTensorModel) -> float:
-    """The allocator-slack fraction: the median over the reserved / nvidia-smi rows of
+    """The allocator-slack fraction: the median over the reserved / nvidia-smi rows (not
+    tagged ``UNCALIBRATED``) of
     (measured − tensors − outside) / tensors (outside: the context and NCCL, nvidia-smi
     rows only); 0 without such rows. The median (not a
     least-squares fit) keeps one fragmented outlier from setting it."""
     ratios = []
     for row in rows:
-        if row.quantity == "tensors":
+        if row.quantity == "tensors" or UNCALIBRATED in row.tags:
             continue
         tensors, outside, _ = _parts(row, base)
         if row.quantity == "reserved":
@@ -312,11 +347,14 @@ def leave_one_source_out(rows: list[RealRow], base: NonTensorModel = NON_TENSOR
     return out
 
 
-def margin_from(preds: list[Prediction], quantile: float = QUANTILE) -> float:
+def margin_from(preds: list[Prediction], quantile: float = QUANTILE,
+                calibrated_only: bool = True) -> float:
     """The fraction of a GPU to keep free so that ``quantile`` of the rows fit: the
     quantile of 1 − predicted/measured (0 when every row is over-predicted), rounded up to
-    a whole per cent."""
-    need = sorted(max(0.0, 1.0 - p.predicted / p.row.measured_bytes) for p in preds)
+    a whole per cent; over the rows not tagged ``UNCALIBRATED`` unless ``calibrated_only``
+    is false."""
+    need = sorted(max(0.0, 1.0 - p.predicted / p.row.measured_bytes) for p in preds
+                  if not calibrated_only or UNCALIBRATED not in p.row.tags)
     if not need:
         return 0.0
     k = min(len(need) - 1, int(quantile * len(need)))

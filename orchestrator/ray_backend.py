@@ -529,6 +529,8 @@ class RayBackend:
         else:  # the built-in trainer: refuse what it would not run as priced (no silent
             # fallback to an unsharded optimizer that needs far more memory than predicted)
             why = FRENZY.unsupported(par.pp, par.zero_stage)
+            if why is None and job.train is not None:
+                why = FRENZY.unsupported_optimizer(job.train.optimizer.value)
             if why is not None:
                 raise ValueError(f"the built-in trainer cannot run this plan: {why}, or give "
                                  "an entrypoint")

@@ -21,7 +21,10 @@ Static (per parameter element n, its ZeRO shard n/dp):
   parameters D·n (n/dp under ZeRO-3); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
   fp32 master weights 4·n/dp_1 (mixed only) and optimizer states 8 (Adam m, v) or 4 (SGD
   momentum) per element of the shard (n/dp under ZeRO >= 1). Mixed Adam = 2+4+4+8 = 18 B,
-  fp32 Adam = 4+4+8 = 16 B (Megatron's figures).
+  fp32 Adam = 4+4+8 = 16 B (Megatron's figures). bitsandbytes 8-bit Adam keeps 2 bytes
+  (plus a block absmax; fp32 below 4096 elements), its paged variants most of them in CUDA
+  unified memory (the device figure only), transformers' Adafactor a row and a column per
+  matrix (``_optimizer_states``).
 
 Activations kept for backward per layer and micro-batch (bytes; Korthikanti et al. 2022
 structure, without dropout — their 34·s·b·h + 5·a·s²·b has three dropout masks and the
@@ -56,7 +59,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from predictor.gpus import GpuType
 from predictor.runtimes import REFERENCE, RuntimeProfile
@@ -85,11 +88,14 @@ class MemoryBreakdown:
     stage: int = 0  # the pipeline stage these figures belong to
     slack: int = 0  # caching-allocator reserve beyond the tensors (reserved - allocated)
     workspace: int = 0  # cuBLAS / cuBLASLt workspaces taken from the caching allocator (GPU)
+    paged: int = 0  # paged optimizer states in CUDA unified memory (outside the allocator)
 
     @property
     def total(self) -> int:
-        """The device figure (what nvidia-smi shows): tensors + slack + overhead."""
-        return self.tensors + self.slack + self.overhead
+        """The device figure (what nvidia-smi shows): tensors + slack + overhead, and paged
+        optimizer states (resident while the device has room; evicted to the host, not an
+        out-of-memory error, when it has not)."""
+        return self.tensors + self.slack + self.overhead + self.paged
 
     @property
     def reserved(self) -> int:
@@ -108,6 +114,8 @@ class MemoryBreakdown:
 
     def as_dict(self) -> dict[str, int]:
         d = asdict(self)
+        if not self.paged:  # only paged 8-bit optimizers have it: other plans read as before
+            del d["paged"]
         d["tensors"] = self.tensors
         d["reserved"] = self.reserved
         d["total"] = self.total
@@ -187,6 +195,131 @@ def _edge_param_numels(m: ModelSpec, tp: int, pp: int, stage: int, vocab: int = 
     return out
 
 
+def _layer_param_shapes(m: ModelSpec, tp: int) -> list[tuple[int, ...]]:
+    """Shapes of one layer's parameter tensors on one tp rank, in ``_layer_param_numels``'
+    order (a linear weight is (out, in); biases and norms are vectors)."""
+    h, d = m.hidden_size, m.head_dim
+    q = m.num_heads // tp * d
+    k = kv_heads_per_rank(m, tp) * d
+    f = m.ffn_hidden_size // tp
+    out: list[tuple[int, ...]] = [(q, h), (k, h), (k, h), (h, q)]
+    if m.qkv_bias:
+        out += [(q,), (k,), (k,)]
+    if m.linear_bias:
+        out += [(h,)]
+    out += [(f, h), (h, f)]
+    if m.swiglu:
+        out += [(f, h)]
+    if m.linear_bias:
+        out += [(f,), (h,)]
+    norm: list[tuple[int, ...]] = [(h,)] if m.rmsnorm else [(h,), (h,)]
+    if m.qk_norm:
+        return out + norm + norm + [(d,), (d,)]
+    return out + norm + norm
+
+
+def _edge_param_shapes(m: ModelSpec, tp: int, pp: int, stage: int, vocab: int = 0
+                       ) -> list[tuple[int, ...]]:
+    """Shapes of ``_edge_param_numels``' tensors, in its order."""
+    h = m.hidden_size
+    vr = _cdiv(vocab or m.vocab_size, tp)
+    first, last = stage == 0, stage == pp - 1
+    bert = m.family is Family.BERT
+    out: list[tuple[int, ...]] = []
+    if first:
+        out.append((vr, h))
+        if m.learned_positions:
+            out.append((m.max_seq_len, h))
+        if bert:
+            if m.type_vocab_size:
+                out.append((m.type_vocab_size, h))
+            out += [(h,), (h,)]
+    if last:
+        if bert:
+            out += [(h, h), (h,), (h,), (h,), (vr,)]
+        else:
+            out += [(h,)] if m.rmsnorm else [(h,), (h,)]
+        if not ((m.tie_embeddings or bert) and first):
+            out.append((vr, h))
+    return out
+
+
+BNB_MIN_8BIT_SIZE = 4096
+"""bitsandbytes keeps 32-bit (fp32) states for tensors of fewer elements
+(``Optimizer2State.init_state``: ``min_8bit_size`` default)."""
+BNB_BLOCK = 2048
+"""Elements per block-wise quantisation block: one fp32 ``absmax`` per block and state
+(``init_state``, ``blocks = ceil(n / 2048)``; later releases use 256 for the optimizer
+states: 4/256 instead of 4/2048 bytes per element, under 0.02 bytes per element)."""
+BNB_PAGED_MIN = 100_000
+"""Paged optimizers allocate a state in CUDA unified memory (``F.get_paged``,
+``cudaMallocManaged``) only from this many elements (``get_state_buffer``: ``p.numel() <
+1e5`` stays an ordinary torch tensor)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _optimizer_states(m: ModelSpec, opt: Optimizer, tp: int, pp: int, dp: int, zero: int,
+                      stage: int, n_layers: int, vocab: int, half_params: bool
+                      ) -> tuple[int, int, int]:
+    """(optimizer-state bytes in the caching allocator, bytes of paged states in CUDA
+    unified memory, the step's temporary bytes or -1) of the 8-bit and Adafactor
+    optimizers for one rank of ``stage`` (shards ``ceil(n/dp)`` of every tensor under
+    ZeRO >= 1; no fp32 master, which the caller adds).
+
+    bitsandbytes 8-bit Adam/AdamW (``Optimizer2State.init_state``): a tensor of n >= 4096
+    elements keeps m and v as uint8 (2·n bytes) plus one fp32 absmax per 2048-element block
+    and state (8·ceil(n/2048)); a smaller one keeps fp32 m and v (8·n). Paged variants put
+    the uint8 states of tensors of >= 100,000 elements in unified memory (outside PyTorch's
+    allocator: not in ``max_memory_allocated`` / active / reserved; resident on the device
+    unless memory runs short, so nvidia-smi shows them); the absmax stays a torch tensor.
+    The update is one in-place kernel per tensor (``optimizer_update_8bit_blockwise``): no
+    temporary.
+
+    transformers' ``Adafactor`` (``beta1=None``, the Trainer's choice: no first moment): a
+    tensor of two or more dimensions keeps the fp32 row and column means of the squared
+    gradient (r + c elements), a vector a full fp32 ``exp_avg_sq`` (4·n). A ZeRO shard is
+    a flat slice, which Adafactor sees as a vector (4 bytes per shard element). Its step
+    makes, for the tensor being updated, ``grad**2 + eps`` and then the approximation
+    ``r_factor * c_factor`` (or ``exp_avg_sq.rsqrt()``) while the first is alive: two fp32
+    tensors of its size; with half-precision parameters also the fp32 copies of the
+    gradient and the parameter (``.float()``): four."""
+    shapes = _layer_param_shapes(m, tp) * n_layers + _edge_param_shapes(m, tp, pp, stage, vocab)
+    states = paged = largest = 0
+    for shape in shapes:
+        if zero >= 1:  # a flat slice of ceil(n/dp) elements
+            shape = (_cdiv(_numel(shape), dp),)
+        largest = max(largest, _numel(shape))
+        own, out = optimizer_state_bytes(opt, shape)
+        states += own
+        paged += out
+    temp = 4 * largest * (4 if half_params else 2) if opt is Optimizer.ADAFACTOR else -1
+    return states, paged, temp
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for dim in shape:
+        n *= dim
+    return n
+
+
+def optimizer_state_bytes(opt: Optimizer, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(bytes in the caching allocator, bytes in unified memory) of the optimizer states of
+    one parameter tensor of ``shape`` under an 8-bit or Adafactor optimizer (see
+    ``_optimizer_states``)."""
+    n = _numel(shape)
+    if opt is Optimizer.ADAFACTOR:
+        return 4 * (shape[0] + n // shape[0] if len(shape) >= 2 else n), 0
+    if not opt.eight_bit:
+        raise ValueError(f"{opt.value}: not an 8-bit or Adafactor optimizer")
+    if n < BNB_MIN_8BIT_SIZE:
+        return 8 * n, 0  # fp32 m and v
+    absmax = 2 * 4 * _cdiv(n, BNB_BLOCK)
+    if opt.paged and n >= BNB_PAGED_MIN:
+        return absmax, 2 * n
+    return absmax + 2 * n, 0
+
+
 def stage_param_numels(m: ModelSpec, tp: int, pp: int, stage: int) -> list[int]:
     """Element counts of every parameter tensor on one rank of ``stage``."""
     lo, hi = stage_layers(m.num_layers, pp, stage)
@@ -233,7 +366,9 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         max_shard = max(lay_max_sh if n_layers else 0, e_max_sh)
     else:
         max_shard = max(lay_max_full if n_layers else 0, e_max_full)
-    states = 1 if train.optimizer is Optimizer.SGD else 2
+    opt = train.optimizer
+    states = 1 if opt is Optimizer.SGD else 2
+    torch_adam = opt in (Optimizer.ADAM, Optimizer.ADAMW)
     if rt.pure_low_precision:
         parameters, gradients = D * n_param, D * n_grad
         optimizer_states = D * n_shard * states
@@ -269,7 +404,16 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
             parameters += D * min(1 + rt.prefetch_layers, n_layers) * lay_n
         optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
-    if rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
+    if not torch_adam and opt is not Optimizer.SGD:  # 8-bit Adam, Adafactor
+        own, _, adam = _optimizer_states(
+            m, opt, tp, pp, dp if zero >= 1 else 1, zero, stage, n_layers,
+            0 if vocab == m.vocab_size else vocab, rt.pure_low_precision and mixed)
+        # the fp32 master where the runtime keeps one beside low-precision weights
+        master = (4 * n_shard if mixed and not rt.pure_low_precision
+                  and not rt.fp32_weights_autocast and not (rt.sharding == "fsdp2"
+                                                             and zero >= 3) else 0)
+        optimizer_states = master + own
+    elif rt.optimizer_foreach and adam >= 0:  # one temporary per element of the shard
         adam = (D if rt.pure_low_precision else 4) * n_shard
     if rt.optimizer_fused:  # updated in place
         adam = -1
@@ -470,6 +614,8 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
         # linear reading it: Q, K and V, and the MLP's one or two input projections
         one_layer += (1 if neox else 2) * h * T * 2
         one_layer += (2 + (1 if m.swiglu else 0)) * h * T * D
+    if rt.compiled:  # inductor's min-cut partition of a llama layer (predictor.runtimes)
+        one_layer = 4 * h * T * D + 2 * 4 * T + 4 * q * Tf * D + 4 * a * Tf + 3 * f * Tf * D
     return q, f, a, vr, one_layer
 
 
@@ -515,6 +661,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         n_layers = layers[stage]
     parameters, gradients, optimizer_states, adam = _static_bytes(
         m, train, t, pp, dp, zero, stage, n_layers, rt)
+    paged = _paged_bytes(m, train, t, pp, dp, zero, stage, n_layers, rt)
 
     # activations of one micro-batch (see _layer_activations / _backward_working_set, the
     # same counts inlined)
@@ -544,7 +691,12 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     mb += _stage_stream_bytes(rt, D, h, T, last and not bert and rmsnorm)
     m_total = max(1, train.global_batch // (dp * b))
     in_flight = min(m_total, pp - stage)
-    activations = in_flight * (mb + n_layers * per_layer)
+    n_kept = n_layers  # layers whose kept tensors stay on the GPU
+    if rt.activation_offload:  # torchtune's forward stash (predictor.runtimes)
+        n_kept = min(n_layers, OFFLOAD_STASH if full else 1)
+        if first:
+            mb -= 8 * b * s  # the token ids go to the CPU too
+    activations = in_flight * (mb + n_kept * per_layer)
     if virtual_stages > 1 and pp > 1 and chunks is not None:
         kept = interleaved_layers_in_flight(tuple(chunks[stage]), pp, stage, m_total)
         activations = in_flight * mb + kept * per_layer
@@ -587,6 +739,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # output-layer backward: logits gradient (fp32 runs keep the fp32 softmax buffer),
         # the weight gradient vocab/t·h and the input gradient h·T_f
         lb, tb = _logit_bytes(rt, low, False, t) * lg, vr * h * D + h * Tf * D
+        if rt.compiled and rt.loss_chunks:  # one chunk's gradient beside the chunks
+            lb += D * b * _cdiv(s, rt.loss_chunks) * vr
         if hb:  # the loss's buffers go before the head's matmul backward
             head += [(activations, lb, 0), (activations, hb * lg, tb)]
             if bc:
@@ -600,7 +754,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     # where the working set has them) weight copies are left; a tied embedding's two
     # gradients are summed into a third tensor (and an earlier micro-batch's is accumulated)
     # after that, at the embedding's backward, when no activation is left
-    act_end = activations - (n_layers - 1) * per_layer if n_layers else activations
+    act_end = activations - (n_kept - 1) * per_layer if n_kept else activations
     act_end -= copies - (0 if full else one_copy)
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
         m.tie_embeddings or bert) else 0
@@ -634,6 +788,17 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
             cands.append((after, act_emb, held * lg, 0))
             if tied:  # the sum after the embedding's backward: no activation is left
                 cands.append((before, 0, held * lg, 3 * tied))
+    elif rt.optimizer_in_backward:
+        # only the gradients in flight: the head's weight gradient buffered for a tied
+        # embedding, and the tensor whose hook is running; at the end the largest tensor's
+        # gradient with its optimizer temporary (predictor.runtimes)
+        live, last_grad, adam = _in_backward_grads(m, train, t, pp, dp, zero, stage, n_layers,
+                                                   rt)
+        # (at the loss and the head's backward no gradient exists yet: the head's weight
+        # gradient is that moment's transient)
+        cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
+        cands.append((live, activations, held * lg, bwd))
+        gradients = last_grad
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
         cands.append((gradients, activations, held * lg, bwd))
@@ -657,7 +822,55 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         parameters=parameters, gradients=best[0], optimizer_states=optimizer_states,
         activations=best[1], logits=best[2],
         overhead=gpu.cuda_context_bytes if gpu is not None else 0,
-        transient=best[3], stage=stage)
+        transient=best[3], stage=stage, paged=paged)
+
+
+OFFLOAD_STASH = 5
+"""torchtune ``OffloadActivations(max_fwd_stash_size=5)``: offloaded tensors kept on the GPU
+until their copy to the CPU is done."""
+
+
+def _in_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
+                       zero: int, stage: int, n_layers: int, rt: RuntimeProfile
+                       ) -> tuple[int, int, int]:
+    """Under ``optimizer_in_backward``: (gradient bytes alive beside the activations, the
+    largest tensor's gradient bytes at the end of the backward, that tensor's optimizer
+    temporary or -1). A tied embedding's head gradient waits in autograd's input buffer
+    until the embedding's backward adds its share, then both are one gradient."""
+    mixed = train.precision is not Precision.FP32
+    if rt.pure_low_precision or not mixed:
+        unit = 2 if mixed else 4
+    else:
+        unit = 4 if rt.fp32_weights_autocast else rt.grad_bytes
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+    _, _, lay_max, _ = _static_sums(m, tp, dp, 0, 0, 0)
+    _, _, e_max, _ = _static_sums(m, tp, dp, pp, stage, 1, 0 if vocab == m.vocab_size else vocab)
+    lay_max = lay_max if n_layers else 0
+    biggest = max(lay_max, e_max)
+    first, last = stage == 0, stage == pp - 1
+    tied = (m.tie_embeddings or m.family is Family.BERT) and first and last
+    held = unit * _cdiv(vocab, tp) * m.hidden_size if tied else 0
+    opt = train.optimizer
+    if opt in (Optimizer.ADAM, Optimizer.ADAMW) and not rt.optimizer_fused:
+        # one parameter per optimizer: foreach's sqrt(v) is that tensor's
+        temp = (unit if rt.pure_low_precision else 4) * biggest
+    elif opt is Optimizer.ADAFACTOR:
+        temp = _static_bytes(m, train, tp, pp, dp, zero, stage, n_layers,
+                             replace(rt, optimizer_in_backward=False))[3]
+    else:
+        temp = -1
+    return held + unit * lay_max, unit * biggest, temp
+
+
+def _paged_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, zero: int,
+                 stage: int, n_layers: int, rt: RuntimeProfile) -> int:
+    """Bytes of a paged 8-bit optimizer's states in unified memory (``_optimizer_states``;
+    0 for every other optimizer, or when the runtime offloads the optimizer)."""
+    if not train.optimizer.paged or rt.optimizer_offload:
+        return 0
+    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
+    return _optimizer_states(m, train.optimizer, tp, pp, dp if zero >= 1 else 1, zero, stage,
+                             n_layers, 0 if vocab == m.vocab_size else vocab, False)[1]
 
 
 def _kept_per_layer(rt: RuntimeProfile, full: bool, h: int, T: int, D: int, one_layer: int
@@ -812,6 +1025,20 @@ sets the gradients to None, when a step of one micro-batch has the same moments 
 other)."""
 
 
+SPLIT_FORM_UNPRICED = ("compiled", "loss_chunks", "optimizer_in_backward",
+                       "activation_offload")
+"""Runtime fields only ``estimate_memory`` prices (per-job ``frenzy memory`` overrides; no
+named profile sets them, so the planner never meets them)."""
+
+
+def _check_split_form(rt: RuntimeProfile) -> None:
+    """``ValueError`` for a profile whose options the split form does not price."""
+    on = [f for f in SPLIT_FORM_UNPRICED if getattr(rt, f)]
+    if on:
+        raise ValueError(f"runtime {rt.name}: {', '.join(on)} priced by estimate_memory "
+                         "only, not by the planner's split form")
+
+
 def _candidate_stages(pp: int) -> tuple[int, ...]:
     return (0, pp - 1) if pp > 1 else (0,)
 
@@ -820,6 +1047,7 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
                  runtime: RuntimeProfile = REFERENCE) -> StaticTerms:
     """The micro-batch-independent part of ``estimate_stage`` for the stages
     ``estimate_memory`` compares (same counts as there)."""
+    _check_split_form(runtime)
     base, rem = divmod(model.num_layers, pp)
     out = []
     for stage in _candidate_stages(pp):
@@ -850,6 +1078,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     max_i(b·c_i + k_i)`` with ``m`` micro-batches per replica (``activation_peaks``). Neither
     ``dp`` nor the ZeRO stage enters. ``sequence_parallel`` and ``flash_attention`` are the
     plan's knobs (ANDed with the job's flags, as ``estimate_stage`` does)."""
+    _check_split_form(runtime)
     m = model
     t = tp
     sp = t > 1 and sequence_parallel and train.sequence_parallel and runtime.sequence_parallel
@@ -1079,6 +1308,11 @@ def _logit_bytes(rt: RuntimeProfile, mixed: bool, forward: bool, tp: int = 1) ->
     """Bytes per logit element alive at the loss forward / the output layer's backward
     (``RuntimeProfile.logits_*``, given for mixed precision; an fp32 run has no bf16 copy;
     at tp > 1 a vocab-parallel runtime's ``logits_*_tp`` when it gives them)."""
+    if rt.compiled:  # torchtune's compiled loss (predictor.runtimes)
+        D = 2 if mixed else 4
+        if rt.loss_chunks:
+            return D  # the kept chunks; one chunk's gradient: _chunk_grad_bytes
+        return (D + 4 if mixed else 4) if forward else 8
     if tp > 1 and rt.vocab_parallel and rt.logits_fwd_bytes_tp:
         if forward:
             return rt.logits_fwd_bytes_tp if mixed else rt.logits_fwd_bytes_tp_fp32

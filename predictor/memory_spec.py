@@ -18,7 +18,7 @@ from predictor.gpus import GpuType, get_gpu
 from predictor.memory import MemoryBreakdown, estimate_memory, megatron_chunk_layers
 from predictor.overhead import NON_TENSOR, NonTensorModel
 from predictor.runtimes import DEFAULT_RUNTIME, EXECUTION_FIELDS, RuntimeProfile, get_runtime
-from predictor.spec import ModelSpec, ParallelConfig, TrainingSpec
+from predictor.spec import ModelSpec, ParallelConfig, Recompute, TrainingSpec
 
 MODEL_FIELDS = ("name", "family", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
                 "head_dim", "ffn_hidden_size", "vocab_size", "max_seq_len", "tie_embeddings",
@@ -137,6 +137,10 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
         options = {"hidden_dropout": p > 0, "attention_dropout": p > 0, **options}
     if options:
         runtime = runtime.with_overrides(**options)
+    why = runtime.unsupported_optimizer(train.optimizer.value)
+    if why:
+        raise SpecError("optimizer", why)
+    _check_memory_flags(runtime, model, train, par)
 
     vstages = spec.get("virtual_stages", 1)
     if isinstance(vstages, bool) or not isinstance(vstages, int) or vstages < 1:
@@ -205,6 +209,36 @@ def _chunk_layers(spec: dict[str, Any], model: ModelSpec, pp: int, vstages: int
     return tuple(tuple(c) for c in layers)
 
 
+def _check_memory_flags(rt: RuntimeProfile, model: ModelSpec, train: TrainingSpec,
+                        par: ParallelConfig) -> None:
+    """``SpecError`` for torchtune flags outside what their counts were derived for."""
+    where = "runtime_options."
+    if rt.loss_chunks and not rt.compiled:
+        raise SpecError(f"{where}loss_chunks", "priced with torchtune's compiled loss only; "
+                        "add \"compiled\": true (or drop loss_chunks)")
+    if rt.compiled:
+        if not (model.rmsnorm and model.swiglu) or model.qk_norm:
+            raise SpecError(f"{where}compiled", "derived for llama-style layers (RMSNorm, "
+                            "SwiGLU, no q/k norm: families llama, qwen2); drop it for "
+                            f"{model.family.value}")
+        if not (par.flash_attention and train.flash_attention):
+            raise SpecError(f"{where}compiled", "derived with SDPA flash attention; set "
+                            "flash_attention to true")
+        if rt.hidden_dropout or rt.attention_dropout:
+            raise SpecError(f"{where}compiled", "derived without dropout; set dropout to 0")
+        if par.recompute is Recompute.SELECTIVE:
+            raise SpecError(f"{where}compiled", "recompute none or full (torchtune's "
+                            "activation checkpointing), not selective")
+    if rt.optimizer_in_backward and rt.grads_set_to_none:
+        raise SpecError(f"{where}optimizer_in_backward",
+                        f"not priced with runtime {rt.name}'s step-by-step gradient moments "
+                        "(grads_set_to_none); name torchtune or hf-trainer")
+    if rt.optimizer_in_backward and par.micro_batches(train.global_batch) > 1:
+        raise SpecError(f"{where}optimizer_in_backward",
+                        "needs one micro-batch per step (gradient accumulation 1): set "
+                        "global_batch to micro_batch·dp")
+
+
 def estimate_request(req: MemoryRequest, non_tensor: NonTensorModel = NON_TENSOR
                      ) -> MemoryBreakdown:
     """The breakdown of the requested stage with the non-tensor terms filled in."""
@@ -239,6 +273,8 @@ def memory_report(spec: Any, non_tensor: NonTensorModel = NON_TENSOR) -> dict[st
         "runtime": req.runtime.name,
         "gpu": req.gpu.name if req.gpu else None,
     }
+    if mem.paged:  # paged 8-bit optimizer states: device figure only
+        out["breakdown"]["paged_optimizer_states"] = mem.paged
     if req.gpu is not None:
         out["gpu_memory_bytes"] = req.gpu.memory_bytes
         out["fits"] = mem.device <= req.gpu.memory_bytes

@@ -69,7 +69,7 @@ class NonTensorModel:
         tensors = mem.tensors - mem.workspace + ws
         return MemoryBreakdown(mem.parameters, mem.gradients, mem.optimizer_states,
                                mem.activations, mem.logits, self.outside(gpu, num_gpus),
-                               mem.transient, mem.stage, self.slack(tensors), ws)
+                               mem.transient, mem.stage, self.slack(tensors), ws, mem.paged)
 
 
 NON_TENSOR = NonTensorModel(slack_fraction=0.07, slack_bytes=0, nccl_bytes=512 * MIB,

@@ -480,6 +480,9 @@ def plan_job(
     profile = get_runtime(runtime)
     step_runtime = profile.name if profile.name in RUNTIME_STEP_PROFILES else DEFAULT_RUNTIME
     train.check_against(model)
+    why = profile.unsupported_optimizer(train.optimizer.value)
+    if why:
+        raise SpecError("optimizer", why)
     if not 0 <= margin < 1:
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
     if max_gpus < 1:

@@ -106,11 +106,43 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
 
+torchtune's memory flags (per-job overrides; ``predictor.memory`` prices them in
+``estimate_memory`` only, so the planner's split form refuses a profile that sets them):
+
+* ``compiled``: ``compile=True`` compiles every transformer layer and the loss with
+  inductor. AOTAutograd's min-cut partitioner saves the matmul inputs and outputs and
+  recomputes the pointwise ops in the backward: a llama layer (RMSNorm, SwiGLU, SDPA) keeps
+  its input and the mid-layer residual, the two norms' outputs (4·h·T·D) and their fp32
+  1/rms (2·4·T), Q, K and V repeated to every head (torchtune expands them before SDPA) and
+  the attention output (4·q·T_f·D), the logsumexp (4·a·T_f), and gate, up and their product
+  (3·f·T_f·D; the SiLU is recomputed). Counted on the CPU from the saved tensors of such a
+  layer under inductor (docs/memory_accuracy.md, "Optimizers and torchtune flags"). The
+  compiled cross entropy saves its input and two fp32 values per row (the up-cast and the
+  softmax are fused): without chunks the decoder's ``.float()`` logits (eager, outside the
+  compiled layers) beside the bf16 ones (6 bytes per logit) forward, the fp32 logits and
+  their gradient (8) backward.
+* ``loss_chunks`` (with ``compiled``): the output projection runs per chunk of the sequence
+  and every bf16 chunk is kept for the compiled per-chunk loss (D bytes per logit), plus one
+  chunk's gradient at the backward (D·ceil(s/chunks)·b·V).
+* ``optimizer_in_backward``: each parameter steps in its post-accumulate-grad hook and its
+  gradient is freed at once: beside the activations only the gradient in flight (the
+  largest layer tensor) and, with tied embeddings, the head's weight gradient, which
+  autograd buffers until the embedding's backward adds its share; at the end, the largest
+  tensor's gradient and its optimizer temporary.
+* ``activation_offload``: every saved tensor of at least 1 KiB made inside the model's
+  forward goes to the CPU, except the output projection's (a ``NoOpManager`` region); the
+  last ``max_fwd_stash_size`` = 5 offloaded tensors stay on the GPU until their copy is done,
+  and the backward brings back one node's at a time: counted as five layers' kept tensors
+  under full recomputation (a layer saves its input) and one layer's otherwise (an upper
+  bound of its five largest), and the token ids leave the GPU.
+
 What a runtime can execute is part of its profile too: ``max_pp`` (the deepest pipeline it
 runs, 0 for any) and ``zero_stages`` (the ZeRO stages it runs; 0 always, since ZeRO at dp = 1
 is no sharding). The planner enumerates only those plans, so a plan priced with ZeRO-3 is never
 handed to a trainer that would run it without sharding (and need far more memory than
-predicted). ``unrestricted`` lifts both for hypothetical jobs (the simulator's traces).
+predicted). ``optimizers`` lists the optimizers it runs (the built-in trainer: torch's Adam,
+AdamW and SGD); a job or spec asking another gets an error naming it. ``unrestricted`` lifts
+all three for hypothetical jobs (the simulator's traces).
 """
 
 from __future__ import annotations
@@ -124,7 +156,10 @@ from predictor.errors import SpecError
 STAGE_SPLITS = ("first_heavier", "even", "last_lighter")
 SHARDING = ("zero", "fsdp2", "megatron_fsdp")
 ZERO_STAGES = (0, 1, 2, 3)
-EXECUTION_FIELDS = ("max_pp", "zero_stages")
+OPTIMIZERS = ("adam", "adamw", "sgd", "adam8bit", "adamw8bit", "paged_adam8bit",
+              "paged_adamw8bit", "adafactor")
+"""``predictor.spec.Optimizer``'s values (spec.py imports nothing from here)."""
+EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers")
 """Fields that say which plans a runtime runs, not what they cost: not per-job overrides (a
 job cannot make a trainer execute ZeRO or pipeline stages by asking)."""
 
@@ -166,8 +201,13 @@ class RuntimeProfile:
     eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors
     cpu_rmsnorm: bool = False  # eager_blocks: RMSNorm composite (CPU), keeps its fp32 output
     optimizer_fused: bool = False  # fused optimizer kernels: no temporary at the step
+    compiled: bool = False  # torchtune compile=True: each layer and the loss torch.compile'd
+    loss_chunks: int = 0  # torchtune CEWithChunkedOutputLoss: head + CE in this many chunks
+    optimizer_in_backward: bool = False  # per-parameter step in a post-accumulate-grad hook
+    activation_offload: bool = False  # torchtune OffloadActivations: saved tensors to the CPU
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
+    optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
 
     @property
     def executes(self) -> str:
@@ -201,10 +241,18 @@ class RuntimeProfile:
                     f"{', '.join(map(str, self.zero_stages))}; choose a plan with one of those")
         return None
 
+    def unsupported_optimizer(self, optimizer: str) -> str | None:
+        """Why this runtime cannot run ``optimizer`` (naming what would fit), or None."""
+        if str(optimizer) in self.optimizers:
+            return None
+        return (f"{optimizer}: runtime {self.name} runs {', '.join(self.optimizers)}; "
+                "choose one of those, or name a runtime that runs it (e.g. hf-trainer, "
+                "torchtune)")
+
     def unrestricted(self) -> RuntimeProfile:
         """The same memory terms over the planner's whole space (every pp and ZeRO stage):
         for hypothetical jobs that no real trainer runs, such as the simulator's traces."""
-        return replace(self, max_pp=0, zero_stages=ZERO_STAGES)
+        return replace(self, max_pp=0, zero_stages=ZERO_STAGES, optimizers=OPTIMIZERS)
 
     def with_overrides(self, **changes: Any) -> RuntimeProfile:
         """The profile with per-job overrides (``dropout``: both dropouts at once)."""
@@ -256,6 +304,11 @@ class RuntimeProfile:
             raise SpecError("runtime.zero_stages",
                             f"an ascending tuple of distinct stages from {ZERO_STAGES} that "
                             f"includes 0, got {stages!r}")
+        if (not isinstance(self.optimizers, tuple) or not self.optimizers
+                or any(o not in OPTIMIZERS for o in self.optimizers)):
+            raise SpecError("runtime.optimizers",
+                            f"a non-empty tuple from {', '.join(OPTIMIZERS)}, got "
+                            f"{self.optimizers!r}")
 
     def padded_vocab(self, vocab: int, tp: int) -> int:
         """Vocabulary rows of the whole model after the runtime's padding."""
@@ -292,6 +345,7 @@ FRENZY = RuntimeProfile(
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
     optimizer_fused=True,
     max_pp=1, zero_stages=(0, 1, 2),  # orchestrator/trainer: tp, dp, ZeRO-1/2, recompute
+    optimizers=("adam", "adamw", "sgd"),  # orchestrator.trainer.loop._make_optimizer
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)
 """The built-in trainer on the CPU (the emulated cluster, the fake-tensor measurement)."""

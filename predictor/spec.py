@@ -50,6 +50,23 @@ class Optimizer(StrEnum):
     ADAM = "adam"
     ADAMW = "adamw"
     SGD = "sgd"  # with momentum (one fp32 state per parameter)
+    # bitsandbytes 8-bit block-wise Adam / AdamW (m and v in 1 byte each), and their paged
+    # variants (large states in CUDA unified memory); transformers' Adafactor (factored
+    # second moment, no first moment: beta1=None). Sizes: predictor.memory._optimizer_states
+    ADAM8BIT = "adam8bit"
+    ADAMW8BIT = "adamw8bit"
+    PAGED_ADAM8BIT = "paged_adam8bit"
+    PAGED_ADAMW8BIT = "paged_adamw8bit"
+    ADAFACTOR = "adafactor"
+
+    @property
+    def eight_bit(self) -> bool:
+        """A bitsandbytes 8-bit optimizer (paged or not)."""
+        return self.value.endswith("8bit")
+
+    @property
+    def paged(self) -> bool:
+        return self.value.startswith("paged_")
 
 
 class Recompute(StrEnum):

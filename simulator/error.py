@@ -96,7 +96,8 @@ that the constants still match that fit. Types without measurements use ``POOLED
 MEASURED_MEMORY_ERROR = LogError(bias=math.log(1.0 - 0.006973), sigma=0.04538 * math.sqrt(
     math.pi / 2.0), n=79, sets=6)
 """Peak-memory error: the ``real`` section of docs/memory_accuracy.json (79 public real-GPU
-peaks, 6 sources, leave-one-source-out): bias −0.70 %, MAPE 4.54 %. The spread is the MAPE
+peaks, 6 sources, leave-one-source-out; the section's 10 ``flags`` rows fit no constant):
+bias −0.70 %, MAPE 4.54 %. The spread is the MAPE
 read as the mean absolute deviation of a normal (sigma = MAPE · sqrt(pi/2) = 5.7 %); that file
 keeps no per-row residuals to fit on, and memory data carry no GPU type."""
 

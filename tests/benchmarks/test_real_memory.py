@@ -50,3 +50,36 @@ def test_public_rows_load_as_specs() -> None:
         parse_memory_spec(r.spec)  # each row is a valid `frenzy memory` spec
     seven_b = [r for r in usable if "megatron-7b" in r.tags]
     assert seven_b and all(r.spec["stage"] == "last" for r in seven_b)
+
+
+def test_rows_tagged_flags_fit_no_constant() -> None:
+    base = NonTensorModel(workspace_bytes=64 << 20)
+    mem = estimate_request(parse_memory_spec(SPEC), base)
+    flagged = RealRow("b", "b:1", dict(SPEC), "device", mem.tensors * 3,
+                      tags=(real_memory.UNCALIBRATED,))
+    rows = [_row("a", "reserved", int(mem.tensors * 1.10)), flagged]
+    assert fit_slack(rows, base) == pytest.approx(0.10, abs=1e-6)  # the flagged row ignored
+    preds = [Prediction(_row("a", "tensors", 100), 100, 100, NonTensorModel()),
+             Prediction(RealRow("b", "b:1", dict(SPEC), "tensors", 100,
+                                tags=(real_memory.UNCALIBRATED,)), 50, 50, NonTensorModel())]
+    assert margin_from(preds, 0.95) == 0.0
+    assert margin_from(preds, 0.95, calibrated_only=False) == 0.5
+
+
+def test_torchtune_rows_carry_their_cumulative_flags() -> None:
+    try:
+        rows = {r.row_id: r for r in real_memory.load_rows() if r.source == "torchtune"}
+    except FileNotFoundError:
+        pytest.skip("shared real_memory data not present")
+    assert all(not r.skip for r in rows.values()) and len(rows) == 7
+    packed = rows["torchtune-readme-optflags:1:packed"]
+    assert "runtime_options" not in packed.spec and not packed.tags
+    compiled = rows["torchtune-readme-optflags:2:compile"].spec
+    assert compiled["runtime_options"] == {"compiled": True}
+    assert compiled["recompute"] == "none"
+    last = rows["torchtune-readme-optflags:7:adamw8bit"].spec
+    assert last["runtime_options"] == {"compiled": True, "loss_chunks": 8,
+                                       "optimizer_in_backward": True,
+                                       "activation_offload": True}
+    assert last["recompute"] == "full" and last["optimizer"] == "adamw8bit"
+    assert real_memory.UNCALIBRATED in rows["torchtune-readme-optflags:7:adamw8bit"].tags

@@ -64,6 +64,8 @@ def test_memory_on_a_gpu_adds_workspace_context_and_nccl(tmp_path: Path, capsys)
     ({"runtime_options": {"dropuot": True}}, "runtime_options.dropuot", "hidden_dropout"),
     ({"pp": 2, "layers_per_stage": [1, 2]}, "layers_per_stage", "summing to num_layers=2"),
     ({"dropout": 1.5}, "dropout", "[0, 1)"),
+    ({"optimizer": "adafactor", "runtime": "frenzy"}, "optimizer", "adam, adamw, sgd"),
+    ({"runtime_options": {"loss_chunks": 8}}, "runtime_options.loss_chunks", "compiled"),
 ])
 def test_bad_spec_names_the_field(tmp_path: Path, capsys, change, field, hint) -> None:
     rc, _, err = _run(tmp_path, {**SPEC, **change}, capsys, "--json")
@@ -106,6 +108,20 @@ def test_jobs_are_priced_for_their_runtime(env: Env) -> None:
     bad = env.client.post("/v1/plans", json=job_body(runtime="megatorn"), headers=h)
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "runtime"
     assert "megatron" in bad.json()["detail"]
+
+
+def test_jobs_with_an_optimizer_the_built_in_trainer_does_not_run(env: Env) -> None:
+    h = env.headers("alice")
+    training = {"global_batch": 32, "seq_len": 1024, "steps": 100, "optimizer": "adafactor"}
+    from service_builders import job_body
+
+    bad = env.client.post("/v1/plans", json=job_body(training=training), headers=h)
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "training.optimizer"
+    assert "adam, adamw, sgd" in bad.json()["detail"]
+    own = env.client.post("/v1/plans", json=job_body(training=training, entrypoint="train.py"),
+                          headers=h)
+    assert own.status_code == 200, own.text
+    assert {p["runtime"] for p in own.json()["plans"]} == {"hf-trainer"}
 
 
 # Qwen3-style: heads of 32 over hidden 64 (Q and the attention output 4 x 32 = 128 wide, K
