@@ -68,7 +68,7 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     )
     from orchestrator.trainer.model import ParallelTransformer
     from orchestrator.trainer.parallel import Layout
-    from orchestrator.trainer.zero import check_zero_stage
+    from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 
     if par.pp != 1:
         raise ValueError("the built-in trainer runs no pp > 1")
@@ -87,7 +87,10 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                                         global_batch=train.global_batch,
                                         seq_len=train.seq_len, total_steps=steps,
                                         tp=par.tp, dp=par.dp, zero_stage=par.zero_stage,
-                                        optimizer=train.optimizer), params, layout)
+                                        optimizer=train.optimizer), params, layout,
+                              net.layers)
+        if isinstance(opt, ZeroOptimizer):
+            opt.shard_blocks(net)  # ZeRO-3: the layers' weights as chunks from here on
         net.train()
         peak = 0
         for _ in range(steps):
@@ -290,7 +293,32 @@ ZERO_CASES: list[TrainerCase] = [
     _case(LLAMA_HD, 256, 16, micro_batch=2, tp=2, dp=2, zero_stage=2, recompute="selective"),
 ]
 
-ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES
+ZERO3_CASES: list[TrainerCase] = [
+    # ZeRO-3 (the layers' weights in chunks, gathered around each layer's forward and
+    # backward; embedding, head and final norm whole): dp 2 and 4, with and without tp 2,
+    # recompute none / full, one and several micro-batches
+    _case(GPT_S, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(GPT_S, 64, 2, micro_batch=1, dp=2, zero_stage=3),
+    _case(GPT_S, 256, 8, micro_batch=2, dp=4, zero_stage=3, recompute="full"),
+    _case(GPT_S, 512, 16, micro_batch=2, tp=2, dp=2, zero_stage=3),
+    _case(LLAMA_S, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(LLAMA_S, 256, 4, micro_batch=1, dp=4, zero_stage=3),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4, zero_stage=3, recompute="full"),
+    _case(LLAMA_S, 64, 4, micro_batch=1, dp=4, zero_stage=3),
+    _case(LLAMA_D, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(LLAMA_D, 256, 4, micro_batch=2, dp=2, zero_stage=3, recompute="full"),
+    _case(LLAMA_D, 256, 8, micro_batch=2, tp=2, dp=4, zero_stage=3, recompute="full"),
+    _case(NEOX_D, 256, 4, micro_batch=1, tp=2, dp=2, zero_stage=3),
+    _case(NEOX_D, 256, 8, "fp32", "adam", micro_batch=2, dp=2, zero_stage=3),
+    _case(NEOX_D, 256, 4, "fp32", "adamw", micro_batch=2, dp=2, zero_stage=3, recompute="full"),
+    _case(QWEN_S, 256, 8, "fp16", "adam", micro_batch=2, dp=2, zero_stage=3,
+          recompute="selective"),
+    _case(QWEN3_S, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=3),
+    _case(BERT_S, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(NEOX_S, 256, 16, "bf16", "sgd", micro_batch=4, dp=4, zero_stage=3),
+]
+
+ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES
 QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4]]
 """The CI-size subset: three plans without ZeRO, a ZeRO-1 and a ZeRO-2 one."""
 

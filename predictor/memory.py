@@ -225,6 +225,8 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     n_full = n_layers * lay_n + e_n
     n_sh = n_layers * lay_sh + e_sh
     n_param = n_sh if zero >= 3 else n_full
+    if zero >= 3 and rt.fp32_weights_autocast:  # the built-in trainer keeps the root whole
+        n_param = n_layers * lay_sh + e_n
     n_grad = n_sh if zero >= 2 else n_full
     n_shard = n_sh if zero >= 1 else n_full
     if zero >= 1:
@@ -249,7 +251,7 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = 4 * max_shard if states == 2 else -1
     else:
         parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
-        if zero >= 3 and rt is not REFERENCE and n_layers:
+        if zero >= 3 and rt is not REFERENCE and n_layers and not rt.fp32_weights_autocast:
             parameters += D * min(1 + rt.prefetch_layers, n_layers) * lay_n
         optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
@@ -268,6 +270,29 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         if mixed and not rt.pure_low_precision:
             gradients = D * n_grad
     return parameters, gradients, optimizer_states, adam
+
+
+def _gathered_layer(m: ModelSpec, tp: int, dp: int, zero: int, n_layers: int,
+                    rt: RuntimeProfile, mixed: bool, full: bool) -> tuple[int, int]:
+    """The built-in trainer's ZeRO-3 (``orchestrator.trainer.zero``): (bytes of the one
+    layer whose fp32 weights it holds whole while that layer runs, forward or backward — it
+    prefetches none —, bytes of one layer's matmul weights that autograd keeps from the
+    forward to the backward). The second is nonzero in an fp32 run without full
+    recomputation only: an fp32 matmul saves a view of its weight (``weight.t()``), so the
+    forward's gathered matrices stay until the layer's backward (which reuses them), as
+    autocast's copies do in a mixed run; the norms' weights and the biases are gathered
+    again. (0, 0) for other runtimes, whose gathered blocks are static
+    (``_static_bytes``), and below ZeRO-3."""
+    if not (rt.fp32_weights_autocast and zero >= 3 and dp > 1 and n_layers):
+        return 0, 0
+    kept = 0
+    if not mixed and not full:
+        h = m.hidden_size
+        q = m.num_heads // tp * m.head_dim
+        k = kv_heads_per_rank(m, tp) * m.head_dim
+        f = m.ffn_hidden_size // tp
+        kept = 4 * (2 * q * h + 2 * k * h + (3 if m.swiglu else 2) * f * h)
+    return 4 * _static_sums(m, tp, 1, 0, 0, 0)[0], kept
 
 
 def stage_layer_counts(num_layers: int, pp: int, split: str = "first_heavier"
@@ -471,6 +496,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
         copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
         activations += copies
+    # ZeRO-3: the running layer's gathered weights, as its backward starts (less what the
+    # forward kept, counted as copies) and ends
+    gathered, kept = _gathered_layer(m, t, dp, zero, n_layers, rt, mixed, full)
+    if kept:
+        copies, one_copy = n_layers * kept, kept
+        activations += copies
+    g_start = gathered - kept
 
     # backward working set of the first layer (_backward_working_set)
     g_in = hTD
@@ -539,9 +571,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
         own = per_layer + (0 if full else one_copy) if n_layers else 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
-        cands += [(g_head, activations - head_copy, held * lg, bwd),
-                  (g_layer, activations - head_copy - own, held * lg, 0),
-                  (g_last, act_end, held * lg, bwd), (before, act_end - own, held * lg, 0)]
+        cands += [(g_head, activations - head_copy, held * lg, bwd + g_start),
+                  (g_layer, activations - head_copy - own, held * lg, gathered),
+                  (g_last, act_end, held * lg, bwd + g_start),
+                  (before, act_end - own, held * lg, gathered)]
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
             cands.append((after, act_emb, held * lg, 0))
@@ -549,7 +582,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
                 cands.append((before, 0, held * lg, 3 * tied))
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
-        cands.append((gradients, activations, held * lg, bwd))
+        cands.append((gradients, activations, held * lg, bwd + g_start))
         if tied:
             cands.append((gradients, 0, held * lg, 3 * tied))
     if full and one_copy and n_layers:
@@ -560,6 +593,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
         out_bytes = _residual_bytes(rt, D, h, T) if last and not bert else 0
         cands.append((fwd_grads, activations + n_layers * one_copy, D * lg + out_bytes, 0))
+    if gathered:
+        # ZeRO-3: the last layer's forward, its weights gathered, every layer's copies made
+        # (the head's not yet), before the final norm and the logits
+        fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
+        layer_copies = n_layers * one_copy if full else 0
+        head_part = copies - (0 if full else n_layers * one_copy) if last else 0
+        cands.append((fwd_grads, activations + layer_copies - head_part, 0, g_start))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)

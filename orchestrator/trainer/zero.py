@@ -41,7 +41,6 @@ shape, ``load_full_state`` keeps this rank's chunk (``orchestrator.trainer.check
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -74,6 +73,12 @@ def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
 def _all_gather(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     fn(out, inp, group=group)
+
+
+def _held_elsewhere(p: torch.Tensor) -> bool:
+    """Whether something besides ``p`` holds ``p``'s storage (a view autograd saved): its
+    use count beyond ``p`` and the Python storage object asked here."""
+    return torch._C._storage_Use_Count(p.untyped_storage()._cdata) > 2
 
 
 def _in_place_only(group: Any) -> bool:
@@ -112,7 +117,7 @@ class ZeroOptimizer:
         self._shapes: dict[int, torch.Size] = {}  # stage 3: a sharded parameter's full shape
         self._full: set[int] = set(self.sharded)  # stage 3: the ones holding full tensors now
         self._placeholders: dict[torch.dtype, torch.Tensor] = {}  # what a released one views
-        self._kept: dict[int, weakref.ref[Any]] = {}  # forward's storages autograd may hold
+        self._kept: dict[int, torch.Tensor] = {}  # forward's tensors autograd holds a view of
         dp, r = layout.dp, layout.dp_rank
         self.ranges: list[tuple[int, int, int]] = []  # (lo, hi, chunk) per parameter
         # p -> its owned chunk: a view into p, or under stage 3 a block parameter's own tensor
@@ -171,26 +176,20 @@ class ZeroOptimizer:
         of its weight), take that instead: the same values, no second copy."""
         for p in block.parameters():
             kept = self._kept.pop(id(p), None)
-            storage = kept() if kept is not None and reuse else None
-            if storage is not None:
-                p.data = torch.empty(0, dtype=p.dtype, device=p.device).set_(
-                    storage, 0, self._shapes[id(p)])
-            else:
-                p.data = self._gathered(p)
+            p.data = kept if kept is not None and reuse else self._gathered(p)
             self._full.add(id(p))
 
     @torch.no_grad()
     def release(self, block: nn.Module, keep: bool = False) -> None:
         """Free the full tensors of ``block``'s parameters (their chunks stay); ``keep``
-        (the forward's end): remember each one's storage, in case autograd saved a view of
-        it, for the backward's gather. A released parameter keeps its shape as a stride-0
-        view of one shared element, so shape-reading code (checkpoints, optimizer states)
-        works and an in-place write fails loudly."""
+        (the forward's end): where autograd saved a view of a weight (an fp32 matmul's
+        ``weight.t()``), keep that tensor for the backward's gather. A released parameter
+        keeps its shape as a stride-0 view of one shared element, so shape-reading code
+        (checkpoints, optimizer states) works and an in-place write fails loudly."""
         for p in block.parameters():
-            if keep and id(p) in self._full:
-                self._kept[id(p)] = weakref.ref(p.untyped_storage())
-            else:
-                self._kept.pop(id(p), None)
+            self._kept.pop(id(p), None)
+            if keep and id(p) in self._full and _held_elsewhere(p):
+                self._kept[id(p)] = p.detach()  # alive anyway: no byte more
             self._full.discard(id(p))
             one = self._placeholders.get(p.dtype)
             if one is None:
