@@ -794,15 +794,20 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
 
 def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                      recompute: Recompute, sequence_parallel: bool, flash_attention: bool,
-                     runtime: RuntimeProfile = REFERENCE) -> ActivationTerms:
+                     runtime: RuntimeProfile = REFERENCE, gathers: bool = False
+                     ) -> ActivationTerms:
     """The micro-batch-dependent part of ``estimate_stage``, per sequence of the micro-batch.
 
     Every activation, logits and working-set count there is ``b`` times a per-sequence count
     (T and T_f are ``b`` times the per-sequence tokens) plus a few constants, so the peak on
     top of the static state is, exactly in integers, ``min(m, pp - stage)·b·c_mb + c_rot +
     max_i(b·c_i + k_i)`` with ``m`` micro-batches per replica (``activation_peaks``). Neither
-    ``dp`` nor the ZeRO stage enters. ``sequence_parallel`` and ``flash_attention`` are the
-    plan's knobs (ANDed with the job's flags, as ``estimate_stage`` does)."""
+    ``dp`` nor the ZeRO stage enters, except through ``gathers``: the plan is ZeRO-3 at dp > 1
+    and the runtime gathers each layer's weights as it runs (the built-in trainer:
+    ``_gathered_layer``), which adds the running layer to the layers' moments and, in an
+    fp32 run without full recomputation, the matrices the forward keeps to the activations.
+    ``sequence_parallel`` and ``flash_attention`` are the plan's knobs (ANDed with the job's
+    flags, as ``estimate_stage`` does)."""
     m = model
     t = tp
     sp = t > 1 and sequence_parallel and train.sequence_parallel and runtime.sequence_parallel
@@ -859,6 +864,12 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             c_rot += copies
             if full:
                 layer_bwd = [(c, k + one_copy) for c, k in bwd]
+        gathered, kept = _gathered_layer(m, t, 2, 3 if gathers else 0, n_layers, rt, mixed,
+                                         full)
+        if kept:  # the forward's gathered matrices, kept to the layer's backward
+            copies, one_copy = n_layers * kept, kept
+            c_rot += copies
+        g_start = gathered - kept
         lg = (0 if rt.classification_head else Tf * vr) if last else 0
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
@@ -879,7 +890,10 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         if full and one_copy and n_layers:  # the forward's end (see estimate_stage)
             head.append((D * lg + (_residual_bytes(rt, D, h, T) if last and not bert else 0),
                          n_layers * one_copy))
-        moments = [(c + held, k) for c, k in layer_bwd] + head
+        head_part = copies - (0 if full else n_layers * one_copy) if last else 0
+        fwd_end = ((0, (n_layers * one_copy if full else 0) - head_part + g_start),
+                   ) if gathered else ()  # ZeRO-3: the last layer's forward (estimate_stage)
+        moments = [(c + held, k + g_start) for c, k in layer_bwd] + head + list(fwd_end)
         drop = (n_layers - 1) * per_layer if n_layers else 0
         left = copies - (0 if full else one_copy)
         tied = 4 * vr * h if rt.eager_blocks and first and last and (
@@ -894,12 +908,13 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
             own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
+                     + tuple((c, k, 0) for c, k in fwd_end)
                      + tuple((c + held, k, 1) for c, k in layer_bwd)
                      + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd)
-                     + tuple((c + held, k - head_copy, 3) for c, k in layer_bwd)
-                     + ((held - own[0], -head_copy - own[1], 4),)
-                     + tuple((c + held - drop, k - left, 5) for c, k in layer_bwd)
-                     + ((held - drop - own[0], -left - own[1], 6),))
+                     + tuple((c + held, k - head_copy + g_start, 3) for c, k in layer_bwd)
+                     + ((held - own[0], -head_copy - own[1] + gathered, 4),)
+                     + tuple((c + held - drop, k - left + g_start, 5) for c, k in layer_bwd)
+                     + ((held - drop - own[0], -left - own[1] + gathered, 6),))
             if tied:  # the unsharded tied sum: no activation is left (as in ``moments``)
                 alone += ((held - c_mb, 2 * tied - c_rot, 2),)
             if first:
@@ -997,7 +1012,8 @@ def peak_tensors(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
     per_replica = par.micro_batch * max(1, par.micro_batches(train.global_batch))
     peaks = activation_peaks(
         activation_terms(model, train, par.tp, par.pp, par.recompute,
-                         par.sequence_parallel, par.flash_attention, runtime),
+                         par.sequence_parallel, par.flash_attention, runtime,
+                         par.zero_stage >= 3 and par.dp > 1),
         per_replica, (par.micro_batch,))
     return peak_tensor_curve(
         static_terms(model, train, par.tp, par.pp, par.dp, par.zero_stage, runtime),

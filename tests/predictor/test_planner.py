@@ -220,12 +220,12 @@ def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> Non
     layouts = [_Layout(table, tp, pp, dp) for tp in (1, 2, 4) for pp in divisors(24, 8)
                if model.num_layers % pp == 0 for dp in divisors(batch)]
     values = _memory_values(table, layouts)
-    # the built-in trainer runs no ZeRO-3: those savers never fit, the others are unchanged
+    # the built-in trainer runs every ZeRO stage (pp > 1 it does not, which the planner's
+    # layouts, not the memory values, leave out): the same values with or without the limits
     plain = _memory_values(_MemoryTable(model, train, FRENZY), layouts)
     zero3 = [si for si, (_, z) in enumerate(_SAVERS) if z == 3]
-    assert zero3 and (plain[:, zero3] > 1 << 59).all()
-    rest = [si for si, (_, z) in enumerate(_SAVERS) if z < 3]
-    assert (plain[:, rest] == values[:, rest]).all()
+    assert zero3 and (plain[:, zero3] < 1 << 59).any()
+    assert (plain == values).all()
     width = max(len(divisors(batch // layout.dp)) for layout in layouts)
     assert values.shape == (len(layouts), len(_SAVERS), width)
     for li, layout in enumerate(layouts):
