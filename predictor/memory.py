@@ -276,23 +276,16 @@ def _gathered_layer(m: ModelSpec, tp: int, dp: int, zero: int, n_layers: int,
                     rt: RuntimeProfile, mixed: bool, full: bool) -> tuple[int, int]:
     """The built-in trainer's ZeRO-3 (``orchestrator.trainer.zero``): (bytes of the one
     layer whose fp32 weights it holds whole while that layer runs, forward or backward — it
-    prefetches none —, bytes of one layer's matmul weights that autograd keeps from the
-    forward to the backward). The second is nonzero in an fp32 run without full
-    recomputation only: an fp32 matmul saves a view of its weight (``weight.t()``), so the
-    forward's gathered matrices stay until the layer's backward (which reuses them), as
-    autocast's copies do in a mixed run; the norms' weights and the biases are gathered
-    again. (0, 0) for other runtimes, whose gathered blocks are static
+    prefetches none —, bytes of it that it keeps from the layer's forward to its backward).
+    The second is nonzero in an fp32 run without full recomputation only: there an fp32
+    matmul saves a view of its weight (``weight.t()``) anyway, so the trainer keeps the
+    whole gathered layer until its backward (which reuses it), as autocast's copies are
+    kept in a mixed run. (0, 0) for other runtimes, whose gathered blocks are static
     (``_static_bytes``), and below ZeRO-3."""
     if not (rt.fp32_weights_autocast and zero >= 3 and dp > 1 and n_layers):
         return 0, 0
-    kept = 0
-    if not mixed and not full:
-        h = m.hidden_size
-        q = m.num_heads // tp * m.head_dim
-        k = kv_heads_per_rank(m, tp) * m.head_dim
-        f = m.ffn_hidden_size // tp
-        kept = 4 * (2 * q * h + 2 * k * h + (3 if m.swiglu else 2) * f * h)
-    return 4 * _static_sums(m, tp, 1, 0, 0, 0)[0], kept
+    gathered = 4 * _static_sums(m, tp, 1, 0, 0, 0)[0]
+    return gathered, 0 if mixed or full else gathered
 
 
 def stage_layer_counts(num_layers: int, pp: int, split: str = "first_heavier"

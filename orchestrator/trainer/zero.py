@@ -21,10 +21,12 @@ which is the only temporary (one parameter's chunk at a time).
   to full just before its forward and freed right after it, and gathered again just before
   its backward and freed after it (``ParameterSharding``: two autograd functions around each
   block, so the order holds under full recomputation too, whose replay runs between them).
-  Freeing swaps ``p.data`` for an empty tensor, so what autograd saved of the parameter
-  itself sees the regathered data at the backward; a view it saved (an fp32 matmul's
-  ``weight.t()``) keeps the forward's copy alive until the backward, as autocast's weight
-  copies are. The embedding, positions, the final norm and the head stay whole (the
+  Freeing swaps ``p.data`` for a placeholder, so what autograd saved of the parameter
+  itself sees the regathered data at the backward. In an fp32 run without full
+  recomputation the matmuls save views of their weights (``weight.t()``), which keep the
+  forward's gathered tensors alive until the backward anyway (as autocast's weight copies
+  are in a mixed run): there the layer's gathered tensors are kept for its backward
+  instead of gathered twice. The embedding, positions, the final norm and the head stay whole (the
   "root", as FSDP2 keeps it): their weights, states and gradients are handled as stage 2's.
 
 On NCCL the reduction is ``reduce_scatter_tensor`` and the gather an in-place
@@ -73,12 +75,6 @@ def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
 def _all_gather(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     fn(out, inp, group=group)
-
-
-def _held_elsewhere(p: torch.Tensor) -> bool:
-    """Whether something besides ``p`` holds ``p``'s storage (a view autograd saved): its
-    use count beyond ``p`` and the Python storage object asked here."""
-    return torch._C._storage_Use_Count(p.untyped_storage()._cdata) > 2
 
 
 def _in_place_only(group: Any) -> bool:
@@ -163,7 +159,8 @@ class ZeroOptimizer:
                 chunk.copy_(p.detach().view(-1)[lo:hi])
         for block in self.blocks:
             self.release(block)
-        model.block_params = ParameterSharding(self)
+        model.block_params = ParameterSharding(self, bool(getattr(model, "full_recompute",
+                                                                   False)))
 
     def _block_params(self) -> list[nn.Parameter]:
         return [p for p in self.params if id(p) in self.sharded]
@@ -182,14 +179,14 @@ class ZeroOptimizer:
     @torch.no_grad()
     def release(self, block: nn.Module, keep: bool = False) -> None:
         """Free the full tensors of ``block``'s parameters (their chunks stay); ``keep``
-        (the forward's end): where autograd saved a view of a weight (an fp32 matmul's
-        ``weight.t()``), keep that tensor for the backward's gather. A released parameter
+        (the forward's end of a layer whose matmuls saved views of their weights): keep
+        the tensors for the backward's gather. A released parameter
         keeps its shape as a stride-0 view of one shared element, so shape-reading code
         (checkpoints, optimizer states) works and an in-place write fails loudly."""
         for p in block.parameters():
             self._kept.pop(id(p), None)
-            if keep and id(p) in self._full and _held_elsewhere(p):
-                self._kept[id(p)] = p.detach()  # alive anyway: no byte more
+            if keep and id(p) in self._full:
+                self._kept[id(p)] = p.detach()
             self._full.discard(id(p))
             one = self._placeholders.get(p.dtype)
             if one is None:
@@ -210,7 +207,7 @@ class ZeroOptimizer:
             full = torch.empty(n, dtype=p.dtype, device=p.device)
             if mine is not None:
                 full[lo:hi].copy_(mine)
-            for r in range(layout.dp):
+            for r in range(layout.dp if dist.is_initialized() else 0):  # (none: measuring)
                 if r * c < n:
                     dist.broadcast(full[r * c:min((r + 1) * c, n)],
                                    src=r * layout.tp + layout.tp_rank, group=layout.dp_group)
@@ -459,12 +456,18 @@ class ParameterSharding:
     """What the model calls around each block under ZeRO-3 (``ParallelTransformer``'s
     ``block_params``): ``enter`` before the block, ``leave`` after it."""
 
-    def __init__(self, owner: ZeroOptimizer) -> None:
+    def __init__(self, owner: ZeroOptimizer, full_recompute: bool) -> None:
         self.owner = owner
+        self.full_recompute = full_recompute
 
     def enter(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return _Enter.apply(x, self.owner, block)
 
     def leave(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        # with a backward to come, remember the storages in case autograd saved a view
-        return _Leave.apply(x, self.owner, block, torch.is_grad_enabled())
+        # an fp32 forward with a backward to come, its activations kept (no full
+        # recomputation): its matmuls saved views of the weights (weight.t()), which keep
+        # the gathered tensors alive anyway, so the backward takes them instead of a second
+        # gather (the same on every rank: no collective depends on it)
+        keep = (torch.is_grad_enabled() and block.training and not self.full_recompute
+                and not torch.is_autocast_enabled(x.device.type))
+        return _Leave.apply(x, self.owner, block, keep)
