@@ -6,13 +6,15 @@ runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 autocast forward, the model's loss (``F.cross_entropy`` on ``logits.float()`` at tp = 1, the
 vocab-parallel cross entropy on the logit shard at tp > 1), ``(loss * scale).backward()`` per
 micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
-optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO-1/2 the
-trainer's ``ZeroOptimizer`` over rank 0's chunks), ``zero_grad``). The tensor-parallel and
+optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO the
+trainer's ``ZeroOptimizer`` over rank 0's chunks, ZeRO-3's layers sharded by
+``shard_blocks``), ``zero_grad``). The tensor-parallel and
 data-parallel collectives are replaced by no-ops for the measurement (all-reduces work in
 place, ZeRO's reduce-scatter and all-gather write into outputs the trainer allocates, so they
-change no memory), which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the
-largest vocabulary shard). The trainer executes no ZeRO-3 and no pipeline, so tp (with the
-vocabulary split), dp, ZeRO-1/2, micro-batch, recomputation and precision vary.
+change no memory; ZeRO-3's gathers fill in the rank's own chunk and skip the others'),
+which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the largest vocabulary
+shard). The trainer executes no pipeline, so tp (with the vocabulary split), dp,
+ZeRO-1/2/3, micro-batch, recomputation and precision vary.
 """
 
 from __future__ import annotations
@@ -319,8 +321,8 @@ ZERO3_CASES: list[TrainerCase] = [
 ]
 
 ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES
-QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4]]
-"""The CI-size subset: three plans without ZeRO, a ZeRO-1 and a ZeRO-2 one."""
+QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4], ZERO3_CASES[1]]
+"""The CI-size subset: three plans without ZeRO, a ZeRO-1, a ZeRO-2 and a ZeRO-3 one."""
 
 
 def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict[str, Any]]:
