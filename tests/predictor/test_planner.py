@@ -192,7 +192,7 @@ def test_search_shortcuts_find_the_exhaustive_optimum(name, batch, seq, gpu_name
                                                       restricted) -> None:
     # Bisection over memory curves, bound pruning and the cached step-time parts must keep,
     # per (GPU type, count), a plan as fast as the best one an exhaustive search finds; over
-    # the whole space and over what the built-in trainer executes (pp = 1, ZeRO 0-2).
+    # the whole space and over what the built-in trainer executes (pp = 1, ZeRO 0-3).
     model = ModelSpec.from_name(name)
     train = TrainingSpec(global_batch=batch, seq_len=seq, steps=10)
     gpus = [get_gpu(g) for g in gpu_names]
