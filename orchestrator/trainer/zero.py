@@ -141,7 +141,6 @@ class ZeroOptimizer:
             for p, rng in zip(self.params, self.ranges, strict=True):
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     self._make_hook(rng)))
-        self._released = False
 
     # -- stage 3: the blocks' parameters as chunks, gathered around each block ---------------
     @torch.no_grad()
