@@ -18,7 +18,8 @@ q = heads/t·head_dim (query width per rank: h/t unless the model's head width i
 k = kv_heads_per_rank·head_dim, f = ffn/t, a = heads/t, a_k = kv_heads_per_rank.
 
 Static (per parameter element n, its ZeRO shard n/dp):
-  parameters D·n (n/dp under ZeRO-3); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
+  parameters D·n (n/dp under ZeRO-3; a runtime may keep some whole and gather blocks, see
+  ``_static_bytes`` and ``_gathered_layer``); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
   fp32 master weights 4·n/dp_1 (mixed only) and optimizer states 8 (Adam m, v) or 4 (SGD
   momentum) per element of the shard (n/dp under ZeRO >= 1). Mixed Adam = 2+4+4+8 = 18 B,
   fp32 Adam = 4+4+8 = 16 B (Megatron's figures).
@@ -211,11 +212,14 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     rank of ``stage`` holding ``n_layers`` layers, under the runtime's sharding.
 
     Default (ZeRO / distributed optimizer): compute-dtype parameters (shards under ZeRO-3,
-    plus, outside the built-in trainer's emulated ZeRO-3, the gathered running block and
-    ``prefetch_layers`` more), fp32 gradients, fp32 master and optimizer states. FSDP2 under
-    ZeRO-3: the fp32 shards are the master (no separate copy); the gathered bf16 blocks and
-    the unsharded root (embedding, head) are added. ``pure_low_precision``: everything in
-    the compute dtype, no master. ``optimizer_offload``: master and states on the CPU."""
+    plus, outside the reference build, the gathered running block and ``prefetch_layers``
+    more), fp32 gradients, fp32 master and optimizer states. FSDP2 under ZeRO-3: the fp32
+    shards are the master (no separate copy); the gathered bf16 blocks and the unsharded
+    root (embedding, head) are added. The built-in trainer's ZeRO-3
+    (``fp32_weights_autocast``): the layers' fp32 weights in chunks, the root whole; the
+    layer it gathers counts only at the moments it runs (``_gathered_layer``), not here.
+    ``pure_low_precision``: everything in the compute dtype, no master.
+    ``optimizer_offload``: master and states on the CPU."""
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
     vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
