@@ -26,8 +26,10 @@ which is the only temporary (one parameter's chunk at a time).
   recomputation the matmuls save views of their weights (``weight.t()``), which keep the
   forward's gathered tensors alive until the backward anyway (as autocast's weight copies
   are in a mixed run): there the layer's gathered tensors are kept for its backward
-  instead of gathered twice. The embedding, positions, the final norm and the head stay whole (the
-  "root", as FSDP2 keeps it): their weights, states and gradients are handled as stage 2's.
+  instead of gathered twice. The embedding, positions, the final norm and the head stay
+  whole (the "root", as FSDP2 keeps it): their weights, states and gradients are handled
+  as stage 2's, and only they are gathered after the step (a block's are before its next
+  forward).
 
 On NCCL the reduction is ``reduce_scatter_tensor`` and the gather an in-place
 ``all_gather_into_tensor``. gloo (CPU: the emulated cluster, tests) implements both through
