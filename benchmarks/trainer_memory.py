@@ -6,13 +6,15 @@ runs two training steps under ``FakeTensorMode`` with ``predictor.measure``'s
 autocast forward, the model's loss (``F.cross_entropy`` on ``logits.float()`` at tp = 1, the
 vocab-parallel cross entropy on the logit shard at tp > 1), ``(loss * scale).backward()`` per
 micro-batch, the flattened dp gradient all-reduce, ``opt.step()`` of the trainer's own
-optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO-1/2 the
-trainer's ``ZeroOptimizer`` over rank 0's chunks), ``zero_grad``). The tensor-parallel and
+optimizer (``loop.build_optimizer``: weight decay on the matrices; under ZeRO the
+trainer's ``ZeroOptimizer`` over rank 0's chunks, ZeRO-3's layers sharded by
+``shard_blocks``), ``zero_grad``). The tensor-parallel and
 data-parallel collectives are replaced by no-ops for the measurement (all-reduces work in
 place, ZeRO's reduce-scatter and all-gather write into outputs the trainer allocates, so they
-change no memory), which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the
-largest vocabulary shard). The trainer executes no ZeRO-3 and no pipeline, so tp (with the
-vocabulary split), dp, ZeRO-1/2, micro-batch, recomputation and precision vary.
+change no memory; ZeRO-3's gathers fill in the rank's own chunk and skip the others'),
+which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the largest vocabulary
+shard). The trainer executes no pipeline, so tp (with the vocabulary split), dp,
+ZeRO-1/2/3, micro-batch, recomputation and precision vary.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
     )
     from orchestrator.trainer.model import ParallelTransformer
     from orchestrator.trainer.parallel import Layout
-    from orchestrator.trainer.zero import check_zero_stage
+    from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 
     if par.pp != 1:
         raise ValueError("the built-in trainer runs no pp > 1")
@@ -87,7 +89,10 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                                         global_batch=train.global_batch,
                                         seq_len=train.seq_len, total_steps=steps,
                                         tp=par.tp, dp=par.dp, zero_stage=par.zero_stage,
-                                        optimizer=train.optimizer), params, layout)
+                                        optimizer=train.optimizer), params, layout,
+                              net.layers)
+        if isinstance(opt, ZeroOptimizer):
+            opt.shard_blocks(net)  # ZeRO-3: the layers' weights as chunks from here on
         net.train()
         peak = 0
         for _ in range(steps):
@@ -290,9 +295,34 @@ ZERO_CASES: list[TrainerCase] = [
     _case(LLAMA_HD, 256, 16, micro_batch=2, tp=2, dp=2, zero_stage=2, recompute="selective"),
 ]
 
-ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES
-QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4]]
-"""The CI-size subset: three plans without ZeRO, a ZeRO-1 and a ZeRO-2 one."""
+ZERO3_CASES: list[TrainerCase] = [
+    # ZeRO-3 (the layers' weights in chunks, gathered around each layer's forward and
+    # backward; embedding, head and final norm whole): dp 2 and 4, with and without tp 2,
+    # recompute none / full, one and several micro-batches
+    _case(GPT_S, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(GPT_S, 64, 2, micro_batch=1, dp=2, zero_stage=3),
+    _case(GPT_S, 256, 8, micro_batch=2, dp=4, zero_stage=3, recompute="full"),
+    _case(GPT_S, 512, 16, micro_batch=2, tp=2, dp=2, zero_stage=3),
+    _case(LLAMA_S, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(LLAMA_S, 256, 4, micro_batch=1, dp=4, zero_stage=3),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=4, zero_stage=3, recompute="full"),
+    _case(LLAMA_S, 64, 4, micro_batch=1, dp=4, zero_stage=3),
+    _case(LLAMA_D, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(LLAMA_D, 256, 4, micro_batch=2, dp=2, zero_stage=3, recompute="full"),
+    _case(LLAMA_D, 256, 8, micro_batch=2, tp=2, dp=4, zero_stage=3, recompute="full"),
+    _case(NEOX_D, 256, 4, micro_batch=1, tp=2, dp=2, zero_stage=3),
+    _case(NEOX_D, 256, 8, "fp32", "adam", micro_batch=2, dp=2, zero_stage=3),
+    _case(NEOX_D, 256, 4, "fp32", "adamw", micro_batch=2, dp=2, zero_stage=3, recompute="full"),
+    _case(QWEN_S, 256, 8, "fp16", "adam", micro_batch=2, dp=2, zero_stage=3,
+          recompute="selective"),
+    _case(QWEN3_S, 256, 8, micro_batch=2, tp=2, dp=2, zero_stage=3),
+    _case(BERT_S, 256, 8, micro_batch=2, dp=2, zero_stage=3),
+    _case(NEOX_S, 256, 16, "bf16", "sgd", micro_batch=4, dp=4, zero_stage=3),
+]
+
+ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES
+QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4], ZERO3_CASES[1]]
+"""The CI-size subset: three plans without ZeRO, a ZeRO-1, a ZeRO-2 and a ZeRO-3 one."""
 
 
 def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict[str, Any]]:

@@ -18,7 +18,8 @@ q = heads/t·head_dim (query width per rank: h/t unless the model's head width i
 k = kv_heads_per_rank·head_dim, f = ffn/t, a = heads/t, a_k = kv_heads_per_rank.
 
 Static (per parameter element n, its ZeRO shard n/dp):
-  parameters D·n (n/dp under ZeRO-3); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
+  parameters D·n (n/dp under ZeRO-3; a runtime may keep some whole and gather blocks, see
+  ``_static_bytes`` and ``_gathered_layer``); fp32 main gradients 4·n (n/dp under ZeRO >= 2);
   fp32 master weights 4·n/dp_1 (mixed only) and optimizer states 8 (Adam m, v) or 4 (SGD
   momentum) per element of the shard (n/dp under ZeRO >= 1). Mixed Adam = 2+4+4+8 = 18 B,
   fp32 Adam = 4+4+8 = 16 B (Megatron's figures). bitsandbytes 8-bit Adam keeps 2 bytes
@@ -344,13 +345,15 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     rank of ``stage`` holding ``n_layers`` layers, under the runtime's sharding.
 
     Default (ZeRO / distributed optimizer): compute-dtype parameters (shards under ZeRO-3,
-    plus, outside the built-in trainer's emulated ZeRO-3, the gathered running block and
-    ``prefetch_layers`` more), fp32 gradients, fp32 master and optimizer states. FSDP2 under
-    ZeRO-3: the fp32 shards are the master (no separate copy); the gathered bf16 blocks and
-    the unsharded root (embedding, head) are added. Megatron-FSDP under ZeRO-3: the
-    default's shards plus the gathered units, the unsharded root and one unit's gradient
-    bucket (see the branch). ``pure_low_precision``: everything in
-    the compute dtype, no master. ``optimizer_offload``: master and states on the CPU."""
+    plus, outside the reference build, the gathered running block and ``prefetch_layers``
+    more), fp32 gradients, fp32 master and optimizer states. FSDP2 under ZeRO-3: the fp32
+    shards are the master (no separate copy); the gathered bf16 blocks and the unsharded
+    root (embedding, head) are added. Megatron-FSDP under ZeRO-3: the default's shards plus
+    the gathered units, the unsharded root and one unit's gradient bucket (see the branch).
+    The built-in trainer's ZeRO-3 (``fp32_weights_autocast``): the layers' fp32 weights in
+    chunks, the root whole; the layer it gathers counts only at the moments it runs
+    (``_gathered_layer``), not here. ``pure_low_precision``: everything in the compute
+    dtype, no master. ``optimizer_offload``: master and states on the CPU."""
     mixed = train.precision is not Precision.FP32
     D = 2 if mixed else 4
     vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
@@ -360,6 +363,8 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     n_full = n_layers * lay_n + e_n
     n_sh = n_layers * lay_sh + e_sh
     n_param = n_sh if zero >= 3 else n_full
+    if zero >= 3 and rt.fp32_weights_autocast:  # the built-in trainer keeps the root whole
+        n_param = n_layers * lay_sh + e_n
     n_grad = n_sh if zero >= 2 else n_full
     n_shard = n_sh if zero >= 1 else n_full
     if zero >= 1:
@@ -400,7 +405,7 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         adam = 4 * max_shard if states == 2 else -1
     else:
         parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
-        if zero >= 3 and rt is not REFERENCE and n_layers:
+        if zero >= 3 and rt is not REFERENCE and n_layers and not rt.fp32_weights_autocast:
             parameters += D * min(1 + rt.prefetch_layers, n_layers) * lay_n
         optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
@@ -428,6 +433,22 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         if mixed and not rt.pure_low_precision:
             gradients = D * n_grad
     return parameters, gradients, optimizer_states, adam
+
+
+def _gathered_layer(m: ModelSpec, tp: int, dp: int, zero: int, n_layers: int,
+                    rt: RuntimeProfile, mixed: bool, full: bool) -> tuple[int, int]:
+    """The built-in trainer's ZeRO-3 (``orchestrator.trainer.zero``): (bytes of the one
+    layer whose fp32 weights it holds whole while that layer runs, forward or backward — it
+    prefetches none —, bytes of it that it keeps from the layer's forward to its backward).
+    The second is nonzero in an fp32 run without full recomputation only: there an fp32
+    matmul saves a view of its weight (``weight.t()``) anyway, so the trainer keeps the
+    whole gathered layer until its backward (which reuses it), as autocast's copies are
+    kept in a mixed run. (0, 0) for other runtimes, whose gathered blocks are static
+    (``_static_bytes``), and below ZeRO-3."""
+    if not (rt.fp32_weights_autocast and zero >= 3 and dp > 1 and n_layers):
+        return 0, 0
+    gathered = 4 * _static_sums(m, tp, 1, 0, 0, 0)[0]
+    return gathered, 0 if mixed or full else gathered
 
 
 def stage_layer_counts(num_layers: int, pp: int, split: str = "first_heavier"
@@ -710,6 +731,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
         copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
         activations += copies
+    # ZeRO-3: the running layer's gathered weights, as its backward starts (less what the
+    # forward kept, counted as copies) and ends
+    gathered, kept = _gathered_layer(m, t, dp, zero, n_layers, rt, mixed, full)
+    if kept:
+        copies, one_copy = n_layers * kept, kept
+        activations += copies
+    g_start = gathered - kept
 
     # backward working set of the first layer (_backward_working_set)
     g_in = hTD
@@ -780,9 +808,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
         own = per_layer + (0 if full else one_copy) if n_layers else 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
-        cands += [(g_head, activations - head_copy, held * lg, bwd),
-                  (g_layer, activations - head_copy - own, held * lg, 0),
-                  (g_last, act_end, held * lg, bwd), (before, act_end - own, held * lg, 0)]
+        cands += [(g_head, activations - head_copy, held * lg, bwd + g_start),
+                  (g_layer, activations - head_copy - own, held * lg, gathered),
+                  (g_last, act_end, held * lg, bwd + g_start),
+                  (before, act_end - own, held * lg, gathered)]
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
             cands.append((after, act_emb, held * lg, 0))
@@ -801,7 +830,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         gradients = last_grad
     else:
         cands = [(gradients, a_, l_, t_) for a_, l_, t_ in head]
-        cands.append((gradients, activations, held * lg, bwd))
+        cands.append((gradients, activations, held * lg, bwd + g_start))
         if tied:
             cands.append((gradients, 0, held * lg, 3 * tied))
     if full and one_copy and n_layers:
@@ -812,6 +841,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
         out_bytes = _residual_bytes(rt, D, h, T) if last and not bert else 0
         cands.append((fwd_grads, activations + n_layers * one_copy, D * lg + out_bytes, 0))
+    if gathered:
+        # ZeRO-3: the last layer's forward, its weights gathered, every layer's copies made
+        # (the head's not yet), before the final norm and the logits
+        fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
+        layer_copies = n_layers * one_copy if full else 0
+        head_part = copies - (0 if full else n_layers * one_copy) if last else 0
+        cands.append((fwd_grads, activations + layer_copies - head_part, 0, g_start))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)
@@ -1069,15 +1105,20 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
 
 def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                      recompute: Recompute, sequence_parallel: bool, flash_attention: bool,
-                     runtime: RuntimeProfile = REFERENCE) -> ActivationTerms:
+                     runtime: RuntimeProfile = REFERENCE, gathers: bool = False
+                     ) -> ActivationTerms:
     """The micro-batch-dependent part of ``estimate_stage``, per sequence of the micro-batch.
 
     Every activation, logits and working-set count there is ``b`` times a per-sequence count
     (T and T_f are ``b`` times the per-sequence tokens) plus a few constants, so the peak on
     top of the static state is, exactly in integers, ``min(m, pp - stage)·b·c_mb + c_rot +
     max_i(b·c_i + k_i)`` with ``m`` micro-batches per replica (``activation_peaks``). Neither
-    ``dp`` nor the ZeRO stage enters. ``sequence_parallel`` and ``flash_attention`` are the
-    plan's knobs (ANDed with the job's flags, as ``estimate_stage`` does)."""
+    ``dp`` nor the ZeRO stage enters, except through ``gathers``: the plan is ZeRO-3 at dp > 1
+    and the runtime gathers each layer's weights as it runs (the built-in trainer:
+    ``_gathered_layer``), which adds the running layer to the layers' moments and, in an
+    fp32 run without full recomputation, the matrices the forward keeps to the activations.
+    ``sequence_parallel`` and ``flash_attention`` are the plan's knobs (ANDed with the job's
+    flags, as ``estimate_stage`` does)."""
     _check_split_form(runtime)
     m = model
     t = tp
@@ -1135,6 +1176,12 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             c_rot += copies
             if full:
                 layer_bwd = [(c, k + one_copy) for c, k in bwd]
+        gathered, kept = _gathered_layer(m, t, 2, 3 if gathers else 0, n_layers, rt, mixed,
+                                         full)
+        if kept:  # the forward's gathered matrices, kept to the layer's backward
+            copies, one_copy = n_layers * kept, kept
+            c_rot += copies
+        g_start = gathered - kept
         lg = (0 if rt.classification_head else Tf * vr) if last else 0
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
@@ -1155,7 +1202,10 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         if full and one_copy and n_layers:  # the forward's end (see estimate_stage)
             head.append((D * lg + (_residual_bytes(rt, D, h, T) if last and not bert else 0),
                          n_layers * one_copy))
-        moments = [(c + held, k) for c, k in layer_bwd] + head
+        head_part = copies - (0 if full else n_layers * one_copy) if last else 0
+        fwd_end = ((0, (n_layers * one_copy if full else 0) - head_part + g_start),
+                   ) if gathered else ()  # ZeRO-3: the last layer's forward (estimate_stage)
+        moments = [(c + held, k + g_start) for c, k in layer_bwd] + head + list(fwd_end)
         drop = (n_layers - 1) * per_layer if n_layers else 0
         left = copies - (0 if full else one_copy)
         tied = 4 * vr * h if rt.eager_blocks and first and last and (
@@ -1170,12 +1220,13 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
             own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
+                     + tuple((c, k, 0) for c, k in fwd_end)
                      + tuple((c + held, k, 1) for c, k in layer_bwd)
                      + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd)
-                     + tuple((c + held, k - head_copy, 3) for c, k in layer_bwd)
-                     + ((held - own[0], -head_copy - own[1], 4),)
-                     + tuple((c + held - drop, k - left, 5) for c, k in layer_bwd)
-                     + ((held - drop - own[0], -left - own[1], 6),))
+                     + tuple((c + held, k - head_copy + g_start, 3) for c, k in layer_bwd)
+                     + ((held - own[0], -head_copy - own[1] + gathered, 4),)
+                     + tuple((c + held - drop, k - left + g_start, 5) for c, k in layer_bwd)
+                     + ((held - drop - own[0], -left - own[1] + gathered, 6),))
             if tied:  # the unsharded tied sum: no activation is left (as in ``moments``)
                 alone += ((held - c_mb, 2 * tied - c_rot, 2),)
             if first:
@@ -1273,7 +1324,8 @@ def peak_tensors(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
     per_replica = par.micro_batch * max(1, par.micro_batches(train.global_batch))
     peaks = activation_peaks(
         activation_terms(model, train, par.tp, par.pp, par.recompute,
-                         par.sequence_parallel, par.flash_attention, runtime),
+                         par.sequence_parallel, par.flash_attention, runtime,
+                         par.zero_stage >= 3 and par.dp > 1),
         per_replica, (par.micro_batch,))
     return peak_tensor_curve(
         static_terms(model, train, par.tp, par.pp, par.dp, par.zero_stage, runtime),

@@ -183,16 +183,19 @@ class _MemoryTable:
         self.table: dict[tuple[int, ...], MemoryBreakdown] = {}
         self.floor = 1 << 62  # least memory of any layout's most frugal saver
 
-    def rows(self, tp: int, pp: int, recompute: Recompute) -> ActivationRows:
+    def rows(self, tp: int, pp: int, recompute: Recompute, gathers: bool = False
+             ) -> ActivationRows:
         """The activation rows of (tp, pp, recomputation) at every micro-batch size of any
-        dp (the global batch's divisors), computed once."""
-        akey = (tp, pp, _RC_INDEX[recompute])
+        dp (the global batch's divisors), computed once; ``gathers``: of a ZeRO-3 plan at
+        dp > 1 (``activation_terms``; the same rows unless the runtime gathers layers)."""
+        gathers = gathers and self.runtime.fp32_weights_autocast
+        akey = (tp, pp, _RC_INDEX[recompute], gathers)
         rows = self.activation.get(akey)
         if rows is None:
             rows = self.activation[akey] = activation_rows(
                 activation_terms(self.model, self.train, tp, pp, recompute,
                                  self.train.sequence_parallel and tp > 1,
-                                 self.train.flash_attention, self.runtime),
+                                 self.train.flash_attention, self.runtime, gathers),
                 _divisors(self.train.global_batch))
         return rows
 
@@ -267,7 +270,10 @@ class _Layout:
         return out
 
 
-_RC_OF_SAVER = np.array([_RC_INDEX[rc] for rc, _ in _SAVERS])
+_RC_OF_SAVER = np.array([_RC_INDEX[rc] + (len(_RC_INDEX) if zero == 3 else 0)
+                         for rc, zero in _SAVERS])
+"""Each saver's activation rows: by recomputation mode, ZeRO-3's (``_MemoryTable.rows``'s
+``gathers``) after the others."""
 _ZERO_OF_SAVER = np.array([zero for _, zero in _SAVERS])
 _NO_ZERO_POS = {i: pos for pos, i in enumerate(
     i for i, (_, zero) in enumerate(_SAVERS) if zero == 0)}  # _SAVERS index -> dp = 1 index
@@ -297,16 +303,19 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
         q = pairs.get((tp, pp))
         if q is None:
             q = pairs[(tp, pp)] = len(pairs)
-            rows = [table.rows(tp, pp, recompute) for recompute in Recompute]
+            rows = [table.rows(tp, pp, recompute, z3) for z3 in (False, True)
+                    for recompute in Recompute]
             stages = len(rows[0])
             depths.append([depth for depth, _ in rows[0]] + [1] * (2 - stages))
             per_mb.append([[[row[b][0] for _, row in by_rc] + [0] * (2 - stages)
-                            for by_rc in rows] for b in sizes] + [[[0, 0]] * 3])
+                            for by_rc in rows] for b in sizes] + [[[0, 0]] * len(rows)])
             rest.append([[[row[b][1] for _, row in by_rc] + [_NEVER] * (2 - stages)
-                          for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
+                          for by_rc in rows] for b in sizes]
+                        + [[[_NEVER, _NEVER]] * len(rows)])
             for w, kind in enumerate(alone):  # moments adding none, one, both end grads
                 kind.append([[[row[b][2 + w] for _, row in by_rc] + [_NEVER] * (2 - stages)
-                              for by_rc in rows] for b in sizes] + [[[_NEVER, _NEVER]] * 3])
+                              for by_rc in rows] for b in sizes]
+                        + [[[_NEVER, _NEVER]] * len(rows)])
         which.append(q)
         extra = width - len(layout.mbs)
         cols.append([column[b] for b in layout.mbs] + [pad] * extra)

@@ -51,11 +51,15 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 * ``dp_flat_allreduce``: the built-in trainer averages gradients with one ``torch.cat`` of
   all of them: a 4-byte-per-parameter temporary after the backward (without ZeRO; its ZeRO
   all-reduces or reduce-scatters each gradient in place, ``orchestrator.trainer.zero``).
-* ZeRO under ``fp32_weights_autocast`` (the built-in trainer's ZeRO-1/2): the fp32 weights
-  stay whole and are the master, so ZeRO-1 shards only the optimizer states (``ceil(n/dp)``
+* ZeRO under ``fp32_weights_autocast`` (the built-in trainer's ZeRO-1/2/3): the fp32
+  weights are the master, so ZeRO-1 shards only the optimizer states (``ceil(n/dp)``
   elements of every tensor) and ZeRO-2 the fp32 gradients too; ZeRO-2 reduce-scatters each
   gradient as the backward makes it, so in a step of one micro-batch the gradients held
-  grow as the activations go (``predictor.memory._single_step_grads``).
+  grow as the activations go (``predictor.memory._single_step_grads``). ZeRO-3 also keeps
+  each layer's fp32 weights as chunks and gathers one layer at a time (``prefetch_layers``
+  0) while it runs, forward and backward; the embedding, the head and the final norm stay
+  whole (FSDP2's root); autocast's copies are unchanged, and in an fp32 run the matmuls
+  keep the forward's gathered matrices to the backward (``predictor.memory._gathered_layer``).
 * ``pure_low_precision``: weights, gradients and optimizer states all in the compute dtype
   (torchtune and ms-swift full fine-tunes load the model in bf16: 2+2+4 = 8 bytes/param).
 * ``logits_head_bwd_bytes``: when the loss's backward buffers are freed before the head's
@@ -336,15 +340,17 @@ FRENZY = RuntimeProfile(
         "the vocab-parallel cross entropy on the logit shard (one fp32 copy made the "
         "softmax: 6 forward, 8 at its backward, 8 and 8 in fp32); 4 left at the head's "
         "backward; one flat dp all-reduce (ZeRO-1/2: optimizer states, and gradients, in "
-        "chunks over dp, the fp32 weights whole), gradients set to None after each step, "
+        "chunks over dp, the fp32 weights whole; ZeRO-3: the layers' fp32 weights in chunks "
+        "too, each layer gathered while it runs forward or backward, no prefetch, the "
+        "embedding, head and final norm whole), gradients set to None after each step, "
         "fused optimizers"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, sequence_parallel=False,
     logits_fwd_bytes_tp=6, logits_bwd_bytes_tp=8, logits_fwd_bytes_tp_fp32=8,
     logits_bwd_bytes_tp_fp32=8,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
-    optimizer_fused=True,
-    max_pp=1, zero_stages=(0, 1, 2),  # orchestrator/trainer: tp, dp, ZeRO-1/2, recompute
+    optimizer_fused=True, prefetch_layers=0,
+    max_pp=1, zero_stages=(0, 1, 2, 3),  # orchestrator/trainer: tp, dp, ZeRO-1/2/3, recompute
     optimizers=("adam", "adamw", "sgd"),  # orchestrator.trainer.loop._make_optimizer
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)

@@ -225,7 +225,7 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
         kept = tuple(p for p, w in zip(plans, why, strict=True) if w is None)
         if not kept:
             return (f"every plan of this job needs pipeline parallelism (pp > {max_pipeline}) "
-                    f"or a ZeRO stage, which the built-in trainer does not run ({why[0]}); "
+                    f"or a ZeRO stage the built-in trainer does not run ({why[0]}); "
                     "give an entrypoint script, more GPUs or a smaller model")
         plans = kept
     extra: dict[str, Any] = {"entrypoint": job.entrypoint} if job.entrypoint else {}

@@ -1,7 +1,8 @@
 """Checkpoints in canonical, unsharded form: resumable on any tp/dp layout.
 
 A checkpoint holds every parameter and optimizer-state tensor under its canonical name with
-its full shape (tp shards gathered, ZeRO's dp chunks gathered), plus the step. Saving gathers
+its full shape (tp shards gathered, ZeRO's dp chunks gathered: optimizer states, and under
+ZeRO-3 the layers' weights), plus the step. Saving gathers
 ZeRO's optimizer-state chunks over each dp group, the tp shards inside data parallel replica
 0, and global rank 0 writes one file; loading reads that file on every rank
 and keeps each rank's slice for the *new* layout. This is what an elastic resize needs
@@ -128,8 +129,14 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
         params = dict(model.named_parameters())
         # ZeRO: every dp rank joins each parameter's chunk gather (dp group) below; only dp
         # replica 0 joins the tp gathers, in the same parameter order on all its tp ranks.
-        full_model = ({n: _gather(p, dims.get(n), layout, _rows(shapes[n], dims.get(n)))
-                       for n, p in params.items()} if layout.dp_rank == 0 else {})
+        # ZeRO-3: each layer weight is first gathered from its dp chunks (every dp rank)
+        full_model: dict[str, torch.Tensor] = {}
+        for n, p in params.items():
+            local = optimizer.full_param(p) if zero else p
+            if layout.dp_rank == 0:
+                full_model[n] = _gather(local, dims.get(n), layout,
+                                        _rows(shapes[n], dims.get(n)))
+            del local
         full_optim: dict[str, dict[str, Any]] = {}
         for n, p in params.items():
             state = _local_optim_state(optimizer, p)
@@ -225,7 +232,10 @@ def load(root: str | Path, job_id: str, model: nn.Module,
 
     with torch.no_grad():
         for n, p in params.items():
-            p.copy_(local(n, ckpt["model"][n]).to(p.device, p.dtype))
+            if isinstance(optimizer, ZeroOptimizer):  # ZeRO-3: a sharded layer's chunk
+                optimizer.load_full_param(p, local(n, ckpt["model"][n]))
+            else:
+                p.copy_(local(n, ckpt["model"][n]).to(p.device, p.dtype))
     for n, p in params.items():
         entry = ckpt["optim"].get(n) or {}
         if not entry:

@@ -1,4 +1,4 @@
-"""The built-in training loop: one rank of a tp × dp job (ZeRO-1/2 over dp when the plan
+"""The built-in training loop: one rank of a tp × dp job (ZeRO-1/2/3 over dp when the plan
 says so: ``orchestrator.trainer.zero``), with checkpoints and progress.
 
 ``train`` runs inside a Ray worker actor (``orchestrator.trainer.worker``) or, in unit tests,
@@ -75,7 +75,7 @@ class RunConfig:
     pp: int = 1
     micro_batch: int = 1
     recompute: Recompute = Recompute.NONE
-    zero_stage: int = 0  # ZeRO over the dp group: 1 optimizer states, 2 gradients too
+    zero_stage: int = 0  # ZeRO over dp: 1 optimizer states, 2 gradients, 3 layer weights
     precision: Precision = Precision.FP32
     optimizer: Optimizer = Optimizer.ADAMW
     lr: float = 3e-3
@@ -251,14 +251,17 @@ def _optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.
                                   "decay": False}])
 
 
-def build_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter], layout: Layout
+def build_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter], layout: Layout,
+                    blocks: Sequence[torch.nn.Module] = ()
                     ) -> torch.optim.Optimizer | ZeroOptimizer:
     """The optimizer the plan asks for: ZeRO-``cfg.zero_stage`` over the dp group
-    (``orchestrator.trainer.zero``; at dp = 1 there is nothing to shard), else unsharded."""
+    (``orchestrator.trainer.zero``; at dp = 1 there is nothing to shard), else unsharded.
+    ``blocks``: the modules whose parameters ZeRO-3 shards (the model's layers); after
+    loading the weights, ``ZeroOptimizer.shard_blocks`` frees their full tensors."""
     check_zero_stage(cfg.zero_stage)
     if cfg.zero_stage and layout.dp > 1:
         return ZeroOptimizer(params, layout, cfg.zero_stage, partial(_make_optimizer, cfg),
-                             _decays)
+                             _decays, blocks)
     return _optimizer(cfg, params)
 
 
@@ -300,11 +303,13 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     model = ParallelTransformer(cfg.model, layout, cfg.recompute, numerics).to(device)
     init_canonical(model, layout, cfg.seed)
     params = list(model.parameters())
-    opt = build_optimizer(cfg, params, layout)
+    opt = build_optimizer(cfg, params, layout, model.layers)
     saved: dict[str, Any] = {}
     step = ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout, extra_out=saved)
     if step == 0 and cfg.init_from:
         init_from_folder(cfg, model, layout)
+    if isinstance(opt, ZeroOptimizer):
+        opt.shard_blocks(model)  # ZeRO-3: from here on the layers' weights live as chunks
     data = None
     if not cfg.data.synthetic:
         data = TokenData(cfg.data, cache_dir=ckpt.job_dir(cfg.checkpoint_dir, cfg.job_id))

@@ -129,7 +129,8 @@ class PeakMeter:
 
 def live_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer,
                  *batch: torch.Tensor) -> list[torch.Tensor]:
-    """The tensors a rank holds between steps: parameters, gradients, optimizer states and
+    """The tensors a rank holds between steps: parameters (under ZeRO their owned chunks
+    too: views of the parameters, or ZeRO-3's own tensors), gradients, optimizer states and
     the batch."""
     out: list[torch.Tensor] = list(batch)
     for p in model.parameters():
@@ -138,4 +139,5 @@ def live_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer,
             out.append(p.grad)
     for state in opt.state.values():
         out.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+    out.extend(getattr(opt, "chunks", {}).values())  # ZeRO-3: the layers' weight chunks
     return out

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +64,16 @@ def check_supported(spec: ModelSpec, tp: int) -> None:
     if spec.vocab_size < tp:
         raise ValueError(f"tp={tp} exceeds vocab_size={spec.vocab_size} (each tp rank holds "
                          "at least one vocabulary row)")
+
+
+class BlockParams(Protocol):
+    """Parameter sharding around each layer (ZeRO-3, ``orchestrator.trainer.zero``):
+    ``enter`` before a layer's forward, ``leave`` after it, each returning its input
+    unchanged; they gather and free the layer's weights, forward and backward."""
+
+    def enter(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor: ...
+
+    def leave(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -252,6 +263,7 @@ class ParallelTransformer(nn.Module):
             self.final_norm = numerics.norm(spec, h)
         self.head = (None if spec.tie_embeddings or spec.family is Family.BERT
                      else VocabParallelHead(h, spec.vocab_size, layout))
+        self.block_params: BlockParams | None = None  # ZeRO-3: gathers each layer's weights
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits of this rank's vocabulary rows (all of them at tp = 1)."""
@@ -262,11 +274,16 @@ class ParallelTransformer(nn.Module):
             x = x + self.token_type.weight[0]
         if self.embed_norm is not None:
             x = self.embed_norm(x)
+        sharding = self.block_params
         for layer in self.layers:
+            if sharding is not None:
+                x = sharding.enter(layer, x)
             if self.full_recompute and self.training:
                 x = checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)
+            if sharding is not None:
+                x = sharding.leave(layer, x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         else:

@@ -1,5 +1,6 @@
-"""ZeRO data parallelism for the built-in trainer: optimizer states (stage 1) and gradients
-(stage 2) sharded over the data-parallel group.
+"""ZeRO data parallelism for the built-in trainer: optimizer states (stage 1), gradients
+(stage 2) and the transformer blocks' parameters (stage 3) sharded over the data-parallel
+group.
 
 Every parameter (this rank's tensor-parallel slice of it) is sharded on its own: flattened,
 split into ``dp`` chunks of ``c = ceil(n / dp)`` elements, dp rank ``r`` owning elements
@@ -15,6 +16,20 @@ which is the only temporary (one parameter's chunk at a time).
 * Stage 2: a post-accumulate-grad hook reduce-scatters each parameter's gradient the moment
   the backward has produced it (every micro-batch), adds the owned chunk to a persistent
   chunk-sized gradient, and frees the full one, so a rank keeps 1/dp of the gradients.
+* Stage 3: as stage 2, and every parameter of a transformer block lives as its owned chunk
+  only (a tensor of its own, the optimizer's master): the block's parameters are gathered
+  to full just before its forward and freed right after it, and gathered again just before
+  its backward and freed after it (``ParameterSharding``: two autograd functions around each
+  block, so the order holds under full recomputation too, whose replay runs between them).
+  Freeing swaps ``p.data`` for a placeholder, so what autograd saved of the parameter
+  itself sees the regathered data at the backward. In an fp32 run without full
+  recomputation the matmuls save views of their weights (``weight.t()``), which keep the
+  forward's gathered tensors alive until the backward anyway (as autocast's weight copies
+  are in a mixed run): there the layer's gathered tensors are kept for its backward
+  instead of gathered twice. The embedding, positions, the final norm and the head stay
+  whole (the "root", as FSDP2 keeps it): their weights, states and gradients are handled
+  as stage 2's, and only they are gathered after the step (a block's are before its next
+  forward).
 
 On NCCL the reduction is ``reduce_scatter_tensor`` and the gather an in-place
 ``all_gather_into_tensor``. gloo (CPU: the emulated cluster, tests) implements both through
@@ -30,7 +45,7 @@ shape, ``load_full_state`` keeps this rank's chunk (``orchestrator.trainer.check
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -51,9 +66,7 @@ def check_zero_stage(stage: int) -> None:
     """``ValueError`` naming the field when the trainer cannot run ZeRO stage ``stage``."""
     if stage not in TRAINER_ZERO_STAGES:
         raise ValueError(f"zero_stage={stage}: the built-in trainer executes ZeRO stages "
-                         f"{', '.join(map(str, TRAINER_ZERO_STAGES))}; plan with one of those "
-                         "(ZeRO-3 needs a runtime with parameter sharding: give an "
-                         "entrypoint)")
+                         f"{', '.join(map(str, TRAINER_ZERO_STAGES))}; plan with one of those")
 
 
 def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
@@ -86,17 +99,27 @@ class ZeroOptimizer:
 
     def __init__(self, params: Iterable[nn.Parameter], layout: Layout, stage: int,
                  make: Callable[[list[dict[str, Any]]], torch.optim.Optimizer],
-                 decays: Callable[[nn.Parameter], bool]) -> None:
-        check_zero_stage(stage)
-        if stage == 0:
-            raise ValueError("ZeroOptimizer shards states: stage 1 or 2")
+                 decays: Callable[[nn.Parameter], bool],
+                 blocks: Sequence[nn.Module] = ()) -> None:
+        if stage not in (1, 2, 3):
+            raise ValueError(f"ZeroOptimizer shards states: stage 1, 2 or 3, got {stage}")
+        if stage == 3 and not blocks:
+            raise ValueError("ZeRO-3 shards the parameters of blocks: none given")
         self.layout = layout
         self.stage = stage
         self.params = list(params)
         self._index = {id(p): i for i, p in enumerate(self.params)}
+        # stage 3: the blocks whose parameters live as chunks, and those parameters
+        self.blocks = list(blocks) if stage == 3 else []
+        self.sharded: set[int] = {id(p) for b in self.blocks for p in b.parameters()}
+        self._shapes: dict[int, torch.Size] = {}  # stage 3: a sharded parameter's full shape
+        self._full: set[int] = set(self.sharded)  # stage 3: the ones holding full tensors now
+        self._placeholders: dict[torch.dtype, torch.Tensor] = {}  # what a released one views
+        self._kept: dict[int, torch.Tensor] = {}  # forward's tensors autograd holds a view of
         dp, r = layout.dp, layout.dp_rank
         self.ranges: list[tuple[int, int, int]] = []  # (lo, hi, chunk) per parameter
-        self.chunks: dict[nn.Parameter, torch.Tensor] = {}  # p -> view of its owned chunk
+        # p -> its owned chunk: a view into p, or under stage 3 a block parameter's own tensor
+        self.chunks: dict[nn.Parameter, torch.Tensor] = {}
         for p in self.params:
             if not p.is_contiguous():
                 raise ValueError("ZeRO shards contiguous parameters only")
@@ -104,8 +127,11 @@ class ZeroOptimizer:
             c = -(-n // dp)
             lo, hi = min(r * c, n), min((r + 1) * c, n)
             self.ranges.append((lo, hi, c))
+            if id(p) in self.sharded:
+                self._shapes[id(p)] = p.shape
             if hi > lo:
-                self.chunks[p] = p.detach().view(-1)[lo:hi]
+                view = p.detach().view(-1)[lo:hi]
+                self.chunks[p] = view.clone() if id(p) in self.sharded else view
         groups = [{"params": [v for p, v in self.chunks.items() if decays(p)], "decay": True},
                   {"params": [v for p, v in self.chunks.items() if not decays(p)],
                    "decay": False}]
@@ -117,6 +143,104 @@ class ZeroOptimizer:
             for p, rng in zip(self.params, self.ranges, strict=True):
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     self._make_hook(rng)))
+
+    # -- stage 3: the blocks' parameters as chunks, gathered around each block ---------------
+    @torch.no_grad()
+    def shard_blocks(self, model: nn.Module) -> None:
+        """Keep only the owned chunk of every block parameter (copied from the parameter as
+        it is now: initialised or loaded from a checkpoint), free the full tensors, and make
+        ``model`` gather each block around its forward and backward
+        (``model.block_params``). No-op below stage 3."""
+        if self.stage < 3:
+            return
+        for p in self._block_params():
+            chunk = self.chunks.get(p)
+            lo, hi, _ = self.ranges[self._index[id(p)]]
+            if chunk is not None:
+                chunk.copy_(p.detach().view(-1)[lo:hi])
+        for block in self.blocks:
+            self.release(block)
+        model.block_params = ParameterSharding(self, bool(getattr(model, "full_recompute",
+                                                                   False)))
+
+    def _block_params(self) -> list[nn.Parameter]:
+        return [p for p in self.params if id(p) in self.sharded]
+
+    @torch.no_grad()
+    def gather(self, block: nn.Module, reuse: bool = False) -> None:
+        """Give every parameter of ``block`` its full (tp-local) tensor from the dp ranks'
+        chunks (collective over the dp group). ``reuse`` (the backward's gather): where
+        autograd still holds the tensor the forward gathered (an fp32 matmul saves a view
+        of its weight), take that instead: the same values, no second copy."""
+        for p in block.parameters():
+            kept = self._kept.pop(id(p), None)
+            p.data = kept if kept is not None and reuse else self._gathered(p)
+            self._full.add(id(p))
+
+    @torch.no_grad()
+    def release(self, block: nn.Module, keep: bool = False) -> None:
+        """Free the full tensors of ``block``'s parameters (their chunks stay); ``keep``
+        (the forward's end of a layer whose matmuls saved views of their weights): keep
+        the tensors for the backward's gather. A released parameter
+        keeps its shape as a stride-0 view of one shared element, so shape-reading code
+        (checkpoints, optimizer states) works and an in-place write fails loudly."""
+        for p in block.parameters():
+            self._kept.pop(id(p), None)
+            if keep and id(p) in self._full:
+                self._kept[id(p)] = p.detach()
+            self._full.discard(id(p))
+            one = self._placeholders.get(p.dtype)
+            if one is None:
+                one = self._placeholders[p.dtype] = torch.zeros(1, dtype=p.dtype,
+                                                                device=p.device)
+            p.data = one.expand(self._shapes[id(p)])
+
+    def _gathered(self, p: nn.Parameter) -> torch.Tensor:
+        """A new full (tp-local) tensor of block parameter ``p`` from the dp ranks' chunks:
+        gloo, the owned chunk copied in and one in-place broadcast per chunk; NCCL, an
+        in-place all-gather into a buffer of ``dp`` chunks (cut to the parameter's size)."""
+        layout = self.layout
+        lo, hi, c = self.ranges[self._index[id(p)]]
+        shape = self._shapes[id(p)]
+        n = shape.numel()
+        mine = self.chunks.get(p)
+        if self._in_place:
+            full = torch.empty(n, dtype=p.dtype, device=p.device)
+            if mine is not None:
+                full[lo:hi].copy_(mine)
+            for r in range(layout.dp if dist.is_initialized() else 0):  # (none: measuring)
+                if r * c < n:
+                    dist.broadcast(full[r * c:min((r + 1) * c, n)],
+                                   src=r * layout.tp + layout.tp_rank, group=layout.dp_group)
+        else:
+            out = torch.empty(c * layout.dp, dtype=p.dtype, device=p.device)
+            slot = out[layout.dp_rank * c:(layout.dp_rank + 1) * c]
+            if mine is not None:
+                slot[:hi - lo].copy_(mine)
+            _all_gather(out, slot, layout.dp_group)
+            full = out[:n]
+        return full.view(shape)
+
+    @torch.no_grad()
+    def full_param(self, p: nn.Parameter) -> torch.Tensor:
+        """``p``'s full (tp-local) tensor: a stage-3 block parameter's gathered from the dp
+        chunks into a new tensor (collective: every dp rank calls it for the same parameters
+        in the same order); otherwise ``p`` itself."""
+        if id(p) not in self.sharded or id(p) in self._full:
+            return p.detach()
+        return self._gathered(p)
+
+    @torch.no_grad()
+    def load_full_param(self, p: nn.Parameter, full: torch.Tensor) -> None:
+        """Keep this rank's chunk of ``p``'s full (tp-local) tensor ``full`` (stage 3 block
+        parameters; the others are copied into ``p`` as they are)."""
+        if id(p) not in self.sharded or id(p) in self._full:
+            p.copy_(full.to(p.device, p.dtype))
+            return
+        chunk = self.chunks.get(p)
+        if chunk is not None:
+            lo, hi, _ = self.ranges[self._index[id(p)]]
+            chunk.copy_(full.reshape(-1)[lo:hi].to(p.device, p.dtype))
 
     # -- the inner optimizer's face ---------------------------------------------------------
     @property
@@ -223,6 +347,8 @@ class ZeroOptimizer:
         if layout.dp == 1:
             return
         for p, (lo, hi, c) in zip(self.params, self.ranges, strict=True):
+            if id(p) in self.sharded:
+                continue  # gathered before the block's next forward
             flat = p.detach().view(-1)
             n = flat.numel()
             if self._in_place:
@@ -291,3 +417,58 @@ class ZeroOptimizer:
                 if isinstance(x, torch.Tensor) and x.shape == p.shape
                 else (x.to(p.device) if isinstance(x, torch.Tensor) else x))
             for k, x in entry.items()}
+
+
+class _Enter(torch.autograd.Function):
+    """Before a block: forward gathers its parameters; backward (after the block's backward
+    has made every gradient of it) frees them."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, owner: ZeroOptimizer, block: nn.Module
+                ) -> torch.Tensor:
+        owner.gather(block)
+        ctx.owner, ctx.block = owner, block
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.owner.release(ctx.block)
+        return grad, None, None
+
+
+class _Leave(torch.autograd.Function):
+    """After a block: forward frees its parameters; backward (before the block's backward,
+    and before full recomputation replays its forward) gathers them again."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, owner: ZeroOptimizer, block: nn.Module,
+                keep: bool) -> torch.Tensor:
+        owner.release(block, keep)
+        ctx.owner, ctx.block = owner, block
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        ctx.owner.gather(ctx.block, reuse=True)
+        return grad, None, None, None
+
+
+class ParameterSharding:
+    """What the model calls around each block under ZeRO-3 (``ParallelTransformer``'s
+    ``block_params``): ``enter`` before the block, ``leave`` after it."""
+
+    def __init__(self, owner: ZeroOptimizer, full_recompute: bool) -> None:
+        self.owner = owner
+        self.full_recompute = full_recompute
+
+    def enter(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return _Enter.apply(x, self.owner, block)
+
+    def leave(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        # an fp32 forward with a backward to come, its activations kept (no full
+        # recomputation): its matmuls saved views of the weights (weight.t()), which keep
+        # the gathered tensors alive anyway, so the backward takes them instead of a second
+        # gather (the same on every rank: no collective depends on it)
+        keep = (torch.is_grad_enabled() and block.training and not self.full_recompute
+                and not torch.is_autocast_enabled(x.device.type))
+        return _Leave.apply(x, self.owner, block, keep)

@@ -1,7 +1,7 @@
 """The Ray backend's launch refuses a plan the built-in trainer would not run as priced (a
-pipeline, ZeRO-3) with an error naming the field and what would fit, never a silent run
-without sharding that needs far more memory than predicted, and hands ZeRO-1/2 plans' stage
-to the trainer. Checked on ``_run_config`` alone, with no Ray cluster."""
+pipeline) with an error naming the field and what would fit, never a silent run that needs
+far more memory than predicted, and hands ZeRO-1/2/3 plans' stage to the trainer. Checked on
+``_run_config`` alone, with no Ray cluster."""
 
 from __future__ import annotations
 
@@ -46,14 +46,13 @@ def test_a_plan_without_zero_or_pipeline_launches(tmp_path) -> None:
     assert (cfg.tp, cfg.dp, cfg.pp, cfg.zero_stage) == (1, 2, 1, 0)
 
 
-@pytest.mark.parametrize("zero", [1, 2])
-def test_zero_1_and_2_launch_with_the_plans_stage(tmp_path, zero) -> None:
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_zero_1_2_and_3_launch_with_the_plans_stage(tmp_path, zero) -> None:
     cfg = _config(_plan(zero_stage=zero), tmp_path)
     assert (cfg.dp, cfg.zero_stage) == (2, zero)
 
 
 @pytest.mark.parametrize(("parallel", "field"), [
-    ({"zero_stage": 3}, "parallel.zero_stage=3"),
     ({"pp": 2, "dp": 1}, "parallel.pp=2"),
 ])
 def test_plans_the_trainer_does_not_execute_are_refused(tmp_path, parallel, field) -> None:

@@ -86,3 +86,39 @@ def test_split_form_agrees_for_the_trainer_under_zero() -> None:
         for rt in (FRENZY, FRENZY_CPU):
             assert peak_tensors(m, train, par, rt) == estimate_memory(
                 m, train, par, runtime=rt).tensors, (m.name, train, par, rt.name)
+
+
+def test_zero_3_by_hand_root_whole_and_the_running_layer_gathered() -> None:
+    # ZeRO-3 keeps each layer's fp32 weights as chunks and the root (embedding, head, final
+    # norm) whole. LLAMA: a layer is 4·64² + 3·64·128 + 2·64 = 41088 elements, the root
+    # 2·1024·64 + 64 = 131136. At dp = 2 the weights are 4·(131136 + 2·41088/2) B.
+    assert LLAMA.num_params() == 131136 + 2 * 41088
+    train = TrainingSpec(global_batch=2, seq_len=2)
+    z3 = estimate_memory(LLAMA, train, ParallelConfig(dp=2, micro_batch=1, zero_stage=3),
+                         runtime=FRENZY_CPU)
+    assert z3.parameters == 4 * (131136 + 41088) == 688896
+    # 2 tokens, one micro-batch: the peak is the embedding's backward, when no layer is
+    # gathered: the weights, Adam's chunk states 8·n/2, the gradient chunks 4·n/2 and the
+    # embedding's full gradient beside its chunk 4·65536, the held bf16 logits 2·2·1024, the
+    # fp32 gradient into the embedding 4·64·2, the ids and labels 16·2 (as ZeRO-2's
+    # moment, less the layers' other halves)
+    n = LLAMA.num_params()
+    want = 688896 + 8 * n // 2 + 4 * n // 2 + 4 * 65536 + 2 * 2 * 1024 + 4 * 64 * 2 + 16 * 2
+    assert z3.tensors == want == 2235552
+    # a vocabulary of 8 and two micro-batches: the peak is the first layer's backward; at
+    # dp = 2 over 2 layers ZeRO-3 saves one layer's fp32 weights, 4·41088 B, and holds the
+    # running layer's, the same bytes: the peak is ZeRO-2's, with the gathered layer in the
+    # working set
+    small = LLAMA.with_(name="l8", vocab_size=8)
+    train = TrainingSpec(global_batch=4, seq_len=16)
+    z2 = estimate_memory(small, train, ParallelConfig(dp=2, micro_batch=1, zero_stage=2),
+                         runtime=FRENZY_CPU)
+    z3 = estimate_memory(small, train, ParallelConfig(dp=2, micro_batch=1, zero_stage=3),
+                         runtime=FRENZY_CPU)
+    assert z2.parameters - z3.parameters == 4 * 41088 == z3.transient - z2.transient
+    assert z3.tensors == z2.tensors
+    # the split form the planner searches agrees
+    for par in (ParallelConfig(dp=2, micro_batch=1, zero_stage=3),
+                ParallelConfig(dp=4, micro_batch=1, zero_stage=3, recompute=Recompute.FULL)):
+        assert peak_tensors(small, train, par, FRENZY) == estimate_memory(
+            small, train, par, runtime=FRENZY).tensors

@@ -192,7 +192,7 @@ def test_search_shortcuts_find_the_exhaustive_optimum(name, batch, seq, gpu_name
                                                       restricted) -> None:
     # Bisection over memory curves, bound pruning and the cached step-time parts must keep,
     # per (GPU type, count), a plan as fast as the best one an exhaustive search finds; over
-    # the whole space and over what the built-in trainer executes (pp = 1, ZeRO 0-2).
+    # the whole space and over what the built-in trainer executes (pp = 1, ZeRO 0-3).
     model = ModelSpec.from_name(name)
     train = TrainingSpec(global_batch=batch, seq_len=seq, steps=10)
     gpus = [get_gpu(g) for g in gpu_names]
@@ -220,12 +220,12 @@ def test_memory_values_match_estimate_memory(name, batch, seq, optimizer) -> Non
     layouts = [_Layout(table, tp, pp, dp) for tp in (1, 2, 4) for pp in divisors(24, 8)
                if model.num_layers % pp == 0 for dp in divisors(batch)]
     values = _memory_values(table, layouts)
-    # the built-in trainer runs no ZeRO-3: those savers never fit, the others are unchanged
+    # the built-in trainer runs every ZeRO stage (pp > 1 it does not, which the planner's
+    # layouts, not the memory values, leave out): the same values with or without the limits
     plain = _memory_values(_MemoryTable(model, train, FRENZY), layouts)
     zero3 = [si for si, (_, z) in enumerate(_SAVERS) if z == 3]
-    assert zero3 and (plain[:, zero3] > 1 << 59).all()
-    rest = [si for si, (_, z) in enumerate(_SAVERS) if z < 3]
-    assert (plain[:, rest] == values[:, rest]).all()
+    assert zero3 and (plain[:, zero3] < 1 << 59).any()
+    assert (plain == values).all()
     width = max(len(divisors(batch // layout.dp)) for layout in layouts)
     assert values.shape == (len(layouts), len(_SAVERS), width)
     for li, layout in enumerate(layouts):
