@@ -8,9 +8,12 @@ the tuning split. Every other named trace set is the validation split, chosen by
 so that a set added to ``simulator.traces.TRACE_SETS`` lands in validation unless someone
 moves it here on purpose. Headline figures are medians over the validation split.
 
+The Alibaba GPU v2023 pod trace (``alibaba-openb``, its whole-GPU pods read as training jobs,
+in windows of 150 jobs; ``simulator.traces``) is validation: nothing was tuned on it. Its
+quick form is its first window.
+
 Not replayable, so in neither split: Gavel's folder holds throughput matrices only, and the
-Alibaba PAI 2020 folder a machine list; the Alibaba 2023 pod trace has no job durations in a
-form the loaders read yet.
+Alibaba PAI 2020 folder a machine list.
 """
 
 from __future__ import annotations
@@ -22,16 +25,20 @@ TUNING: tuple[str, ...] = ("sia-philly", "sia-saturn", "newworkload-30", "newwor
 
 VALIDATION: tuple[str, ...] = tuple(s for s in TRACE_SETS if s not in TUNING)
 """Every other named trace set (Sia newTrace, phoebe, scale and rate sets; Pollux at each
-load; ElasticFlow's Philly VC)."""
+load; ElasticFlow's Philly VC; Alibaba openb)."""
 
 
 def first_files(sets: tuple[str, ...]) -> tuple[str, ...]:
-    """One workload per set (``<set>:1`` for a folder of ``workload-<k>.csv`` files, the set
-    itself for a single file): the quick form of a split."""
-    from simulator.traces import trace_files
+    """One workload per set (``<set>:1`` for a folder of ``workload-<k>.csv`` files or a
+    windowed set, the set itself for a single file; a ``<set>:<k>`` stays as it is): the quick
+    form of a split."""
+    from simulator.traces import TRACE_WINDOWS, trace_files
 
     out = []
     for s in sets:
+        if s in TRACE_WINDOWS:
+            out.append(f"{s}:1")
+            continue
         files = trace_files(s)
         out.append(f"{s}:{files[0].stem.split('-')[-1]}" if len(files) > 1
                    and files[0].stem.startswith("workload-") else s)
