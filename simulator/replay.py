@@ -39,6 +39,7 @@ from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
 from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
 from simulator.error import ERROR_MODES, ErrorModel
+from simulator.gavel import GAVEL_JOBS, gavel_jobs, parse_spec
 from simulator.mapping import TRACE_RUNTIME, MappedJob, map_jobs
 from simulator.metrics import MetricsCollector, RunMetrics, summarize
 from simulator.traces import load_traces
@@ -272,13 +273,18 @@ _NEW_RE = re.compile(r"^newworkload-(\d+)(?:@(\d+))?$")
 
 
 def load_workloads(spec: str | Path) -> list[tuple[str, list[MappedJob]]]:
-    """(label, mapped jobs) per workload a spec names: ``newworkload-<n>[@seed]``, a trace
+    """(label, mapped jobs) per workload a spec names: ``newworkload-<n>[@seed]``,
+    ``gavel-<jobs per hour>[@seed]`` (``simulator.gavel``, ``GAVEL_JOBS`` jobs), a trace
     file, a folder, a named trace set or one window of a windowed set (see
     ``simulator.traces.TRACE_SETS`` and ``load_traces``)."""
     m = _NEW_RE.match(str(spec))
     if m:
         n, seed = int(m.group(1)), int(m.group(2) or 0)
         return [(f"newworkload-{n}", new_workload(n, seed=seed))]
+    gavel = parse_spec(str(spec))
+    if gavel is not None:
+        rate, seed = gavel
+        return [(str(spec), map_jobs(gavel_jobs(GAVEL_JOBS, rate, seed=seed)))]
     return [(label, map_jobs(trace.jobs)) for label, trace in load_traces(spec)]
 
 

@@ -85,3 +85,10 @@ def test_sets_replaces_the_splits_sets(capsys: pytest.CaptureFixture[str]) -> No
     assert out["max_jobs"] == 4 and out["policy_crashes"] == 0
     with pytest.raises(SystemExit):
         validation.main(["--sets", ",", "--json"])
+
+
+def test_gavels_generated_workloads_are_validation() -> None:
+    from benchmarks.splits import first_files
+
+    assert {"gavel-1", "gavel-2"} <= set(VALIDATION)
+    assert first_files(("gavel-1", "gavel-2@3")) == ("gavel-1", "gavel-2@3")
