@@ -328,8 +328,8 @@ TRACE_SETS: dict[str, str] = {
 windowed set: its k-th window)."""
 
 TRACE_WINDOWS: dict[str, int] = {"alibaba-openb": 150}
-"""Sets replayed as consecutive windows of this many jobs. openb's 3,601 jobs span 35 days;
-150 jobs (one to two and a half days of its arrivals) is what the validation benchmark
+"""Sets replayed as consecutive windows of this many jobs. openb's 3,602 jobs span 34 days;
+150 jobs (5 to 59 hours of its arrivals) is what the validation benchmark
 replays of every workload, so each window is replayed whole there."""
 
 
