@@ -19,7 +19,7 @@ Two formats:
   their run time is unknown; pods created before the last gap of more than a day between pod
   creations predate the collection (only pods long-lived enough to still exist reached the
   trace): all three are left out and counted (``Trace.dropped``). ``Failed`` pods are kept:
-  they held their GPUs for the run time recorded, as the failed jobs of the Philly traces do.
+  they held their GPUs for the run time recorded, and a scheduler has to place them the same.
 
 A malformed row raises ``TraceFormatError`` naming the file, the line, the column and what
 was expected. Named trace sets (``sia-philly``, ``pollux``, ``elasticflow`` …) resolve to the
