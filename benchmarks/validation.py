@@ -15,10 +15,11 @@ and ``bound_vs_sia_pct``, the most any policy could gain over ``sia`` there.
 
 ``--split tuning`` replays every file of the tuning sets instead (full length unless
 ``--max-jobs`` is given): the workloads on which thresholds may be chosen. ``--clusters``
-picks clusters. ``--has-variant NAME=JSON`` (repeatable) adds ``has`` built with those keyword
-arguments as one more column, with its own margins (``NAME_vs_sia_pct`` ...), so that a change
-to ``has`` is measured before and after in one run: e.g. ``--has-variant
-'before={"exchange_gain": null}'``.
+picks clusters; ``--sets`` (comma-separated trace sets, or ``<set>:<k>`` workloads) replaces
+the split's sets, e.g. ``--sets alibaba-openb:1,alibaba-openb:2``. ``--has-variant
+NAME=JSON`` (repeatable) adds ``has`` built with those keyword arguments as one more column,
+with its own margins (``NAME_vs_sia_pct`` ...), so that a change to ``has`` is measured
+before and after in one run: e.g. ``--has-variant 'before={"exchange_gain": null}'``.
 
     python -m benchmarks.validation --split tuning --clusters hetero-128 --json
 """
@@ -235,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=("validation", "tuning"), default="validation",
                     help="validation (default): each set's first file; tuning: every file of "
                          "the tuning sets, full length")
+    ap.add_argument("--sets", default=None,
+                    help="comma-separated trace sets or <set>:<k> workloads replayed instead of "
+                         "the split's (first workload of each under --split validation)")
     ap.add_argument("--clusters", default=",".join(CLUSTERS),
                     help=f"comma-separated (default {','.join(CLUSTERS)})")
     ap.add_argument("--max-jobs", type=int, default=None,
@@ -258,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         sets, max_jobs = TUNING, args.max_jobs
     else:
         sets, max_jobs = VALIDATION, args.max_jobs or 150
+    if args.sets is not None:
+        sets = tuple(s for s in args.sets.split(",") if s)
+        if not sets:
+            ap.error("--sets: expected at least one trace set")
     clusters = tuple(c for c in args.clusters.split(",") if c)
     out = run(sets, max_jobs=max_jobs, workers=args.workers, error=args.error,
               split="validation" if args.quick else args.split, clusters=clusters,

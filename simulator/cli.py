@@ -47,8 +47,8 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                    help="replicate every node group N times (overrides the file's scale)")
     p.add_argument("--trace", action="append", required=True,
                    help="trace file, folder, named set (sia-philly, sia-saturn, pollux, "
-                        "elasticflow, ...; <set>:<k> for one file) or newworkload-<n>[@seed]; "
-                        "repeatable")
+                        "elasticflow, alibaba-openb, ...; <set>:<k> for one file or window), "
+                        "newworkload-<n>[@seed] or gavel-<jobs/h>[@seed]; repeatable")
     p.add_argument("--policy", default="has,opportunistic,sia",
                    help="comma-separated policy names (default: has,opportunistic,sia)")
     p.add_argument("--tick", type=float, default=None,

@@ -39,9 +39,10 @@ from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
 from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
 from simulator.error import ERROR_MODES, ErrorModel
+from simulator.gavel import GAVEL_JOBS, gavel_jobs, parse_spec
 from simulator.mapping import TRACE_RUNTIME, MappedJob, map_jobs
 from simulator.metrics import MetricsCollector, RunMetrics, summarize
-from simulator.traces import load_trace, trace_files
+from simulator.traces import load_traces
 from simulator.workloads import new_workload
 
 log = logging.getLogger(__name__)
@@ -272,17 +273,19 @@ _NEW_RE = re.compile(r"^newworkload-(\d+)(?:@(\d+))?$")
 
 
 def load_workloads(spec: str | Path) -> list[tuple[str, list[MappedJob]]]:
-    """(label, mapped jobs) per workload a spec names: ``newworkload-<n>[@seed]``, a trace
-    file, a folder, or a named trace set (see ``simulator.traces.TRACE_SETS``)."""
+    """(label, mapped jobs) per workload a spec names: ``newworkload-<n>[@seed]``,
+    ``gavel-<jobs per hour>[@seed]`` (``simulator.gavel``, ``GAVEL_JOBS`` jobs), a trace
+    file, a folder, a named trace set or one window of a windowed set (see
+    ``simulator.traces.TRACE_SETS`` and ``load_traces``)."""
     m = _NEW_RE.match(str(spec))
     if m:
         n, seed = int(m.group(1)), int(m.group(2) or 0)
         return [(f"newworkload-{n}", new_workload(n, seed=seed))]
-    out = []
-    for path in trace_files(spec):
-        trace = load_trace(path)
-        out.append((f"{path.parent.name}/{path.stem}", map_jobs(trace.jobs)))
-    return out
+    gavel = parse_spec(str(spec))
+    if gavel is not None:
+        rate, seed = gavel
+        return [(str(spec), map_jobs(gavel_jobs(GAVEL_JOBS, rate, seed=seed)))]
+    return [(label, map_jobs(trace.jobs)) for label, trace in load_traces(spec)]
 
 
 # -- many runs, optionally in parallel -------------------------------------------------------

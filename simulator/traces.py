@@ -9,18 +9,33 @@ Two formats:
 * **elasticflow** (ElasticFlow ASPLOS'23 ``philly_103959.csv``):
   ``job_id,submit_time,real_iteration,model_name,ddl,batch_size,num_gpu,real_duration,
   duration,iteration``. GPU-time = ``num_gpu × duration``; ``ddl`` is an absolute deadline.
+* **openb** (Alibaba GPU cluster trace v2023, ``openb_pod_list_*.csv``): ``name,cpu_milli,
+  memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,
+  scheduled_time``, one row per pod, mostly inference and GPU-sharing pods. Read as a
+  training trace (the trace's own caveats): only pods holding whole GPUs (``num_gpu >= 1``,
+  ``gpu_milli == 1000``) are jobs; arrival = ``creation_time``, GPU-time = ``num_gpu ×
+  (deletion_time - scheduled_time)``. Pods that never ran (``Pending``) have no run time;
+  ``Running`` pods deleted at the trace's end (its latest ``deletion_time``) were cut off, so
+  their run time is unknown; pods created before the last gap of more than a day between pod
+  creations predate the collection (only pods long-lived enough to still exist reached the
+  trace): all three are left out and counted (``Trace.dropped``). ``Failed`` pods are kept:
+  they held their GPUs for the run time recorded, and a scheduler has to place them the same.
 
 A malformed row raises ``TraceFormatError`` naming the file, the line, the column and what
 was expected. Named trace sets (``sia-philly``, ``pollux``, ``elasticflow`` …) resolve to the
-files of ``shared/traces`` (override the folder with ``FRENZY_TRACES_DIR``).
+files of ``shared/traces`` (override the folder with ``FRENZY_TRACES_DIR``). A trace too long
+to replay whole is a *windowed* set (``TRACE_WINDOWS``): consecutive windows of a fixed number
+of jobs, each a workload of its own whose first arrival is at time 0; ``<set>:<k>`` names the
+k-th (``load_traces``).
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -58,11 +73,21 @@ class Trace:
     path: Path | None
     format: str
     jobs: tuple[TraceJob, ...]
+    dropped: dict[str, int] = field(default_factory=dict, compare=False)
+    """Rows that are not jobs, by reason (only formats that filter: openb)."""
 
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 ELASTICFLOW_COLUMNS = ("job_id", "submit_time", "model_name", "ddl", "batch_size", "num_gpu",
                        "duration")
+OPENB_COLUMNS = ("name", "num_gpu", "gpu_milli", "pod_phase", "creation_time", "deletion_time",
+                 "scheduled_time")
+OPENB_PHASES = ("Running", "Succeeded", "Failed", "Pending")
+OPENB_COLLECTION_GAP_S = 86_400.0
+"""A gap between consecutive pod creations longer than this (one day) ends a stretch before
+the collection began: the openb trace has 26 pods in its first 114.9 days, then 46 to 741
+a day with no gap above 5 h; the early pods are those that outlived the start of collection."""
+OPENB_APPLICATION = "openb"
 
 
 def _num(path: Path, line: int, row: dict[str, str], col: str, kind: type, *,
@@ -115,17 +140,22 @@ def load_trace(path: str | Path) -> Trace:
     """Load one trace file, detecting its format from the header."""
     path = Path(path)
     header, rows = _reader(path)
+    dropped: dict[str, int] = {}
     if set(WORKLOAD_COLUMNS) <= set(header):
         jobs = [_workload_row(path, line, row) for line, row in rows]
         fmt = "workload"
     elif set(ELASTICFLOW_COLUMNS) <= set(header):
         jobs = [_elasticflow_row(path, line, row) for line, row in rows]
         fmt = "elasticflow"
+    elif set(OPENB_COLUMNS) <= set(header):
+        jobs, dropped = _openb_jobs(path, rows)
+        fmt = "openb"
     else:
         raise TraceFormatError(
             f"{path}:1: unknown header {','.join(header)}; expected a workload trace "
-            f"({','.join(WORKLOAD_COLUMNS)}) or an ElasticFlow trace "
-            f"({','.join(ELASTICFLOW_COLUMNS)}, ...)"
+            f"({','.join(WORKLOAD_COLUMNS)}), an ElasticFlow trace "
+            f"({','.join(ELASTICFLOW_COLUMNS)}, ...) or an Alibaba openb pod list "
+            f"({','.join(OPENB_COLUMNS)}, ...)"
         )
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
@@ -135,7 +165,8 @@ def load_trace(path: str | Path) -> Trace:
                 raise TraceFormatError(f"{j.origin}: duplicate job name {j.name!r}")
             seen.add(j.name)
     jobs.sort(key=lambda j: (j.submit_time, j.name))
-    return Trace(name=path.stem, path=path, format=fmt, jobs=tuple(jobs))
+    return Trace(name=path.stem, path=path, format=fmt, jobs=tuple(jobs),
+                 dropped=dropped)
 
 
 def _workload_row(path: Path, line: int, row: dict[str, str]) -> TraceJob:
@@ -176,6 +207,106 @@ def _elasticflow_row(path: Path, line: int, row: dict[str, str]) -> TraceJob:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    line: int
+    row: dict[str, str]
+    name: str
+    num_gpu: int
+    gpu_milli: int
+    phase: str
+    created: float
+    deleted: float
+
+
+def _openb_pod(path: Path, line: int, row: dict[str, str]) -> _Pod:
+    name = row["name"].strip()
+    if not name:
+        raise TraceFormatError(f"{path}:{line}: column 'name': empty; expected a pod name")
+    milli = int(_num(path, line, row, "gpu_milli", int, nonneg=True))
+    if milli > 1000:
+        raise TraceFormatError(f"{path}:{line}: column 'gpu_milli': {row['gpu_milli']!r}; "
+                               "expected an integer in 0..1000 (thousandths of one GPU)")
+    phase = row["pod_phase"].strip()
+    if phase not in OPENB_PHASES:
+        raise TraceFormatError(f"{path}:{line}: column 'pod_phase': {phase!r}; expected one "
+                               f"of {', '.join(OPENB_PHASES)}")
+    return _Pod(line, row, name, int(_num(path, line, row, "num_gpu", int, nonneg=True)), milli,
+                phase, float(_num(path, line, row, "creation_time", float, nonneg=True)),
+                float(_num(path, line, row, "deletion_time", float, nonneg=True)))
+
+
+def _collection_start(created: list[float]) -> float:
+    """The first creation time after the last gap longer than ``OPENB_COLLECTION_GAP_S``."""
+    times = sorted(created)
+    start = times[0] if times else 0.0
+    for a, b in itertools.pairwise(times):
+        if b - a > OPENB_COLLECTION_GAP_S:
+            start = b
+    return start
+
+
+def _openb_jobs(path: Path, rows: list[tuple[int, dict[str, str]]]
+                ) -> tuple[list[TraceJob], dict[str, int]]:
+    """The whole-GPU pods that ran and whose run time is known, as jobs; the other rows
+    counted by reason (see the module docstring)."""
+    pods = [_openb_pod(path, line, row) for line, row in rows]
+    end = max((p.deleted for p in pods), default=0.0)
+    start = _collection_start([p.created for p in pods])
+    dropped = {"no_gpu": 0, "gpu_sharing": 0, "never_ran": 0, "before_collection": 0,
+               "cut_off_at_end": 0}
+    jobs = []
+    for p in pods:
+        if p.num_gpu == 0:
+            dropped["no_gpu"] += 1
+            continue
+        if p.gpu_milli != 1000:
+            dropped["gpu_sharing"] += 1
+            continue
+        if p.phase == "Pending":
+            dropped["never_ran"] += 1
+            continue
+        sched = float(_num(path, p.line, p.row, "scheduled_time", float, nonneg=True))
+        if sched < p.created:
+            raise TraceFormatError(
+                f"{path}:{p.line}: column 'scheduled_time': {p.row['scheduled_time']!r}; "
+                f"expected a time >= creation_time ({p.row['creation_time']})")
+        if p.deleted <= sched:
+            raise TraceFormatError(
+                f"{path}:{p.line}: column 'deletion_time': {p.row['deletion_time']!r}; "
+                f"expected a time > scheduled_time ({p.row['scheduled_time']}) for a "
+                f"{p.phase} pod")
+        if p.created < start:
+            dropped["before_collection"] += 1
+            continue
+        if p.phase == "Running" and p.deleted == end:
+            dropped["cut_off_at_end"] += 1
+            continue
+        jobs.append(TraceJob(
+            name=p.name, submit_time=p.created, application=OPENB_APPLICATION,
+            num_gpus=p.num_gpu, gpu_time_s=p.num_gpu * (p.deleted - sched),
+            origin=f"{path}:{p.line}",
+        ))
+    return jobs, dropped
+
+
+def windows(trace: Trace, size: int) -> list[Trace]:
+    """Consecutive windows of ``size`` jobs in submission order, each shifted so that its first
+    arrival is at time 0 (deadlines with it); the last ``len % size`` jobs make no window."""
+    if size < 1:
+        raise ValueError(f"window size must be at least 1, got {size}")
+    out = []
+    for k in range(len(trace.jobs) // size):
+        chunk = trace.jobs[k * size:(k + 1) * size]
+        t0 = chunk[0].submit_time
+        jobs = tuple(replace(j, submit_time=j.submit_time - t0,
+                             deadline=None if j.deadline is None else j.deadline - t0)
+                     for j in chunk)
+        out.append(Trace(name=f"{trace.name}:{k + 1}", path=trace.path, format=trace.format,
+                         jobs=jobs))
+    return out
+
+
 # -- named trace sets ------------------------------------------------------------------------
 
 TRACE_SETS: dict[str, str] = {
@@ -191,8 +322,15 @@ TRACE_SETS: dict[str, str] = {
     "pollux-1.5": "pollux-osdi21/workloads-1.5",
     "pollux-2.0": "pollux-osdi21/workloads-2.0",
     "elasticflow": "elasticflow-artifact/traces_for_ElasticFlow/philly_103959.csv",
+    "alibaba-openb": "alibaba-gpu-v2023/openb_pod_list_default.csv",
 }
-"""Named sets: a folder of workload files, or one file. ``<set>:<k>`` picks workload-k."""
+"""Named sets: a folder of workload files, or one file. ``<set>:<k>`` picks workload-k (of a
+windowed set: its k-th window)."""
+
+TRACE_WINDOWS: dict[str, int] = {"alibaba-openb": 150}
+"""Sets replayed as consecutive windows of this many jobs. openb's 3,602 jobs span 34 days;
+150 jobs (5 to 59 hours of its arrivals) is what the validation benchmark
+replays of every workload, so each window is replayed whole there."""
 
 
 def _natural(p: Path) -> tuple[object, ...]:
@@ -221,10 +359,32 @@ def trace_files(spec: str | Path) -> list[Path]:
         raise TraceFormatError(f"trace set {name!r}: {target} does not exist (set "
                                "FRENZY_TRACES_DIR to the shared/traces folder)")
     files = trace_files(target)
-    if pick:
+    if pick and name not in TRACE_WINDOWS:  # a window is picked by ``load_traces``
         chosen = [f for f in files if f.stem == f"workload-{pick}"]
         if not chosen:
             raise TraceFormatError(f"trace set {name!r} has no workload-{pick}.csv; it has "
                                    f"{', '.join(f.stem for f in files)}")
         return chosen
     return files
+
+
+def load_traces(spec: str | Path) -> list[tuple[str, Trace]]:
+    """(label, trace) per workload a spec names: one per file (labelled ``folder/stem``), or
+    for a windowed set (``TRACE_WINDOWS``) one per window (``<set>:<k>``), only the k-th for
+    ``<set>:<k>``."""
+    name, _, pick = str(spec).partition(":")
+    if name not in TRACE_WINDOWS or Path(spec).exists():
+        return [(f"{p.parent.name}/{p.stem}", load_trace(p)) for p in trace_files(spec)]
+    (path,) = trace_files(name)
+    whole = load_trace(path)
+    size = TRACE_WINDOWS[name]
+    labelled = [(f"{name}:{k}", w) for k, w in enumerate(windows(whole, size), start=1)]
+    if not labelled:
+        raise TraceFormatError(f"trace set {name!r}: {path} has {len(whole.jobs)} jobs, fewer "
+                               f"than one window of {size}")
+    if not pick:
+        return labelled
+    if not pick.isdigit() or not 1 <= int(pick) <= len(labelled):
+        raise TraceFormatError(f"trace set {name!r} has windows 1..{len(labelled)} of {size} "
+                               f"jobs; got {pick!r}")
+    return [labelled[int(pick) - 1]]

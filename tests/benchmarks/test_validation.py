@@ -63,3 +63,32 @@ def test_quick_run_reports_the_headline_keys(capsys: pytest.CaptureFixture[str])
                 assert row["bound_avg_jct_s"] <= row[f"{p}_avg_jct_s"] + 1e-3
             assert row["bound_vs_sia_pct"] == pytest.approx(
                 100 * (1 - row["bound_avg_jct_s"] / row["sia_avg_jct_s"]), abs=1e-3)
+
+
+def test_alibaba_openb_is_validation_and_its_quick_form_is_its_first_window() -> None:
+    from benchmarks.splits import first_files
+
+    assert "alibaba-openb" in VALIDATION and "alibaba-openb" not in TUNING
+    # a windowed set's first workload is its first window; an explicit <set>:<k> stays
+    assert first_files(("alibaba-openb", "alibaba-openb:7")) == ("alibaba-openb:1",
+                                                                 "alibaba-openb:7")
+
+
+@pytest.mark.skipif(not (traces_dir() / "alibaba-gpu-v2023").exists(),
+                    reason="shared/traces/alibaba-gpu-v2023 not present")
+def test_sets_replaces_the_splits_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert validation.main(["--sets", "alibaba-openb:2,alibaba-openb:5", "--max-jobs", "4",
+                            "--clusters", "phoebe", "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = out["clusters"]["phoebe"]["workloads"]
+    assert [r["workload"] for r in rows] == ["alibaba-openb:2", "alibaba-openb:5"]
+    assert out["max_jobs"] == 4 and out["policy_crashes"] == 0
+    with pytest.raises(SystemExit):
+        validation.main(["--sets", ",", "--json"])
+
+
+def test_gavels_generated_workloads_are_validation() -> None:
+    from benchmarks.splits import first_files
+
+    assert {"gavel-1", "gavel-2"} <= set(VALIDATION)
+    assert first_files(("gavel-1", "gavel-2@3")) == ("gavel-1", "gavel-2@3")
