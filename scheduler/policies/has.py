@@ -108,9 +108,10 @@ Choices the paper leaves open, and why:
 * **Wide starts when nobody waits** (``widen_gain``, default 0.1): once every waiting job
   has started and growth has run, a job started in this call that GPUs left idle could run
   faster moves, before it launches, to the fastest plan of any efficiency they hold, if that
-  runs at least ``widen_gain`` faster and saves at least ``min_saving_s`` (the extra
-  workers' start-up) over the knee's plan (not under ``plan_order="ranked"``, whose stored
-  ranking is followed as it is, nor without growth, whose shrinking takes such GPUs back).
+  runs at least ``widen_gain`` faster and saves at least ``widen_min_saving_s`` (default
+  ``min_saving_s``: the extra workers' start-up) over the knee's plan (not under
+  ``plan_order="ranked"``, whose stored ranking is followed as it is, nor without growth,
+  whose shrinking takes such GPUs back).
   The knee keeps GPU-seconds low for the jobs that wait; when none does, GPUs held past the
   knee cost nothing now and are lent like grown ones (``_shrink_for`` and ``reclaim`` take
   them back). Growth cannot do this for a short job: it waits ``min_hold_s`` and pays a
@@ -205,6 +206,7 @@ class HasPolicy:
         skip_dominated: bool = True,
         widen_gain: float | None = 0.1,
         exchange_gain: float | None = 0.1,
+        widen_min_saving_s: float | None = None,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -240,6 +242,12 @@ class HasPolicy:
         # only growth's shrinking takes its GPUs back: start-only HAS never widens
         self.widen_gain = widen_gain if grow and plan_order != "ranked" else None
         self.exchange_gain = exchange_gain
+        if widen_min_saving_s is not None and not widen_min_saving_s >= 0.0:
+            raise ValueError(f"widen_min_saving_s must be None or >= 0, got "
+                             f"{widen_min_saving_s!r}")
+        # what a wide start must save over the knee's plan (None: ``min_saving_s``)
+        self.widen_min_saving_s = (min_saving_s if widen_min_saving_s is None
+                                   else widen_min_saving_s)
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -398,8 +406,8 @@ class HasPolicy:
             # faster by ``widen_gain``, and saving ``min_saving_s`` like any larger plan (the
             # extra workers' start-up, which the step-time model does not see)
             limit = min(here.plan.step_time_s * (1.0 - self.widen_gain),
-                        here.plan.step_time_s - self.min_saving_s / max(job.remaining_steps,
-                                                                         1e-9))
+                        here.plan.step_time_s - self.widen_min_saving_s
+                        / max(job.remaining_steps, 1e-9))
             got = self._fastest_fit(job, self._plans.get(job).by_speed, free, state,
                                     limit, give=here.placement)
             if got is None:

@@ -528,6 +528,13 @@ def test_a_job_of_seconds_is_not_widened() -> None:
     state, job = _one_job_on_an_idle_node(100)
     (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
     assert d.allocation is not None and d.allocation.num_gpus == 4
+    # a wide start's own floor: under 15 s the 15 s saving clears it, at 20 s it does not
+    for floor, gpus in ((0.0, 8), (14.0, 8), (20.0, 4)):
+        (d,) = HasPolicy(IdentityPerf(), widen_min_saving_s=floor).decide(state, [job], [],
+                                                                          0.0)
+        assert d.allocation is not None and d.allocation.num_gpus == gpus, floor
+    with pytest.raises(ValueError, match="widen_min_saving_s"):
+        HasPolicy(IdentityPerf(), widen_min_saving_s=-1.0)
 
 
 def test_no_job_starts_wide_while_another_waits() -> None:
