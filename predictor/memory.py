@@ -59,6 +59,7 @@ activations again), and the optimizer step (Adam's sqrt(v) temporary of the larg
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -149,56 +150,19 @@ def _cdiv(a: int, b: int) -> int:
 
 def _layer_param_numels(m: ModelSpec, tp: int) -> list[int]:
     """Element counts of one layer's parameter tensors on one tp rank."""
-    h, d = m.hidden_size, m.head_dim
-    q = m.num_heads // tp * d
-    k = kv_heads_per_rank(m, tp) * d
-    f = m.ffn_hidden_size // tp
-    out = [q * h, k * h, k * h, h * q]
-    if m.qkv_bias:
-        out += [q, k, k]
-    if m.linear_bias:
-        out += [h]
-    out += [f * h, h * f]
-    if m.swiglu:
-        out += [f * h]
-    if m.linear_bias:
-        out += [f, h]
-    norm = [h] if m.rmsnorm else [h, h]
-    if m.qk_norm:  # q_norm and k_norm, replicated on every tp rank
-        return out + norm + norm + [d, d]
-    return out + norm + norm
+    return [math.prod(shape) for shape in _layer_param_shapes(m, tp)]
 
 
 def _edge_param_numels(m: ModelSpec, tp: int, pp: int, stage: int, vocab: int = 0
                        ) -> list[int]:
     """Embedding (first stage) and head (last stage) parameter tensors of one rank
     (``vocab``: the padded vocabulary, default the model's)."""
-    h = m.hidden_size
-    vr = _cdiv(vocab or m.vocab_size, tp)
-    first, last = stage == 0, stage == pp - 1
-    bert = m.family is Family.BERT
-    out: list[int] = []
-    if first:
-        out.append(vr * h)
-        if m.learned_positions:
-            out.append(m.max_seq_len * h)
-        if bert:
-            if m.type_vocab_size:
-                out.append(m.type_vocab_size * h)
-            out += [h, h]
-    if last:
-        if bert:
-            out += [h * h, h, h, h, vr]
-        else:
-            out += [h] if m.rmsnorm else [h, h]
-        if not ((m.tie_embeddings or bert) and first):
-            out.append(vr * h)  # untied output, or the tied copy on the last stage (pp > 1)
-    return out
+    return [math.prod(shape) for shape in _edge_param_shapes(m, tp, pp, stage, vocab)]
 
 
 def _layer_param_shapes(m: ModelSpec, tp: int) -> list[tuple[int, ...]]:
-    """Shapes of one layer's parameter tensors on one tp rank, in ``_layer_param_numels``'
-    order (a linear weight is (out, in); biases and norms are vectors)."""
+    """Shapes of one layer's parameter tensors on one tp rank (a linear weight is (out, in);
+    biases and norms are vectors)."""
     h, d = m.hidden_size, m.head_dim
     q = m.num_heads // tp * d
     k = kv_heads_per_rank(m, tp) * d
@@ -214,14 +178,15 @@ def _layer_param_shapes(m: ModelSpec, tp: int) -> list[tuple[int, ...]]:
     if m.linear_bias:
         out += [(f,), (h,)]
     norm: list[tuple[int, ...]] = [(h,)] if m.rmsnorm else [(h,), (h,)]
-    if m.qk_norm:
+    if m.qk_norm:  # q_norm and k_norm, replicated on every tp rank
         return out + norm + norm + [(d,), (d,)]
     return out + norm + norm
 
 
 def _edge_param_shapes(m: ModelSpec, tp: int, pp: int, stage: int, vocab: int = 0
                        ) -> list[tuple[int, ...]]:
-    """Shapes of ``_edge_param_numels``' tensors, in its order."""
+    """Shapes of the embedding (first stage) and head (last stage) parameter tensors of one
+    rank (``vocab``: the padded vocabulary, default the model's)."""
     h = m.hidden_size
     vr = _cdiv(vocab or m.vocab_size, tp)
     first, last = stage == 0, stage == pp - 1
@@ -241,7 +206,7 @@ def _edge_param_shapes(m: ModelSpec, tp: int, pp: int, stage: int, vocab: int = 
         else:
             out += [(h,)] if m.rmsnorm else [(h,), (h,)]
         if not ((m.tie_embeddings or bert) and first):
-            out.append((vr, h))
+            out.append((vr, h))  # untied output, or the tied copy on the last stage (pp > 1)
     return out
 
 
@@ -288,8 +253,8 @@ def _optimizer_states(m: ModelSpec, opt: Optimizer, tp: int, pp: int, dp: int, z
     states = paged = largest = 0
     for shape in shapes:
         if zero >= 1:  # a flat slice of ceil(n/dp) elements
-            shape = (_cdiv(_numel(shape), dp),)
-        largest = max(largest, _numel(shape))
+            shape = (_cdiv(math.prod(shape), dp),)
+        largest = max(largest, math.prod(shape))
         own, out = optimizer_state_bytes(opt, shape)
         states += own
         paged += out
@@ -297,18 +262,11 @@ def _optimizer_states(m: ModelSpec, opt: Optimizer, tp: int, pp: int, dp: int, z
     return states, paged, temp
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for dim in shape:
-        n *= dim
-    return n
-
-
 def optimizer_state_bytes(opt: Optimizer, shape: tuple[int, ...]) -> tuple[int, int]:
     """(bytes in the caching allocator, bytes in unified memory) of the optimizer states of
     one parameter tensor of ``shape`` under an 8-bit or Adafactor optimizer (see
     ``_optimizer_states``)."""
-    n = _numel(shape)
+    n = math.prod(shape)
     if opt is Optimizer.ADAFACTOR:
         return 4 * (shape[0] + n // shape[0] if len(shape) >= 2 else n), 0
     if not opt.eight_bit:
