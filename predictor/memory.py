@@ -742,6 +742,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     # after that, at the embedding's backward, when no activation is left
     act_end = activations - (n_kept - 1) * per_layer if n_kept else activations
     act_end -= copies - (0 if full else one_copy)
+    head_copy = copies - (0 if full else n_layers * one_copy) if last else 0  # the head's copies
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
         m.tie_embeddings or bert) else 0
     if rt.grads_set_to_none and m_total == 1 and not (zero and dp > 1):
@@ -763,7 +764,6 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # logits the loop holds are left (as without ZeRO)
         g_head, g_layer, g_last, before, after = _single_step_grads(
             m, train, t, pp, dp, zero, stage, n_layers, rt)
-        head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
         own = per_layer + (0 if full else one_copy) if n_layers else 0
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
         cands += [(g_head, activations - head_copy, held * lg, bwd + g_start),
@@ -791,21 +791,21 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         cands.append((gradients, activations, held * lg, bwd + g_start))
         if tied:
             cands.append((gradients, 0, held * lg, 3 * tied))
+    # the gradients an earlier micro-batch left at the forward's moments (none in a step of
+    # one micro-batch that sets them to None)
+    fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
     if full and one_copy and n_layers:
         # autocast keeps every weight copy it makes until the forward leaves it (after the
         # head's matmul), though the recomputed layers keep none for their backward: the end
         # of the forward holds all the layers' copies and the low-precision logits (with an
         # earlier micro-batch's gradients, when there is one)
-        fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
         out_bytes = _residual_bytes(rt, D, h, T) if last and not bert else 0
         cands.append((fwd_grads, activations + n_layers * one_copy, D * lg + out_bytes, 0))
     if gathered:
         # ZeRO-3: the last layer's forward, its weights gathered, every layer's copies made
         # (the head's not yet), before the final norm and the logits
-        fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
         layer_copies = n_layers * one_copy if full else 0
-        head_part = copies - (0 if full else n_layers * one_copy) if last else 0
-        cands.append((fwd_grads, activations + layer_copies - head_part, 0, g_start))
+        cands.append((fwd_grads, activations + layer_copies - head_copy, 0, g_start))
     cands.append((gradients, 0, 0, adam))  # Adam's sqrt(v) temporary; activations gone
     best = cands[0]
     top = sum(best)
@@ -1160,8 +1160,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         if full and one_copy and n_layers:  # the forward's end (see estimate_stage)
             head.append((D * lg + (_residual_bytes(rt, D, h, T) if last and not bert else 0),
                          n_layers * one_copy))
-        head_part = copies - (0 if full else n_layers * one_copy) if last else 0
-        fwd_end = ((0, (n_layers * one_copy if full else 0) - head_part + g_start),
+        head_copy = copies - (0 if full else n_layers * one_copy) if last else 0  # head's copies
+        fwd_end = ((0, (n_layers * one_copy if full else 0) - head_copy + g_start),
                    ) if gathered else ()  # ZeRO-3: the last layer's forward (estimate_stage)
         moments = [(c + held, k + g_start) for c, k in layer_bwd] + head + list(fwd_end)
         drop = (n_layers - 1) * per_layer if n_layers else 0
@@ -1175,7 +1175,6 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
             # unsharded (kinds 1, 2) and ZeRO (kinds 3-7) moments: StaticTerms' figures
             # leave only one set (see estimate_stage)
-            head_copy = copies - (0 if full else n_layers * one_copy) if last else 0
             own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
                      + tuple((c, k, 0) for c, k in fwd_end)
