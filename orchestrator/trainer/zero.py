@@ -79,6 +79,16 @@ def _all_gather(out: torch.Tensor, inp: torch.Tensor, group: Any) -> None:
     fn(out, inp, group=group)
 
 
+def _broadcast_chunks(flat: torch.Tensor, c: int, layout: Layout) -> None:
+    """Fill ``flat`` from every dp rank's chunk of ``c`` elements in place: one broadcast per
+    chunk from its owner (the in-place all-gather, ``_in_place_only``)."""
+    n = flat.numel()
+    for r in range(layout.dp):
+        if r * c < n:
+            dist.broadcast(flat[r * c:min((r + 1) * c, n)], src=r * layout.tp + layout.tp_rank,
+                           group=layout.dp_group)
+
+
 def _in_place_only(group: Any) -> bool:
     """Whether to keep to in-place collectives (all-reduce, broadcast): gloo implements
     reduce-scatter and all-gather into a tensor through a full-size copy of the input /
@@ -208,10 +218,8 @@ class ZeroOptimizer:
             full = torch.empty(n, dtype=p.dtype, device=p.device)
             if mine is not None:
                 full[lo:hi].copy_(mine)
-            for r in range(layout.dp if dist.is_initialized() else 0):  # (none: measuring)
-                if r * c < n:
-                    dist.broadcast(full[r * c:min((r + 1) * c, n)],
-                                   src=r * layout.tp + layout.tp_rank, group=layout.dp_group)
+            if dist.is_initialized():  # (measuring: the other ranks' chunks are not needed)
+                _broadcast_chunks(full, c, layout)
         else:
             out = torch.empty(c * layout.dp, dtype=p.dtype, device=p.device)
             slot = out[layout.dp_rank * c:(layout.dp_rank + 1) * c]
@@ -352,11 +360,7 @@ class ZeroOptimizer:
             flat = p.detach().view(-1)
             n = flat.numel()
             if self._in_place:
-                for r in range(layout.dp):
-                    if r * c < n:
-                        dist.broadcast(flat[r * c:min((r + 1) * c, n)],
-                                       src=r * layout.tp + layout.tp_rank,
-                                       group=layout.dp_group)
+                _broadcast_chunks(flat, c, layout)
             elif n == c * layout.dp:
                 _all_gather(flat, flat[lo:hi], layout.dp_group)
             else:
