@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.validation import margin_pct
+
 WORSE_PCT = -5.0
 """A workload counts as behind ``sia`` when its margin is below this (the issue's 5 %)."""
 
@@ -56,8 +58,8 @@ def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
             opp = statistics.fmean(w["opportunistic_avg_jct_s"] for w in ws)
             table.append({"workload": name, "has_vs_sia_pct_by_seed": margins,
                           "has_vs_sia_median_pct": statistics.median(margins),
-                          "has_vs_sia_pooled_pct": 100.0 * (1.0 - has / sia),
-                          "has_vs_opportunistic_pooled_pct": 100.0 * (1.0 - has / opp)})
+                          "has_vs_sia_pooled_pct": margin_pct(has, sia),
+                          "has_vs_opportunistic_pooled_pct": margin_pct(has, opp)})
         med = [t["has_vs_sia_median_pct"] for t in table]
         pooled = [t["has_vs_sia_pooled_pct"] for t in table]
         out["clusters"][cl] = {

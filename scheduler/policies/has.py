@@ -403,8 +403,9 @@ class HasPolicy:
                     not free.total_free:
                 res.append(d)
                 continue
-            # faster by ``widen_gain``, and saving ``min_saving_s`` like any larger plan (the
-            # extra workers' start-up, which the step-time model does not see)
+            # faster by ``widen_gain``, and saving ``widen_min_saving_s`` (by default
+            # ``min_saving_s``, like any larger plan: the extra workers' start-up, which the
+            # step-time model does not see)
             limit = min(here.plan.step_time_s * (1.0 - self.widen_gain),
                         here.plan.step_time_s - self.widen_min_saving_s
                         / max(job.remaining_steps, 1e-9))
