@@ -185,16 +185,16 @@ def _chunk_layers(spec: dict[str, Any], model: ModelSpec, pp: int, vstages: int
     layers = spec.get("layers_per_stage")
     nested = isinstance(layers, list) and any(isinstance(n, list) for n in layers)
     if any(flags.values()):
+        named = SPLIT_FIELDS[0] if flags[SPLIT_FIELDS[0]] else SPLIT_FIELDS[1]  # for errors
         if layers is not None:
-            raise SpecError(SPLIT_FIELDS[0] if flags[SPLIT_FIELDS[0]] else SPLIT_FIELDS[1],
-                            "derives the split itself; give it or layers_per_stage, not both")
+            raise SpecError(named, "derives the split itself; give it or layers_per_stage, "
+                            "not both")
         try:
             return megatron_chunk_layers(model.num_layers, pp, vstages,
                                          embedding=flags[SPLIT_FIELDS[0]],
                                          loss=flags[SPLIT_FIELDS[1]])
         except ValueError as exc:
-            field = SPLIT_FIELDS[0] if flags[SPLIT_FIELDS[0]] else SPLIT_FIELDS[1]
-            raise SpecError(field, str(exc)) from None
+            raise SpecError(named, str(exc)) from None
     if not nested:
         return None
     if (len(layers) != pp or vstages < 2
