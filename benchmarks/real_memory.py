@@ -178,16 +178,16 @@ def _torchtune(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str
         spec["optimizer"] = "adamw8bit"
     if options:
         spec["runtime_options"] = options
-    tags = ("flags",) if flag != "packed" else ()
+    tags = (UNCALIBRATED,) if flag != "packed" else ()
     return spec, "", tags
 
 
 def _hf_docs(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
     optimizer, tags = "adamw", ()
     if "Adafactor" in r["optimizer"]:  # transformers Adafactor, as the Trainer builds it
-        optimizer, tags = "adafactor", ("flags",)
+        optimizer, tags = "adafactor", (UNCALIBRATED,)
     elif "Adam8bit" in r["optimizer"]:  # bitsandbytes.optim.Adam8bit (not paged)
-        optimizer, tags = "adam8bit", ("flags",)
+        optimizer, tags = "adam8bit", (UNCALIBRATED,)
     spec = _base(r)
     spec.update(model="bert-large", precision="fp32" if r["precision"] == "fp32" else "fp16",
                 optimizer=optimizer, runtime="hf-trainer",
