@@ -42,7 +42,8 @@ and every row reports ``over_memory`` (jobs whose true peak memory exceeded thei
 ``--split validation`` replays instead the first workload of every validation-split set
 (``benchmarks.splits``: the sets no threshold was chosen on), its first ``--max-jobs`` jobs,
 and adds per cluster the median, lowest and highest ratio (JSON ``split``); it writes no docs
-unless ``--docs`` names a folder.
+unless ``--docs`` names a folder. ``--sets`` (comma-separated sets or ``<set>:<k>``
+workloads) replaces the chosen split's sets, e.g. every validation window of a windowed set.
 
 ``--elastic-arg`` passes a keyword argument to ``elastic`` only (an ablation or a parameter
 sweep in the same run as the baselines).
@@ -396,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
                          "with medians per cluster (default paper)")
     ap.add_argument("--max-jobs", type=int, default=150,
                     help="with --split validation: first N jobs of each workload (default 150)")
+    ap.add_argument("--sets", default=None,
+                    help="comma-separated trace sets or <set>:<k> workloads replacing the "
+                         "sets of the chosen split, e.g. alibaba-openb:1,alibaba-openb:3")
     ap.add_argument("--elastic-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="a keyword argument for the elastic policy only (VALUE as JSON, e.g. "
                          "opportunity_cost=1 or replan=false); repeatable")
@@ -416,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
 
         sets = first_files(VALIDATION)
         max_jobs = QUICK_MAX_JOBS if args.quick else args.max_jobs
+    if args.sets is not None:
+        sets = tuple(s for s in args.sets.split(",") if s)
+        if not sets:
+            ap.error("--sets: expected at least one trace set")
     out = run(sets, policies, clusters, workers=args.workers, max_jobs=max_jobs,
               slack=args.slack, elastic_kw=elastic_kw, error=args.error,
               estimator=not args.no_estimator, error_seed=args.error_seed)

@@ -9,8 +9,11 @@ so that a set added to ``simulator.traces.TRACE_SETS`` lands in validation unles
 moves it here on purpose. Headline figures are medians over the validation split.
 
 The Alibaba GPU v2023 pod trace (``alibaba-openb``, its whole-GPU pods read as training jobs,
-in windows of 150 jobs; ``simulator.traces``) is validation: nothing was tuned on it. Its
-quick form is its first window.
+in windows of 150 jobs; ``simulator.traces``) is split by window: its even windows are tuning
+workloads (``TUNING_WINDOWS``), its odd windows validation. Without them no tuning workload
+had its shape (many jobs of a minute or less on a light load), so a threshold that only such
+jobs exercise could not be chosen on the tuning split at all. Its quick form is its first
+window, a validation one.
 
 Gavel publishes no trace (its folder holds throughput matrices): its simulations generate jobs,
 and ``simulator.gavel`` reproduces that generator; the workloads ``simulator.gavel.GAVEL_SETS``
@@ -26,9 +29,26 @@ from simulator.traces import TRACE_SETS
 TUNING: tuple[str, ...] = ("sia-philly", "sia-saturn", "newworkload-30", "newworkload-60")
 """Workloads the policies' thresholds were tuned on."""
 
+TUNING_WINDOWS: dict[str, tuple[int, ...]] = {"alibaba-openb": tuple(range(2, 25, 2))}
+"""Windows (``<set>:<k>``) of windowed validation sets that are tuning workloads; the set's
+other windows are validation."""
+
 VALIDATION: tuple[str, ...] = tuple(s for s in (*TRACE_SETS, *GAVEL_SETS) if s not in TUNING)
 """Every other named trace set (Sia newTrace, phoebe, scale and rate sets; Pollux at each
-load; ElasticFlow's Philly VC; Alibaba openb) and Gavel's generated workloads."""
+load; ElasticFlow's Philly VC; Alibaba openb's odd windows) and Gavel's generated workloads."""
+
+
+def tuning_workloads() -> tuple[str, ...]:
+    """What ``--split tuning`` replays: the tuning sets (every file) and the tuning windows."""
+    return (*TUNING, *(f"{s}:{k}" for s, ks in TUNING_WINDOWS.items() for k in ks))
+
+
+def validation_windows(name: str) -> tuple[str, ...]:
+    """The validation windows of a windowed set, ``<set>:<k>`` in order."""
+    from simulator.traces import load_traces
+
+    tuning = set(TUNING_WINDOWS.get(name, ()))
+    return tuple(f"{name}:{k}" for k in range(1, len(load_traces(name)) + 1) if k not in tuning)
 
 
 def first_files(sets: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,8 +13,9 @@ every workload's figures. Without prediction error each row also has ``bound_avg
 the average JCT no policy can beat (every job alone on its fastest plan from its arrival),
 and ``bound_vs_sia_pct``, the most any policy could gain over ``sia`` there.
 
-``--split tuning`` replays every file of the tuning sets instead (full length unless
-``--max-jobs`` is given): the workloads on which thresholds may be chosen. ``--clusters``
+``--split tuning`` replays every file of the tuning sets and the tuning windows of the
+windowed sets instead (full length unless ``--max-jobs`` is given): the workloads on which
+thresholds may be chosen. ``--clusters``
 picks clusters; ``--sets`` (comma-separated trace sets, or ``<set>:<k>`` workloads) replaces
 the split's sets, e.g. ``--sets alibaba-openb:1,alibaba-openb:2``. ``--has-variant
 NAME=JSON`` (repeatable) adds ``has`` built with those keyword arguments as one more column,
@@ -36,7 +37,7 @@ import time
 from typing import Any
 
 from benchmarks.jct import _config
-from benchmarks.splits import TUNING, VALIDATION, first_files
+from benchmarks.splits import VALIDATION, first_files, tuning_workloads
 from orchestrator.clusters import load_cluster
 from simulator.error import ERROR_MODES
 from simulator.metrics import combine, json_ready
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         sets, max_jobs = QUICK_SETS, 20
     elif args.split == "tuning":
-        sets, max_jobs = TUNING, args.max_jobs
+        sets, max_jobs = tuning_workloads(), args.max_jobs
     else:
         sets, max_jobs = VALIDATION, args.max_jobs or 150
     if args.sets is not None:

@@ -92,3 +92,18 @@ def test_gavels_generated_workloads_are_validation() -> None:
 
     assert {"gavel-1", "gavel-2"} <= set(VALIDATION)
     assert first_files(("gavel-1", "gavel-2@3")) == ("gavel-1", "gavel-2@3")
+
+
+@pytest.mark.skipif(not (traces_dir() / "alibaba-gpu-v2023").exists(),
+                    reason="shared/traces/alibaba-gpu-v2023 not present")
+def test_alibaba_windows_are_split_even_to_tuning_odd_to_validation() -> None:
+    from benchmarks.splits import first_files, tuning_workloads, validation_windows
+
+    tuning = [w for w in tuning_workloads() if w.startswith("alibaba-openb:")]
+    valid = validation_windows("alibaba-openb")
+    assert tuning == [f"alibaba-openb:{k}" for k in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)]
+    assert valid == tuple(f"alibaba-openb:{k}" for k in range(1, 24, 2))
+    # every window in exactly one split; the quick validation form is a validation window
+    assert not set(tuning) & set(valid) and len(tuning) + len(valid) == 24
+    assert first_files(("alibaba-openb",))[0] in valid
+    assert set(TUNING) <= set(tuning_workloads())

@@ -205,3 +205,18 @@ def test_split_summary_takes_medians_per_cluster_over_the_split() -> None:
                            "min_ratio_vs_elasticflow": 0.9, "max_ratio_vs_elasticflow": 1.5,
                            "below_1x": 1, "median_jct_vs_has": 1.0, "jct_above_has": 1}
     assert s["hetero-128"]["workloads"] == 1 and s["hetero-128"]["below_1x"] == 0
+
+
+@pytest.mark.skipif(not (traces_dir() / "alibaba-gpu-v2023").exists(),
+                    reason="shared/traces/alibaba-gpu-v2023 not present")
+def test_benchmark_sets_replace_the_splits_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import deadlines
+
+    assert deadlines.main(["--split", "validation", "--sets", "alibaba-openb:3",
+                           "--max-jobs", "3", "--policies", "elastic,elasticflow",
+                           "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["split"]["workloads"] == ["alibaba-openb:3"]
+    assert all(sm["workloads"] == 1 for sm in out["split"]["clusters"].values())
+    with pytest.raises(SystemExit):
+        deadlines.main(["--sets", ","])
