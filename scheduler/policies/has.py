@@ -108,10 +108,13 @@ Choices the paper leaves open, and why:
 * **Wide starts when nobody waits** (``widen_gain``, default 0.1): once every waiting job
   has started and growth has run, a job started in this call that GPUs left idle could run
   faster moves, before it launches, to the fastest plan of any efficiency they hold, if that
-  runs at least ``widen_gain`` faster and saves at least ``widen_min_saving_s`` (default
-  ``min_saving_s``: the extra workers' start-up) over the knee's plan (not under
-  ``plan_order="ranked"``, whose stored ranking is followed as it is, nor without growth,
-  whose shrinking takes such GPUs back).
+  runs at least ``widen_gain`` faster and saves at least ``widen_min_saving_s`` over the
+  knee's plan. Its default, 0, was chosen on the tuning split (``benchmarks.splits``,
+  docs/validation.md): the job has not launched, so a wider plan costs no restart; the extra
+  workers' start-up is not charged (``None`` charges ``min_saving_s`` for it, as the knee
+  walk does), which the simulator, whose launch delay does not grow with the plan, cannot
+  judge. Not under ``plan_order="ranked"``, whose stored ranking is followed as it is, nor
+  without growth, whose shrinking takes such GPUs back.
   The knee keeps GPU-seconds low for the jobs that wait; when none does, GPUs held past the
   knee cost nothing now and are lent like grown ones (``_shrink_for`` and ``reclaim`` take
   them back). Growth cannot do this for a short job: it waits ``min_hold_s`` and pays a
@@ -206,7 +209,7 @@ class HasPolicy:
         skip_dominated: bool = True,
         widen_gain: float | None = 0.1,
         exchange_gain: float | None = 0.1,
-        widen_min_saving_s: float | None = None,
+        widen_min_saving_s: float | None = 0.0,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -403,9 +406,8 @@ class HasPolicy:
                     not free.total_free:
                 res.append(d)
                 continue
-            # faster by ``widen_gain``, and saving ``widen_min_saving_s`` (by default
-            # ``min_saving_s``, like any larger plan: the extra workers' start-up, which the
-            # step-time model does not see)
+            # faster by ``widen_gain``, and saving ``widen_min_saving_s`` (default 0: no
+            # restart; ``None``: ``min_saving_s``, as growth asks)
             limit = min(here.plan.step_time_s * (1.0 - self.widen_gain),
                         here.plan.step_time_s - self.widen_min_saving_s
                         / max(job.remaining_steps, 1e-9))

@@ -231,7 +231,8 @@ def test_has_starts_on_the_fastest_plan_at_the_knee_and_has_paper_on_the_ranked_
     job = make_job("j", ranked(make_plan("A100-40G", 1, step_s=2.60),
                                make_plan("A100-40G", 4, step_s=0.68),
                                make_plan("A100-40G", 8, step_s=0.53)))
-    (ours,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    # the knee walk alone (an idle node would widen the start: see the wide-start tests)
+    (ours,) = HasPolicy(IdentityPerf(), widen_gain=None).decide(state, [job], [], 0.0)
     (paper,) = make_policy("has-paper", perf=IdentityPerf()).decide(state, [job], [], 0.0)
     assert ours.allocation is not None and ours.allocation.num_gpus == 4
     assert paper.allocation is not None and paper.allocation.num_gpus == 1
@@ -243,10 +244,17 @@ def test_a_job_of_seconds_starts_on_its_cheapest_plan() -> None:
     state = cluster(make_node("dgx", "A100-40G", 8, interconnect="nvlink"))
     job = make_job("j", ranked(make_plan("A100-40G", 1, step_s=0.26),
                                make_plan("A100-40G", 4, step_s=0.068)))
-    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    (d,) = HasPolicy(IdentityPerf(), widen_gain=None).decide(state, [job], [], 0.0)
     assert d.allocation is not None and d.allocation.num_gpus == 1
-    (d,) = HasPolicy(IdentityPerf(), min_saving_s=10.0).decide(state, [job], [], 0.0)
+    (d,) = HasPolicy(IdentityPerf(), min_saving_s=10.0, widen_gain=None).decide(
+        state, [job], [], 0.0)
     assert d.allocation is not None and d.allocation.num_gpus == 4
+    # nobody waits and the node is idle: the wide start takes the 4 GPUs (no floor by
+    # default), unless it must save min_saving_s too
+    (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+    (d,) = HasPolicy(IdentityPerf(), widen_min_saving_s=None).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 1
 
 
 def _short_running_and_long_waiting(held: int) -> tuple[ClusterState, RunningJob, JobView]:
@@ -522,13 +530,15 @@ def test_neither_the_ranked_order_nor_start_only_has_widens() -> None:
     assert d.allocation is not None and d.allocation.num_gpus == 4
 
 
-def test_a_job_of_seconds_is_not_widened() -> None:
-    # 100 steps: 8 GPUs save 15 s over 4 (68 s -> 53 s), under min_saving_s (60 s): the
-    # extra workers' start-up would eat it
+def test_a_wide_starts_floor_on_a_job_of_seconds() -> None:
+    # 100 steps: 8 GPUs save 15 s over 4 (68 s -> 53 s); the default floor (0) takes them,
+    # None asks for min_saving_s (60 s), which 15 s does not clear
     state, job = _one_job_on_an_idle_node(100)
     (d,) = HasPolicy(IdentityPerf()).decide(state, [job], [], 0.0)
+    assert d.allocation is not None and d.allocation.num_gpus == 8
+    (d,) = HasPolicy(IdentityPerf(), widen_min_saving_s=None).decide(state, [job], [], 0.0)
     assert d.allocation is not None and d.allocation.num_gpus == 4
-    # a wide start's own floor: under 15 s the 15 s saving clears it, at 20 s it does not
+    # under 15 s the 15 s saving clears the floor, at 20 s it does not
     for floor, gpus in ((0.0, 8), (14.0, 8), (20.0, 4)):
         (d,) = HasPolicy(IdentityPerf(), widen_min_saving_s=floor).decide(state, [job], [],
                                                                           0.0)
