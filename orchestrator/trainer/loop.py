@@ -45,7 +45,12 @@ import torch.distributed as dist
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.data import DataConfig, TokenData
 from orchestrator.trainer.memory import PeakMeter, live_tensors, rank_oom
-from orchestrator.trainer.model import Numerics, ParallelTransformer, init_canonical
+from orchestrator.trainer.model import (
+    Numerics,
+    ParallelTransformer,
+    check_supported,
+    init_canonical,
+)
 from orchestrator.trainer.parallel import (
     Layout,
     allreduce_grads,
@@ -324,6 +329,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
         raise ValueError(f"pp={cfg.pp}: at least one pipeline stage")
     if cfg.model is None:
         raise ValueError("RunConfig.model is required by the built-in trainer")
+    check_supported(cfg.model, cfg.tp, cfg.pp)  # before the rendezvous: no rank waits
     check_zero_stage(cfg.zero_stage)
     if cfg.global_batch % (cfg.dp * cfg.micro_batch):
         raise ValueError(f"dp·micro_batch = {cfg.dp * cfg.micro_batch} does not divide "
