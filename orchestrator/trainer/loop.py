@@ -477,20 +477,23 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
 
 def pipeline_backward(cfg: RunConfig, model: ParallelTransformer, layout: Layout,
                       inputs: torch.Tensor, targets: torch.Tensor, micro: int,
-                      scale: float) -> torch.Tensor:
+                      scale: float, p2p_type: type[P2P] = P2P) -> torch.Tensor:
     """This stage's forwards and backwards of the step's ``micro`` micro-batches under 1F1B
-    (``orchestrator.trainer.pipeline``); returns the loss sum (last stage; 0 elsewhere)."""
+    (``orchestrator.trainer.pipeline``); returns the loss sum (last stage; 0 elsewhere).
+    ``p2p_type``: the exchange with the neighbouring stages (the memory measurement's
+    fakes it in one process)."""
     assert cfg.model is not None
     device = inputs.device
     b = cfg.micro_batch
-    p2p = P2P(layout, (b, inputs.shape[1], cfg.model.hidden_size), device)
+    p2p = p2p_type(layout, (b, inputs.shape[1], cfg.model.hidden_size), device)
 
-    def forward(i: int, x: torch.Tensor | None) -> torch.Tensor:
+    def forward(i: int, x: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
         with _autocast(cfg.precision, device):
             out = model(inputs[i * b:(i + 1) * b] if x is None else x)
         if not layout.last_stage:
-            return out
-        return model.loss(out, targets[i * b:(i + 1) * b]) / micro
+            return out, None
+        # the logits held to the end of the backward, as the one-stage loop holds them
+        return model.loss(out, targets[i * b:(i + 1) * b]) / micro, out
 
     return one_f_one_b(layout, micro, forward, p2p, scale)
 

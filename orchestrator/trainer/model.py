@@ -84,10 +84,13 @@ def stage_layer_range(num_layers: int, pp: int, stage: int) -> range:
 class StageLayers(nn.ModuleDict):
     """A pipeline stage's transformer layers under their global indices (``layers.<i>``, the
     canonical names at every pp); iterating yields the layers in order, as a ModuleList's
-    does."""
+    does, and ``layers[i]`` is global layer ``i`` (on the stage that holds it)."""
 
     def __iter__(self):  # type: ignore[override]
         return iter(self.values())
+
+    def __getitem__(self, key: int | str) -> nn.Module:  # type: ignore[override]
+        return self._modules[str(key)]  # type: ignore[return-value]
 
 
 class BlockParams(Protocol):

@@ -20,6 +20,7 @@ every rank agree on the mean.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -69,43 +70,46 @@ class P2P:
 
 
 def one_f_one_b(layout: Layout, micro: int,
-                forward: Callable[[int, torch.Tensor | None], torch.Tensor], p2p: P2P,
-                scale: float) -> torch.Tensor:
+                forward: Callable[[int, torch.Tensor | None], tuple[torch.Tensor, Any]],
+                p2p: P2P, scale: float) -> torch.Tensor:
     """Run one step's ``micro`` micro-batches through this stage under 1F1B; returns the
     sum of the (already ``1/micro``-weighted) losses on the last stage, 0 elsewhere.
 
     ``forward(i, x)``: micro-batch ``i``'s output on this stage — its loss (divided by
     ``micro``) on the last stage, else the hidden states — given the previous stage's
-    output ``x`` (None on the first stage, which reads the tokens itself). Backward runs
+    output ``x`` (None on the first stage, which reads the tokens itself), and what the
+    caller holds until that micro-batch's backward is done (the last stage's logits, as the
+    one-stage loop holds them: the memory ``predictor.runtimes.FRENZY`` prices). Backward runs
     ``(loss · scale).backward()`` on the last stage and the received gradient elsewhere."""
     stage, pp = layout.pp_rank, layout.pp
     first, last = stage == 0, stage == pp - 1
     warmup = min(pp - stage - 1, micro)
     steady = micro - warmup
     total = torch.zeros((), device=p2p.device)
-    pending: list[tuple[torch.Tensor | None, torch.Tensor]] = []  # (input, output) in flight
+    # (input, output, held) of the micro-batches in flight
+    pending: list[tuple[torch.Tensor | None, torch.Tensor, Any]] = []
 
     def run_forward(i: int, x: torch.Tensor | None) -> torch.Tensor:
         nonlocal total
         if x is not None:
             x.requires_grad_(True)
-        out = forward(i, x)
+        out, held = forward(i, x)
         if last:
             total = total + out.detach()
             out = out * scale
         else:
             out = out.to(STREAM_DTYPE)
-        pending.append((x, out))
+        pending.append((x, out, held))
         return out
 
     def run_backward(grad: torch.Tensor | None) -> torch.Tensor | None:
-        x, out = pending.pop(0)
+        x, out, held = pending.pop(0)
         if last:
             out.backward()
         else:
             assert grad is not None
             torch.autograd.backward(out, grad)
-        del out
+        del out, held
         return None if first or x is None else x.grad
 
     for i in range(warmup):
