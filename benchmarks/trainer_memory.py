@@ -361,7 +361,7 @@ ZERO3_CASES: list[TrainerCase] = [
 PIPELINE_CASES: list[TrainerCase] = [
     # pipeline stages under 1F1B (the worst stage's peak): pp 2, 3, 4 and 5, even and uneven
     # splits (the first stages take the remainder), tied embeddings (the last stage's copy),
-    # with tp 2, dp 2 and ZeRO-1/2, selective and full recomputation, one micro-batch per
+    # with tp 2, dp 2 and ZeRO-1/2/3, selective and full recomputation, one micro-batch per
     # step and several
     _case(GPT_S, 256, 8, micro_batch=2, pp=2),
     _case(GPT_S, 256, 8, micro_batch=2, pp=3),
@@ -372,6 +372,7 @@ PIPELINE_CASES: list[TrainerCase] = [
     _case(LLAMA_V, 256, 8, micro_batch=2, tp=2, pp=2),
     _case(GPT_S, 256, 16, micro_batch=2, dp=2, pp=2, zero_stage=1),
     _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=2, pp=2, zero_stage=2),
+    _case(LLAMA_D, 256, 16, micro_batch=2, dp=2, pp=2, zero_stage=3),
     _case(NEOX_D, 256, 8, micro_batch=2, pp=2, recompute="full"),
     _case(QWEN_S, 512, 8, "fp32", "adam", micro_batch=2, pp=2, recompute="selective"),
     _case(BERT_S, 256, 8, micro_batch=2, pp=2),

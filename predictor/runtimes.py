@@ -343,14 +343,19 @@ FRENZY = RuntimeProfile(
         "chunks over dp, the fp32 weights whole; ZeRO-3: the layers' fp32 weights in chunks "
         "too, each layer gathered while it runs forward or backward, no prefetch, the "
         "embedding, head and final norm whole), gradients set to None after each step, "
-        "fused optimizers"),
+        "fused optimizers; pipeline stages under the non-interleaved 1F1B schedule (the "
+        "first stages take the layers pp does not divide, autocast's weight copies kept per "
+        "micro-batch in flight, a tied embedding copied to the last stage and its gradient "
+        "summed between the two)"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, sequence_parallel=False,
     logits_fwd_bytes_tp=6, logits_bwd_bytes_tp=8, logits_fwd_bytes_tp_fp32=8,
     logits_bwd_bytes_tp_fp32=8,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
     optimizer_fused=True, prefetch_layers=0,
-    max_pp=1, zero_stages=(0, 1, 2, 3),  # orchestrator/trainer: tp, dp, ZeRO-1/2/3, recompute
+    # orchestrator/trainer: tp, dp, pp (any depth up to the layers: 1F1B, ..trainer.pipeline),
+    # ZeRO-1/2/3, recompute
+    max_pp=0, zero_stages=(0, 1, 2, 3),
     optimizers=("adam", "adamw", "sgd"),  # orchestrator.trainer.loop._make_optimizer
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)
