@@ -399,5 +399,5 @@ def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict
         log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
                  len(cases), case.label(), measured / 2**20, err)
         rows.append(dict(config=case.label(), measured=measured, predicted=predicted,
-                         err_pct=err, zero_stage=par.zero_stage))
+                         err_pct=err, zero_stage=par.zero_stage, pp=par.pp))
     return rows
