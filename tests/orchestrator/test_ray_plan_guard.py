@@ -1,7 +1,8 @@
 """The Ray backend's launch refuses a plan the built-in trainer would not run as priced (a
-dimension its profile excludes) with an error naming the field and what would fit, never a silent run that needs
-far more memory than predicted, and hands ZeRO-1/2/3 plans' stage to the trainer. Checked on
-``_run_config`` alone, with no Ray cluster."""
+dimension its profile excludes) with an error naming the field and what would fit, never a
+silent run that needs far more memory than predicted, and hands ZeRO-1/2/3 plans' stage and
+pipelined plans' depth to the trainer. Checked on ``_run_config`` alone, with no Ray
+cluster."""
 
 from __future__ import annotations
 
