@@ -163,7 +163,7 @@ ZERO_STAGES = (0, 1, 2, 3)
 OPTIMIZERS = ("adam", "adamw", "sgd", "adam8bit", "adamw8bit", "paged_adam8bit",
               "paged_adamw8bit", "adafactor")
 """``predictor.spec.Optimizer``'s values (spec.py imports nothing from here)."""
-EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers")
+EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers", "pp_when_needed")
 """Fields that say which plans a runtime runs, not what they cost: not per-job overrides (a
 job cannot make a trainer execute ZeRO or pipeline stages by asking)."""
 
@@ -212,6 +212,9 @@ class RuntimeProfile:
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
     optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
+    # the planner searches pipelines (pp > 1) only for GPU types on which no single-stage
+    # plan fits: every (tp, pp) pair costs the search a memory table of its own
+    pp_when_needed: bool = False
 
     @property
     def executes(self) -> str:
@@ -256,7 +259,8 @@ class RuntimeProfile:
     def unrestricted(self) -> RuntimeProfile:
         """The same memory terms over the planner's whole space (every pp and ZeRO stage):
         for hypothetical jobs that no real trainer runs, such as the simulator's traces."""
-        return replace(self, max_pp=0, zero_stages=ZERO_STAGES, optimizers=OPTIMIZERS)
+        return replace(self, max_pp=0, zero_stages=ZERO_STAGES, optimizers=OPTIMIZERS,
+                       pp_when_needed=False)
 
     def with_overrides(self, **changes: Any) -> RuntimeProfile:
         """The profile with per-job overrides (``dropout``: both dropouts at once)."""
@@ -355,7 +359,7 @@ FRENZY = RuntimeProfile(
     optimizer_fused=True, prefetch_layers=0,
     # orchestrator/trainer: tp, dp, pp (any depth up to the layers: 1F1B, ..trainer.pipeline),
     # ZeRO-1/2/3, recompute
-    max_pp=0, zero_stages=(0, 1, 2, 3),
+    max_pp=0, zero_stages=(0, 1, 2, 3), pp_when_needed=True,
     optimizers=("adam", "adamw", "sgd"),  # orchestrator.trainer.loop._make_optimizer
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)

@@ -206,8 +206,15 @@ def test_planner_offers_only_what_the_runtime_executes() -> None:
     assert narrow.notes == ("runtime frenzy executes pp=1; plans needing more were not "
                             "considered (name another runtime, or give an entrypoint, to "
                             "plan them)",)
+    # the built-in trainer runs pipelines, but its profile has them searched only when no
+    # single-stage plan fits: here one does, and the note says so
     frenzy = plan_job(model, train, gpus, max_gpus=8, keep_all=True)
-    assert {p.parallel.pp for p in frenzy.plans} > {1} and frenzy.notes == ()
+    assert {p.parallel.pp for p in frenzy.plans} == {1}
+    assert frenzy.notes == ("runtime frenzy searches pipeline stages only when no "
+                            "single-stage plan fits any GPU type",)
+    piped = plan_job(model, train, gpus, max_gpus=8, keep_all=True,
+                     runtime=replace(FRENZY, pp_when_needed=False))
+    assert {p.parallel.pp for p in piped.plans} > {1} and piped.notes == ()
     for name in ("megatron", "reference"):
         other = plan_job(model, train, gpus, max_gpus=8, keep_all=True, runtime=name)
         assert {p.parallel.pp for p in other.plans} > {1}
@@ -224,7 +231,8 @@ def test_a_model_that_needs_zero_3_fits_the_built_in_trainer_only_with_it() -> N
     # ranks, nearly fill one, so only ZeRO-3 over dp or a pipeline can fit it: without
     # pipeline stages the trainer's ZeRO-3 shards the layers' fp32 weights over dp (14.7 GiB
     # with ZeRO-2 over dp = 8 and full recomputation), and without ZeRO-3 either the reason
-    # names the runtime; with them (the built-in trainer) pipelines of 4, 5 or 8 stages fit.
+    # names the runtime; with pipelines and ZeRO up to 2 only (no single-stage plan fits, so
+    # the built-in profile searches pipelines), pipelines of 4, 5 or 8 stages fit.
     model = ModelSpec.from_name("llama-2-13b")
     train = _train(s=512, B=16, steps=10)
     gpus = [get_gpu("RTX2080Ti")]
@@ -232,8 +240,15 @@ def test_a_model_that_needs_zero_3_fits_the_built_in_trainer_only_with_it() -> N
     result = plan_job(model, train, gpus, max_gpus=64, runtime=flat)
     assert result.plans
     assert all(p.parallel.zero_stage == 3 and p.parallel.pp == 1 for p in result.plans)
-    piped = plan_job(model, train, gpus, max_gpus=64)
+    default = plan_job(model, train, gpus, max_gpus=64)  # ZeRO-3 fits: no pipeline searched
+    assert default.plans and all(p.parallel.pp == 1 for p in default.plans)
+    piped = plan_job(model, train, gpus, max_gpus=64,
+                     runtime=replace(FRENZY, zero_stages=(0, 1, 2)))
     assert piped.plans and all(p.parallel.pp >= 4 for p in piped.plans)
+    assert piped.notes == ("runtime frenzy executes ZeRO-1/2 only; plans needing more were "
+                           "not considered (name another runtime, or give an entrypoint, to "
+                           "plan them)", "runtime frenzy: no single-stage plan fits any GPU "
+                           "type, so pipeline stages were searched")
     upto2 = plan_job(model, train, gpus, max_gpus=64,
                      runtime=replace(flat, zero_stages=(0, 1, 2)))
     assert not upto2.plans

@@ -99,8 +99,9 @@ def test_jobs_are_priced_for_their_runtime(env: Env) -> None:
     own = env.client.post("/v1/plans", json=job_body(entrypoint="train.py"), headers=h)
     assert {p["runtime"] for p in built_in} == {"frenzy"}
     # the built-in trainer executes the whole space (pipeline stages too): no note excludes
-    # a plan dimension
-    assert preview["notes"] == []
+    # a plan dimension; one says when its pipelines are searched
+    assert preview["notes"] == ["runtime frenzy searches pipeline stages only when no "
+                                "single-stage plan fits any GPU type"]
     assert mega.json()["notes"] == []
     assert {p["runtime"] for p in mega.json()["plans"]} == {"megatron"}
     assert {p["runtime"] for p in own.json()["plans"]} == {"hf-trainer"}  # most conservative
