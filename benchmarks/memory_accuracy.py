@@ -12,10 +12,10 @@
   the other sources only, and so is the planner margin the row is judged with.
 * ``runtime``: the built-in trainer's own tensor peak (``benchmarks.trainer_memory``: its
   ``ParallelTransformer`` and loop step under fake tensors) against the ``frenzy`` profile,
-  over the plans of what it executes (tp with the vocab-parallel head, dp, ZeRO-1/2/3,
-  micro-batch, recomputation, precision), also split into the plans with and without ZeRO
-  (``runtime_zero``, ``runtime_no_zero``) and the ZeRO-3 ones (``runtime_zero3``); it runs
-  no pipeline, so none is in it.
+  over the plans of what it executes (tp with the vocab-parallel head, dp, pipeline stages,
+  ZeRO-1/2/3, micro-batch, recomputation, precision), also split into the plans with and
+  without ZeRO (``runtime_zero``, ``runtime_no_zero``), the ZeRO-3 ones (``runtime_zero3``)
+  and the pipelined ones (``runtime_pp``: the worst stage's peak).
 * ``runtime_cuda``: the same trainer's peaks measured on a real GPU (``benchmarks.trainer_cuda``
   rows committed under docs/gpu_runs/), priced again by today's predictor.
 """
@@ -207,9 +207,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 RUNTIME_NOTE = ("the built-in trainer executes tp (with the vocab-parallel embedding, head "
-                "and cross entropy), dp, ZeRO-1/2/3, micro-batches and recomputation (no "
-                "pipeline stages): the plans cover those, measured on the CPU under fake "
-                "tensors")
+                "and cross entropy), dp, pipeline stages (1F1B), ZeRO-1/2/3, micro-batches and "
+                "recomputation: the plans cover those, measured on the CPU under fake tensors "
+                "(a pipeline's worst stage)")
 
 
 def real_section(directory: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -354,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     out["runtime"] = {**real_memory.stats([r["err_pct"] for r in runtime_rows]),
                       "device": "cpu-fake", "profile": "frenzy", "note": RUNTIME_NOTE}
     out["runtime_mape"] = out["runtime"]["mape"]
-    for key, keep in (("runtime_zero", lambda z: z > 0), ("runtime_no_zero", lambda z: z == 0),
-                      ("runtime_zero3", lambda z: z == 3)):
-        errs = [r["err_pct"] for r in runtime_rows if keep(r["zero_stage"])]
+    for key, keep in (("runtime_zero", lambda r: r["zero_stage"] > 0),
+                      ("runtime_no_zero", lambda r: r["zero_stage"] == 0),
+                      ("runtime_zero3", lambda r: r["zero_stage"] == 3),
+                      ("runtime_pp", lambda r: r.get("pp", 1) > 1)):
+        errs = [r["err_pct"] for r in runtime_rows if keep(r)]
         out[key] = real_memory.stats(errs) if errs else None
         out[f"{key}_mape"] = out[key]["mape"] if errs else None
     print()
@@ -365,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nruntime n={rt['n']}  MAPE {rt['mape']:.2f}%  worst {rt['worst_pct']:+.2f}%  "
           f"bias {rt['bias_pct']:+.2f}%  under 5%: {rt['under_5pct']}")
     for key, what in (("runtime_zero", "ZeRO plans"), ("runtime_no_zero", "without ZeRO"),
-                      ("runtime_zero3", "ZeRO-3 plans")):
+                      ("runtime_zero3", "ZeRO-3 plans"), ("runtime_pp", "pipeline plans")):
         if out[key]:
             print(f"  {what}: n={out[key]['n']}  MAPE {out[key]['mape']:.2f}%  "
                   f"worst {out[key]['worst_pct']:+.2f}%")

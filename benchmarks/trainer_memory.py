@@ -13,8 +13,11 @@ data-parallel collectives are replaced by no-ops for the measurement (all-reduce
 place, ZeRO's reduce-scatter and all-gather write into outputs the trainer allocates, so they
 change no memory; ZeRO-3's gathers fill in the rank's own chunk and skip the others'),
 which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the largest vocabulary
-shard). The trainer executes no pipeline, so tp (with the vocabulary split), dp,
-ZeRO-1/2/3, micro-batch, recomputation and precision vary.
+shard). A pipeline plan runs the trainer's own 1F1B schedule (``loop.pipeline_backward``)
+for each stage in turn, its point-to-point exchange faked the same way (a receive allocates
+the tensor a real one fills, a send does nothing), and the measured peak is the worst
+stage's, as ``estimate_memory`` reports it. tp (with the vocabulary split), dp, pp (even and
+uneven splits), ZeRO-1/2/3, micro-batch, recomputation and precision vary.
 """
 
 from __future__ import annotations
@@ -56,9 +59,37 @@ def _local_collectives() -> Iterator[None]:
             setattr(dist, n, fn)
 
 
+def _fake_p2p() -> type:
+    """The pipeline's exchange in one process: a receive allocates the tensor a real one
+    would fill, a send does nothing."""
+    from orchestrator.trainer.pipeline import P2P
+
+    class FakeP2P(P2P):
+        def exchange(self, send_next: torch.Tensor | None = None,
+                     send_prev: torch.Tensor | None = None, recv_next: bool = False,
+                     recv_prev: bool = False
+                     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+            return (self._empty() if recv_prev and self.prev is not None else None,
+                    self._empty() if recv_next and self.next is not None else None)
+
+    return FakeP2P
+
+
 def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
                          steps: int = 2, tracker: StorageTracker | None = None) -> int:
-    """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer."""
+    """Tensor peak of rank 0 in the last of ``steps`` steps of the built-in trainer; under
+    pipeline parallelism the largest over the stages' first ranks (``measure_stage_peak``)."""
+    if par.pp > 1:
+        return max(measure_stage_peak(model, train, par, stage, steps)
+                   for stage in range(par.pp))
+    return measure_stage_peak(model, train, par, 0, steps, tracker)
+
+
+def measure_stage_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
+                       stage: int, steps: int = 2, tracker: StorageTracker | None = None
+                       ) -> int:
+    """Tensor peak of the first rank of pipeline stage ``stage`` in the last of ``steps``
+    steps of the built-in trainer."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from orchestrator.trainer.loop import (
@@ -67,15 +98,16 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
         _autocast,
         average_grads,
         build_optimizer,
+        pipeline_backward,
+        sync_tied_grads,
     )
     from orchestrator.trainer.model import ParallelTransformer
     from orchestrator.trainer.parallel import Layout
     from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 
-    if par.pp != 1:
-        raise ValueError("the built-in trainer runs no pp > 1")
     check_zero_stage(par.zero_stage)
-    layout = Layout(0, par.tp * par.dp, par.tp, par.dp)
+    world = par.tp * par.dp * par.pp
+    layout = Layout(stage * par.tp * par.dp, world, par.tp, par.dp, pp=par.pp)
     device = torch.device("cpu")
     share = train.global_batch // par.dp
     micro = share // par.micro_batch
@@ -85,12 +117,11 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
         net = ParallelTransformer(model, layout, par.recompute)
         params = list(net.parameters())
         tracker.label(params, "parameters")
-        opt = build_optimizer(RunConfig(job_id="trainer-memory", model=model,
-                                        global_batch=train.global_batch,
-                                        seq_len=train.seq_len, total_steps=steps,
-                                        tp=par.tp, dp=par.dp, zero_stage=par.zero_stage,
-                                        optimizer=train.optimizer), params, layout,
-                              net.layers)
+        cfg = RunConfig(job_id="trainer-memory", model=model, global_batch=train.global_batch,
+                        seq_len=train.seq_len, total_steps=steps, tp=par.tp, dp=par.dp,
+                        pp=par.pp, micro_batch=par.micro_batch, zero_stage=par.zero_stage,
+                        precision=train.precision, optimizer=train.optimizer)
+        opt = build_optimizer(cfg, params, layout, net.layers)
         if isinstance(opt, ZeroOptimizer):
             opt.shard_blocks(net)  # ZeRO-3: the layers' weights as chunks from here on
         net.train()
@@ -101,8 +132,12 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
             inputs, targets = seq[:, :-1], seq[:, 1:]
             if model.family is Family.BERT:
                 inputs = inputs.clone()
-            total = torch.zeros(())
-            for mb in range(micro):
+            if par.pp > 1:
+                total = pipeline_backward(cfg, net, layout, inputs, targets, micro, scale,
+                                          _fake_p2p())
+            else:
+                total = torch.zeros(())
+            for mb in range(micro if par.pp == 1 else 0):
                 x = inputs[mb * par.micro_batch:(mb + 1) * par.micro_batch]
                 y = targets[mb * par.micro_batch:(mb + 1) * par.micro_batch]
                 tracker.set_phase("forward")
@@ -115,6 +150,7 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
                 del logits, loss
             tracker.set_phase("allreduce")
             average_grads(opt, params, layout, scale)  # in place, as the trainer does
+            sync_tied_grads(net, opt, layout)
             tracker.set_phase("optimizer")
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -125,8 +161,9 @@ def measure_trainer_peak(model: ModelSpec, train: TrainingSpec, par: ParallelCon
 
 def measure_real_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig,
                       steps: int = 2) -> int:
-    """Rank 0's tensor peak over ``steps`` real steps of the built-in trainer itself
-    (``orchestrator.trainer.loop.train``, tp·dp local gloo processes, synthetic data), as
+    """Rank 0's (under pp the worst stage's first rank's) tensor peak over ``steps`` real
+    steps of the built-in trainer itself (``orchestrator.trainer.loop.train``, tp·dp·pp
+    local gloo processes, synthetic data), as
     the trainer measures it at run time (``orchestrator.trainer.memory``): no copy of its
     step, real tensors."""
     import tempfile
@@ -134,17 +171,17 @@ def measure_real_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfig
     from orchestrator.trainer.local import run_local
     from orchestrator.trainer.loop import RunConfig
 
-    if par.pp != 1:
-        raise ValueError("the built-in trainer runs no pp > 1")
     with tempfile.TemporaryDirectory(prefix="frz-trainer-mem-") as tmp:
         cfg = RunConfig(job_id="trainer-memory", model=model, global_batch=train.global_batch,
                         seq_len=train.seq_len, total_steps=steps, tp=par.tp, dp=par.dp,
-                        micro_batch=par.micro_batch, recompute=par.recompute,
+                        pp=par.pp, micro_batch=par.micro_batch, recompute=par.recompute,
                         zero_stage=par.zero_stage, precision=train.precision,
                         optimizer=train.optimizer,
                         checkpoint_dir=tmp, checkpoint_every=10**9)
         results = run_local(cfg, timeout_s=600.0)
-    peak = results[0].peak_tensors_bytes
+    # rank 0 (under pp the worst stage's first rank: each stage's rank 0 of its tp·dp block)
+    peaks = [r.peak_tensors_bytes for r in results[::par.tp * par.dp]]
+    peak = None if None in peaks else max(peaks)
     if peak is None:
         raise RuntimeError("the trainer reported no peak (not on the CPU?)")
     return int(peak)
@@ -159,7 +196,8 @@ class TrainerCase:
     def label(self) -> str:
         p, t = self.par, self.train
         return (f"{self.model.name} s{t.seq_len} B{t.global_batch} {t.precision.value} "
-                f"{t.optimizer.value} tp{p.tp}dp{p.dp} mb{p.micro_batch} "
+                f"{t.optimizer.value} tp{p.tp}dp{p.dp}" + (f"pp{p.pp}" if p.pp > 1 else "")
+                + f" mb{p.micro_batch} "
                 f"rc={p.recompute.value}" + (f" z{p.zero_stage}" if p.zero_stage else ""))
 
 
@@ -320,7 +358,28 @@ ZERO3_CASES: list[TrainerCase] = [
     _case(NEOX_S, 256, 16, "bf16", "sgd", micro_batch=4, dp=4, zero_stage=3),
 ]
 
-ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES
+PIPELINE_CASES: list[TrainerCase] = [
+    # pipeline stages under 1F1B (the worst stage's peak): pp 2, 3, 4 and 5, even and uneven
+    # splits (the first stages take the remainder), tied embeddings (the last stage's copy),
+    # with tp 2, dp 2 and ZeRO-1/2/3, selective and full recomputation, one micro-batch per
+    # step and several
+    _case(GPT_S, 256, 8, micro_batch=2, pp=2),
+    _case(GPT_S, 256, 8, micro_batch=2, pp=3),
+    _case(GPT_S, 64, 1, micro_batch=1, pp=2),
+    _case(LLAMA_S, 256, 16, micro_batch=2, pp=4),
+    _case(LLAMA_S, 256, 8, "fp32", "adamw", micro_batch=2, pp=2),
+    _case(LLAMA_D, 256, 16, micro_batch=2, pp=5),
+    _case(LLAMA_V, 256, 8, micro_batch=2, tp=2, pp=2),
+    _case(GPT_S, 256, 16, micro_batch=2, dp=2, pp=2, zero_stage=1),
+    _case(LLAMA_S, 256, 16, micro_batch=2, tp=2, dp=2, pp=2, zero_stage=2),
+    _case(LLAMA_D, 256, 16, micro_batch=2, dp=2, pp=2, zero_stage=3),
+    _case(NEOX_D, 256, 8, micro_batch=2, pp=2, recompute="full"),
+    _case(QWEN_S, 512, 8, "fp32", "adam", micro_batch=2, pp=2, recompute="selective"),
+    _case(BERT_S, 256, 8, micro_batch=2, pp=2),
+    _case(NEOX_S, 256, 8, "fp16", "sgd", micro_batch=2, pp=2),
+]
+
+ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES + PIPELINE_CASES
 QUICK_CASES: list[TrainerCase] = [*CASES[:3], ZERO_CASES[0], ZERO_CASES[4], ZERO3_CASES[1]]
 """The CI-size subset: three plans without ZeRO, a ZeRO-1, a ZeRO-2 and a ZeRO-3 one."""
 
@@ -340,5 +399,5 @@ def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict
         log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
                  len(cases), case.label(), measured / 2**20, err)
         rows.append(dict(config=case.label(), measured=measured, predicted=predicted,
-                         err_pct=err, zero_stage=par.zero_stage))
+                         err_pct=err, zero_stage=par.zero_stage, pp=par.pp))
     return rows

@@ -688,7 +688,9 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     copies = one_copy = 0
     if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
         copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
-        activations += copies
+        # each micro-batch in flight keeps the copies its own forward made (autocast's
+        # cache lives for one forward)
+        activations += in_flight * copies
     # ZeRO-3: the running layer's gathered weights, as its backward starts (less what the
     # forward kept, counted as copies) and ends
     gathered, kept = _gathered_layer(m, t, dp, zero, n_layers, rt, mixed, full)
@@ -751,7 +753,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # holds the gradients and the activations at once, an upper bound)
         partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
         cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
-        cands += [(partial, activations, held * lg, bwd), (whole, act_end, held * lg, bwd)]
+        # (a pipeline's last stage: the head's weight copy is freed by its first layer's
+        # backward, which the one-stage bound keeps)
+        at_layer = activations - (head_copy if pp > 1 and rt.eager_blocks else 0)
+        cands += [(partial, at_layer, held * lg, bwd), (whole, act_end, held * lg, bwd)]
         if tied:
             cands.append((whole, 0, held * lg, 2 * tied))
     elif rt.grads_set_to_none and m_total == 1:
@@ -791,6 +796,18 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         cands.append((gradients, activations, held * lg, bwd + g_start))
         if tied:
             cands.append((gradients, 0, held * lg, 3 * tied))
+        if rt.eager_blocks and first and not last and m_total > 1:
+            # a pipeline's first stage under 1F1B: a later micro-batch's embedding backward
+            # (its dense gradient beside the accumulated one) while the in_flight − 1
+            # micro-batches forwarded after it are still in flight (an upper bound when
+            # m <= pp − stage); left of its own, the ids and the fp32 gradient received from
+            # the next stage. (ZeRO-2's hook copies the owned chunk, 4·vr·h/dp more, for a
+            # moment: not counted, the split form's activation rows know no dp.)
+            rest = ((in_flight - 1) * (mb + n_kept * per_layer + copies) + 8 * b * s
+                    + 4 * h * T)
+            if n_layers and not learned:
+                rest += 2 * s * hd * D
+            cands.append((gradients, rest, 0, 4 * vr * h))
     # the gradients an earlier micro-batch left at the forward's moments (none in a step of
     # one micro-batch that sets them to None)
     fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
@@ -1005,7 +1022,7 @@ GRAD_KINDS = 8
 apply)."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
-                              tuple[tuple[int, int, int], ...]], ...]
+                              tuple[tuple[int, int, int], ...], int], ...]
 """Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
@@ -1014,9 +1031,9 @@ that do not exist yet, each with which of ``StaticTerms``' single-step gradient 
 adds (``GRAD_KINDS``: 0 none; without ZeRO 1 the first layer's backward's, 2 the
 backward's end; under ZeRO 3 and 4 as the first layer's backward starts and ends, 5 and 6
 as the last layer's starts and ends, 7 after the embedding's backward) — empty unless the
-runtime
-sets the gradients to None, when a step of one micro-batch has the same moments as any
-other)."""
+runtime sets the gradients to None, when a step of one micro-batch has the same moments as
+any other; and the constant bytes each micro-batch in flight adds (autocast's weight copies
+under ``fp32_weights_autocast``), which the constant activation bytes include once)."""
 
 
 SPLIT_FORM_UNPRICED = ("compiled", "loss_chunks", "optimizer_in_backward",
@@ -1129,11 +1146,15 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         c_rot = 2 * s * hd * D if n_layers and not learned else 0
         layer_bwd = bwd
         copies = one_copy = 0
+        rot = c_rot  # the rotary tables alone
         if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
             copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
             c_rot += copies
             if full:
                 layer_bwd = [(c, k + one_copy) for c, k in bwd]
+        # autocast's copies are made per micro-batch in flight (estimate_stage): they move
+        # from the constant to each micro-batch in flight (the same sum with one in flight)
+        per_flight = copies
         gathered, kept = _gathered_layer(m, t, 2, 3 if gathers else 0, n_layers, rt, mixed,
                                          full)
         if kept:  # the forward's gathered matrices, kept to the layer's backward
@@ -1161,9 +1182,12 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             head.append((D * lg + (_residual_bytes(rt, D, h, T) if last and not bert else 0),
                          n_layers * one_copy))
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0  # head's copies
+        at_layer = head_copy if pp > 1 and rt.eager_blocks else 0  # (estimate_stage)
         fwd_end = ((0, (n_layers * one_copy if full else 0) - head_copy + g_start),
                    ) if gathered else ()  # ZeRO-3: the last layer's forward (estimate_stage)
         moments = [(c + held, k + g_start) for c, k in layer_bwd] + head + list(fwd_end)
+        if rt.eager_blocks and first and not last:  # 1F1B's embedding moment (estimate_stage)
+            moments.append((8 * s + 4 * h * T - c_mb, rot + 4 * vr * h - c_rot))
         drop = (n_layers - 1) * per_layer if n_layers else 0
         left = copies - (0 if full else one_copy)
         tied = 4 * vr * h if rt.eager_blocks and first and last and (
@@ -1178,7 +1202,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
                      + tuple((c, k, 0) for c, k in fwd_end)
-                     + tuple((c + held, k, 1) for c, k in layer_bwd)
+                     + tuple((c + held, k - at_layer, 1) for c, k in layer_bwd)
                      + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd)
                      + tuple((c + held, k - head_copy + g_start, 3) for c, k in layer_bwd)
                      + ((held - own[0], -head_copy - own[1] + gathered, 4),)
@@ -1191,7 +1215,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                 alone += ((emb, -c_rot, 7),)
                 if tied:  # the sum after the embedding's backward: no activation is left
                     alone += ((held - c_mb, 3 * tied - c_rot, 6),)
-        out.append((pp - stage, c_mb, c_rot, all_moments, alone))
+        out.append((pp - stage, c_mb, c_rot, all_moments, alone, per_flight))
     return tuple(out)
 
 
@@ -1206,16 +1230,16 @@ def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> Act
     """The parts of ``activation_peaks`` that do not depend on the micro-batches in flight,
     at each size of ``micro_batches``: shared by every data-parallel size."""
     out = []
-    for depth, c_mb, c_rot, moments, first in terms:
+    for depth, c_mb, c_rot, moments, first, cp in terms:
         row = {}
         for b in micro_batches:
             extra = max(b * c + k for c, k in moments)
             alone = [NO_MOMENT] * GRAD_KINDS
             if not first:
-                alone[0] = c_rot + extra
+                alone[0] = c_rot + extra - cp
             for c, k, w in first:
-                alone[w] = max(alone[w], c_rot + b * c + k)
-            row[b] = (b * c_mb, c_rot + extra, *alone)
+                alone[w] = max(alone[w], c_rot + b * c + k - cp)
+            row[b] = (b * c_mb + cp, c_rot + extra - cp, *alone)
         out.append((depth, row))
     return tuple(out)
 

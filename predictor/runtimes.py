@@ -163,7 +163,7 @@ ZERO_STAGES = (0, 1, 2, 3)
 OPTIMIZERS = ("adam", "adamw", "sgd", "adam8bit", "adamw8bit", "paged_adam8bit",
               "paged_adamw8bit", "adafactor")
 """``predictor.spec.Optimizer``'s values (spec.py imports nothing from here)."""
-EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers")
+EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers", "pp_when_needed")
 """Fields that say which plans a runtime runs, not what they cost: not per-job overrides (a
 job cannot make a trainer execute ZeRO or pipeline stages by asking)."""
 
@@ -212,6 +212,9 @@ class RuntimeProfile:
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
     optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
+    # the planner searches pipelines (pp > 1) only for GPU types on which no single-stage
+    # plan fits: every (tp, pp) pair costs the search a memory table of its own
+    pp_when_needed: bool = False
 
     @property
     def executes(self) -> str:
@@ -256,7 +259,8 @@ class RuntimeProfile:
     def unrestricted(self) -> RuntimeProfile:
         """The same memory terms over the planner's whole space (every pp and ZeRO stage):
         for hypothetical jobs that no real trainer runs, such as the simulator's traces."""
-        return replace(self, max_pp=0, zero_stages=ZERO_STAGES, optimizers=OPTIMIZERS)
+        return replace(self, max_pp=0, zero_stages=ZERO_STAGES, optimizers=OPTIMIZERS,
+                       pp_when_needed=False)
 
     def with_overrides(self, **changes: Any) -> RuntimeProfile:
         """The profile with per-job overrides (``dropout``: both dropouts at once)."""
@@ -343,14 +347,19 @@ FRENZY = RuntimeProfile(
         "chunks over dp, the fp32 weights whole; ZeRO-3: the layers' fp32 weights in chunks "
         "too, each layer gathered while it runs forward or backward, no prefetch, the "
         "embedding, head and final norm whole), gradients set to None after each step, "
-        "fused optimizers"),
+        "fused optimizers; pipeline stages under the non-interleaved 1F1B schedule (the "
+        "first stages take the layers pp does not divide, autocast's weight copies kept per "
+        "micro-batch in flight, a tied embedding copied to the last stage and its gradient "
+        "summed between the two)"),
     logits_fwd_bytes=10, logits_bwd_bytes=14, sequence_parallel=False,
     logits_fwd_bytes_tp=6, logits_bwd_bytes_tp=8, logits_fwd_bytes_tp_fp32=8,
     logits_bwd_bytes_tp_fp32=8,
     fp32_weights_autocast=True, dp_flat_allreduce=True, logits_head_bwd_bytes=4,
     logits_bwd_bytes_fp32=16, grads_set_to_none=True, fp32_stream=True, eager_blocks=True,
     optimizer_fused=True, prefetch_layers=0,
-    max_pp=1, zero_stages=(0, 1, 2, 3),  # orchestrator/trainer: tp, dp, ZeRO-1/2/3, recompute
+    # orchestrator/trainer: tp, dp, pp (any depth up to the layers: 1F1B, ..trainer.pipeline),
+    # ZeRO-1/2/3, recompute
+    max_pp=0, zero_stages=(0, 1, 2, 3), pp_when_needed=True,
     optimizers=("adam", "adamw", "sgd"),  # orchestrator.trainer.loop._make_optimizer
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)

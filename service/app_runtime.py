@@ -97,8 +97,9 @@ class Driver(Protocol):
     backend: DrivenBackend
     clock: Clock
     max_pipeline: int | None
-    """Deepest pipeline the backend's built-in trainer runs (None: any); plans beyond it are
-    kept away from the scheduler unless the job brings its own entrypoint."""
+    """Deepest pipeline the backend's built-in trainer runs (0: any depth; None: the backend
+    runs no built-in trainer, e.g. simulated jobs); plans beyond it are kept away from the
+    scheduler unless the job brings its own entrypoint."""
 
     def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
         """Where a job that held GPUs when the service died resumes, given the last progress

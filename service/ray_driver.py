@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class RayDriver:
     """``RayBackend`` on a connected cluster (the loop polls it and reads its inventory)."""
 
-    max_pipeline = FRENZY.max_pp  # the built-in trainer's deepest pipeline (1: none)
+    max_pipeline = FRENZY.max_pp  # the built-in trainer's deepest pipeline (0: any)
 
     def __init__(self, spec: ClusterSpec, checkpoint_dir: str, checkpoint_every: int,
                  warm_pool: bool = True) -> None:

@@ -261,7 +261,7 @@ class PlansPublic(BaseModel):
     plans: list[PlanPublic]
     notes: list[str] = Field(default_factory=list, description=(
         "About the search: e.g. the plan dimensions the job's runtime does not execute "
-        "(the built-in trainer: pipeline stages and ZeRO), which were not considered"))
+        "(a runtime named with a narrower profile), which were not considered"))
 
 
 class AllocationPublic(_Public):

@@ -1,15 +1,16 @@
-"""Checkpoints in canonical, unsharded form: resumable on any tp/dp layout.
+"""Checkpoints in canonical, unsharded form: resumable on any tp/dp/pp layout.
 
-A checkpoint holds every parameter and optimizer-state tensor under its canonical name with
-its full shape (tp shards gathered, ZeRO's dp chunks gathered: optimizer states, and under
-ZeRO-3 the layers' weights), plus the step. Saving gathers
-ZeRO's optimizer-state chunks over each dp group, the tp shards inside data parallel replica
-0, and global rank 0 writes one file; loading reads that file on every rank
-and keeps each rank's slice for the *new* layout. This is what an elastic resize needs
-(checkpoint at tp=2·dp=1, resume at tp=1·dp=2) and what ``torch.distributed.checkpoint``'s
-sharded format would need DTensor metadata for. Files are written to a temporary name and
-renamed, so a crash mid-write never leaves a corrupt "latest". The directory must be shared
-by all nodes (a local disk in the emulated cluster; NFS or a mounted bucket on a real one).
+A checkpoint holds every parameter and optimizer-state tensor under its canonical name with its
+full shape (tp shards gathered, ZeRO's dp chunks gathered: optimizer states, and under ZeRO-3
+the layers' weights; pipeline stages' tensors collected on rank 0, layers under their global
+index, a tied embedding once), plus the step — so it resumes at any tp, dp and pp. Saving
+gathers ZeRO's optimizer-state chunks over each dp group, the tp shards inside data parallel
+replica 0, and global rank 0 writes one file; loading reads that file on every rank and keeps
+each rank's slice for the *new* layout. This is what an elastic resize needs (checkpoint at
+tp=2·dp=1, resume at tp=1·dp=2) and what ``torch.distributed.checkpoint``'s sharded format
+would need DTensor metadata for. Files are written to a temporary name and renamed, so a crash
+mid-write never leaves a corrupt "latest". The directory must be shared by all nodes (a local
+disk in the emulated cluster; NFS or a mounted bucket on a real one).
 
 Layout: ``<root>/<job_id>/step-00000012.pt``; the newest ``keep`` files are kept.
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "frenzy-ckpt-v1"
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
-_CORE_KEYS = frozenset({"format", "step", "model", "optim", "tp", "dp"})
+_CORE_KEYS = frozenset({"format", "step", "model", "optim", "tp", "dp", "pp"})
 
 
 def job_dir(root: str | Path, job_id: str) -> Path:
@@ -120,8 +121,12 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
          optimizer: torch.optim.Optimizer | ZeroOptimizer, layout: Layout, *, keep: int = 2,
          extra: dict[str, Any] | None = None) -> Path | None:
     """Collective over the world: gather ZeRO chunks over the dp group, tp shards in dp
-    replica 0, and write on rank 0. Returns the file written (on rank 0), else None."""
+    replica 0, every pipeline stage's tensors on rank 0 (the first stage's copy of a tied
+    embedding kept), and write on rank 0. Returns the file written (on rank 0), else
+    None."""
     path: Path | None = None
+    full_model: dict[str, torch.Tensor] = {}
+    full_optim: dict[str, dict[str, Any]] = {}
     zero = isinstance(optimizer, ZeroOptimizer)
     if layout.dp_rank == 0 or zero:
         dims = shard_dims(model)
@@ -130,14 +135,12 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
         # ZeRO: every dp rank joins each parameter's chunk gather (dp group) below; only dp
         # replica 0 joins the tp gathers, in the same parameter order on all its tp ranks.
         # ZeRO-3: each layer weight is first gathered from its dp chunks (every dp rank)
-        full_model: dict[str, torch.Tensor] = {}
         for n, p in params.items():
             local = optimizer.full_param(p) if zero else p
             if layout.dp_rank == 0:
                 full_model[n] = _gather(local, dims.get(n), layout,
                                         _rows(shapes[n], dims.get(n)))
             del local
-        full_optim: dict[str, dict[str, Any]] = {}
         for n, p in params.items():
             state = _local_optim_state(optimizer, p)
             if layout.dp_rank != 0:
@@ -151,23 +154,45 @@ def save(root: str | Path, job_id: str, step: int, model: nn.Module,
                 else:
                     entry[k] = v
             full_optim[n] = entry
-        if layout.rank == 0:
-            d = job_dir(root, job_id)
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not _own_dir(d):
-                raise PermissionError(f"{d}: checkpoint folder not owned by this trainer")
-            os.chmod(d, 0o700)
-            path = d / f"step-{step:08d}.pt"
-            tmp = d / f".tmp-{step:08d}-{os.getpid()}.pt"
-            torch.save({"format": FORMAT, "step": step, "model": full_model,
-                        "optim": full_optim, "tp": layout.tp, "dp": layout.dp,
-                        **(extra or {})}, tmp)
-            os.replace(tmp, path)
-            _prune(d, keep, step)
-            log.info("job %s: checkpoint at step %d -> %s", job_id, step, path)
+    if layout.pp > 1:
+        full_model, full_optim = _collect_stages(full_model, full_optim, layout)
+    if layout.rank == 0:
+        d = job_dir(root, job_id)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _own_dir(d):
+            raise PermissionError(f"{d}: checkpoint folder not owned by this trainer")
+        os.chmod(d, 0o700)
+        path = d / f"step-{step:08d}.pt"
+        tmp = d / f".tmp-{step:08d}-{os.getpid()}.pt"
+        torch.save({"format": FORMAT, "step": step, "model": full_model,
+                    "optim": full_optim, "tp": layout.tp, "dp": layout.dp,
+                    "pp": layout.pp, **(extra or {})}, tmp)
+        os.replace(tmp, path)
+        _prune(d, keep, step)
+        log.info("job %s: checkpoint at step %d -> %s", job_id, step, path)
     if dist.is_initialized():
         dist.barrier()  # nobody reports the step before the file exists
     return path
+
+
+def _collect_stages(full_model: dict[str, torch.Tensor], full_optim: dict[str, dict[str, Any]],
+                    layout: Layout) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
+    """Every stage's gathered tensors on rank 0 (one sender per stage: its dp replica 0, tp
+    rank 0), the first stage's first where two hold a name (a tied embedding's copy)."""
+    sender = layout.dp_rank == 0 and layout.tp_rank == 0
+    mine = (full_model, full_optim) if sender else None
+    got: list[Any] = [None] * layout.world_size if layout.rank == 0 else []
+    dist.gather_object(mine, got if layout.rank == 0 else None, dst=0)
+    model: dict[str, torch.Tensor] = {}
+    optim: dict[str, dict[str, Any]] = {}
+    for part in got:  # ranks in order: stage 0's sender first
+        if part is None:
+            continue
+        for n, t in part[0].items():
+            model.setdefault(n, t)
+        for n, e in part[1].items():
+            optim.setdefault(n, e)
+    return model, optim
 
 
 def _prune(d: Path, keep: int, saved: int) -> None:
@@ -248,6 +273,7 @@ def load(root: str | Path, job_id: str, model: nn.Module,
             optimizer.load_full_state(p, state)  # this dp rank's chunk
         else:
             optimizer.state[p] = state
-    log.info("job %s: resumed from step %d (saved at tp=%s dp=%s; now tp=%d dp=%d)", job_id,
-             step, ckpt.get("tp"), ckpt.get("dp"), layout.tp, layout.dp)
+    log.info("job %s: resumed from step %d (saved at tp=%s dp=%s pp=%s; now tp=%d dp=%d "
+             "pp=%d)", job_id, step, ckpt.get("tp"), ckpt.get("dp"), ckpt.get("pp", 1),
+             layout.tp, layout.dp, layout.pp)
     return step

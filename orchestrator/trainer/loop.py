@@ -1,11 +1,13 @@
-"""The built-in training loop: one rank of a tp × dp job (ZeRO-1/2/3 over dp when the plan
-says so: ``orchestrator.trainer.zero``), with checkpoints and progress.
+"""The built-in training loop: one rank of a tp × dp × pp job (ZeRO-1/2/3 over dp when the plan
+says so: ``orchestrator.trainer.zero``; pipeline stages under the 1F1B schedule:
+``orchestrator.trainer.pipeline``), with checkpoints and progress.
 
 ``train`` runs inside a Ray worker actor (``orchestrator.trainer.worker``) or, in unit tests,
 inside a plain ``torch.multiprocessing`` process: it only needs ``RunConfig`` and a
 ``Control`` (stop flag + progress callback). Every step ends with one small all-reduce over
 the world that carries the loss, "stop requested" and "non-finite gradients", so all ranks
-agree on when to stop (checkpoint first) and on skipping an fp16 overflow step.
+agree on when to stop (checkpoint first) and on skipping an fp16 overflow step (under
+pipeline parallelism only the last stage has a loss; the all-reduce gives it to every rank).
 
 Data is the job's (``orchestrator.trainer.data``: token shards, or text with a tokenizer) or,
 by default, synthetic but learnable: sequences of an affine recurrence ``t[i+1] = (a·t[i] +
@@ -43,7 +45,12 @@ import torch.distributed as dist
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.data import DataConfig, TokenData
 from orchestrator.trainer.memory import PeakMeter, live_tensors, rank_oom
-from orchestrator.trainer.model import Numerics, ParallelTransformer, init_canonical
+from orchestrator.trainer.model import (
+    Numerics,
+    ParallelTransformer,
+    check_supported,
+    init_canonical,
+)
 from orchestrator.trainer.parallel import (
     Layout,
     allreduce_grads,
@@ -52,6 +59,7 @@ from orchestrator.trainer.parallel import (
     full_shapes,
     shard_dims,
 )
+from orchestrator.trainer.pipeline import P2P, one_f_one_b
 from orchestrator.trainer.zero import ZeroOptimizer, check_zero_stage
 from predictor.spec import Family, ModelSpec, Optimizer, Precision, Recompute
 
@@ -208,14 +216,47 @@ def lr_at(cfg: RunConfig, step: int) -> float:
     raise ValueError(f"lr_schedule {cfg.lr_schedule!r}; one of constant, cosine, linear")
 
 
+def tied_copy_params(model: torch.nn.Module) -> set[torch.nn.Parameter]:
+    """The last stage's copy of a tied embedding (pp > 1), which the global gradient norm
+    leaves out: the first stage's counts it."""
+    if getattr(model, "tied_copy", False):
+        return {model.embed.weight}
+    return set()
+
+
+def sync_tied_grads(model: ParallelTransformer, opt: torch.optim.Optimizer | ZeroOptimizer,
+                    layout: Layout) -> None:
+    """Sum a tied embedding's gradient between the first stage (the lookup's) and the last
+    (the output layer's copy), after the dp averaging (under ZeRO this rank's chunk of it),
+    so both copies take the same step (Megatron-LM's embedding group)."""
+    spec = model.spec
+    if layout.pp == 1 or not (spec.tie_embeddings or spec.family is Family.BERT):
+        return
+    if not (layout.first_stage or layout.last_stage):
+        return
+    assert model.embed is not None
+    p = model.embed.weight
+    if isinstance(opt, ZeroOptimizer):
+        chunk = opt.chunks.get(p)
+        g = chunk.grad if chunk is not None else None
+    else:
+        g = p.grad
+    if g is None:  # (the same on both ends: the same shapes and dp ranks)
+        return
+    dist.all_reduce(g, group=layout.tied_group)
+
+
 def clip_grads(model: torch.nn.Module, layout: Layout, max_norm: float) -> float:
     """Scale gradients so their global norm is at most ``max_norm``; returns the norm before.
-    Tensor-parallel shards are summed over the tp group; replicated tensors count once."""
+    Tensor-parallel shards are summed over the tp group, pipeline stages added up;
+    replicated tensors (and a tied embedding's two copies) count once."""
     dims = shard_dims(model)
+    skip = tied_copy_params(model)
     grads = [(p.grad, name in dims) for name, p in model.named_parameters()
-             if p.grad is not None]
+             if p.grad is not None and p not in skip]
+    also = [p.grad for p in skip if p.grad is not None]
     device = grads[0][0].device if grads else torch.device("cpu")
-    return clip_global_norm(grads, layout, max_norm, device)
+    return clip_global_norm(grads, layout, max_norm, device, also=also)
 
 
 def _autocast(precision: Precision, device: torch.device) -> Any:
@@ -284,11 +325,11 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     """Train ``cfg.model`` as rank ``rank`` of ``cfg.world_size`` until ``total_steps`` or a
     stop request; resume from the newest checkpoint in ``cfg.checkpoint_dir``."""
     control = control or Control()
-    if cfg.pp != 1:
-        raise ValueError(f"pipeline parallelism (pp={cfg.pp}) is not supported by the built-in "
-                         "trainer; plan with pp=1")
+    if cfg.pp < 1:
+        raise ValueError(f"pp={cfg.pp}: at least one pipeline stage")
     if cfg.model is None:
         raise ValueError("RunConfig.model is required by the built-in trainer")
+    check_supported(cfg.model, cfg.tp, cfg.pp)  # before the rendezvous: no rank waits
     check_zero_stage(cfg.zero_stage)
     if cfg.global_batch % (cfg.dp * cfg.micro_batch):
         raise ValueError(f"dp·micro_batch = {cfg.dp * cfg.micro_batch} does not divide "
@@ -297,7 +338,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     t_run = time.perf_counter()
     init_distributed(cfg, rank, device)
     rendezvous_s = time.perf_counter() - t_run
-    layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp)
+    layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp, cfg.pp)
     torch.manual_seed(cfg.seed)
     numerics = resolve_numerics(cfg)
     model = ParallelTransformer(cfg.model, layout, cfg.recompute, numerics).to(device)
@@ -323,7 +364,7 @@ def train(cfg: RunConfig, rank: int, control: Control | None = None) -> RunResul
     losses: list[float] = []
     meter = PeakMeter(device, cfg.memory_cap_bytes)
     control.report(steps_done=step, checkpoint_step=last_ckpt, first_step=first, loss=None,
-                   samples_per_s=None, rank=rank, tp=cfg.tp, dp=cfg.dp,
+                   samples_per_s=None, rank=rank, tp=cfg.tp, dp=cfg.dp, pp=cfg.pp,
                    rendezvous_s=rendezvous_s)
     stopped = False
     model.train()
@@ -397,17 +438,21 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
     device = inputs.device
     micro = cfg.global_batch // (cfg.dp * cfg.micro_batch)
     scale = FP16_LOSS_SCALE if cfg.precision is Precision.FP16 else 1.0
-    total = torch.zeros((), device=device)
-    for mb in range(micro):
-        x = inputs[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
-        y = targets[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
-        with _autocast(cfg.precision, device):
-            logits = model(x)
-        loss = model.loss(logits, y) / micro
-        (loss * scale).backward()
-        total += loss.detach()
-        del logits, loss  # else the last logits live through the all-reduce and the update
+    if layout.pp > 1:
+        total = pipeline_backward(cfg, model, layout, inputs, targets, micro, scale)
+    else:
+        total = torch.zeros((), device=device)
+        for mb in range(micro):
+            x = inputs[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
+            y = targets[mb * cfg.micro_batch:(mb + 1) * cfg.micro_batch]
+            with _autocast(cfg.precision, device):
+                logits = model(x)
+            loss = model.loss(logits, y) / micro
+            (loss * scale).backward()
+            total += loss.detach()
+            del logits, loss  # else the last logits live through the all-reduce and the update
     average_grads(opt, params, layout, scale)
+    sync_tied_grads(model, opt, layout)
     nonfinite = float(opt.nonfinite() if isinstance(opt, ZeroOptimizer) else any(
         p.grad is not None and not torch.isfinite(p.grad).all() for p in params))
     flags = torch.tensor([float(total), float(stop), nonfinite], device=device)
@@ -417,7 +462,8 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
     if flags[2] == 0:
         if cfg.grad_clip > 0:
             if isinstance(opt, ZeroOptimizer):
-                names = {p: n for n, p in model.named_parameters()}
+                skip = tied_copy_params(model)
+                names = {p: n for n, p in model.named_parameters() if p not in skip}
                 grad_norm = opt.clip(names, set(shard_dims(model)), cfg.grad_clip)
             else:
                 grad_norm = clip_grads(model, layout, cfg.grad_clip)
@@ -425,7 +471,31 @@ def _step(cfg: RunConfig, model: ParallelTransformer, params: list[torch.nn.Para
     else:
         log.warning("job %s step %d: non-finite gradients, step skipped", cfg.job_id, step)
     opt.zero_grad(set_to_none=True)
-    return float(flags[0]) / cfg.world_size, bool(flags[1] > 0), grad_norm
+    # only the last stage's tp·dp ranks add a loss (each tp rank the same one)
+    return float(flags[0]) / (layout.tp * layout.dp), bool(flags[1] > 0), grad_norm
+
+
+def pipeline_backward(cfg: RunConfig, model: ParallelTransformer, layout: Layout,
+                      inputs: torch.Tensor, targets: torch.Tensor, micro: int,
+                      scale: float, p2p_type: type[P2P] = P2P) -> torch.Tensor:
+    """This stage's forwards and backwards of the step's ``micro`` micro-batches under 1F1B
+    (``orchestrator.trainer.pipeline``); returns the loss sum (last stage; 0 elsewhere).
+    ``p2p_type``: the exchange with the neighbouring stages (the memory measurement's
+    fakes it in one process)."""
+    assert cfg.model is not None
+    device = inputs.device
+    b = cfg.micro_batch
+    p2p = p2p_type(layout, (b, inputs.shape[1], cfg.model.hidden_size), device)
+
+    def forward(i: int, x: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
+        with _autocast(cfg.precision, device):
+            out = model(inputs[i * b:(i + 1) * b] if x is None else x)
+        if not layout.last_stage:
+            return out, None
+        # the logits held to the end of the backward, as the one-stage loop holds them
+        return model.loss(out, targets[i * b:(i + 1) * b]) / micro, out
+
+    return one_f_one_b(layout, micro, forward, p2p, scale)
 
 
 TRAINER_OPTIONS = ("lr", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay",

@@ -51,11 +51,17 @@ from orchestrator.trainer.parallel import (
     vocab_parallel_cross_entropy,
     vocab_range,
 )
+from predictor.memory import stage_layer_counts
+from predictor.runtimes import FRENZY
 from predictor.spec import Family, ModelSpec, Recompute
 
 
-def check_supported(spec: ModelSpec, tp: int) -> None:
-    """Raise ``ValueError`` with the reason when this trainer cannot split ``spec`` over tp."""
+def check_supported(spec: ModelSpec, tp: int, pp: int = 1) -> None:
+    """Raise ``ValueError`` with the reason when this trainer cannot split ``spec`` over tp
+    and pp."""
+    if spec.num_layers < pp:
+        raise ValueError(f"pp={pp} exceeds num_layers={spec.num_layers} (each pipeline stage "
+                         "holds at least one layer)")
     for what, n in (("num_heads", spec.num_heads), ("num_kv_heads", spec.num_kv_heads),
                     ("ffn_hidden_size", spec.ffn_hidden_size)):
         if n % tp:
@@ -64,6 +70,27 @@ def check_supported(spec: ModelSpec, tp: int) -> None:
     if spec.vocab_size < tp:
         raise ValueError(f"tp={tp} exceeds vocab_size={spec.vocab_size} (each tp rank holds "
                          "at least one vocabulary row)")
+
+
+def stage_layer_range(num_layers: int, pp: int, stage: int) -> range:
+    """Global indices of the layers pipeline stage ``stage`` of ``pp`` holds: the ``frenzy``
+    profile's split rule (``FRENZY.stage_split`` through ``predictor.memory``'s
+    ``stage_layer_counts``), so the trainer builds the stages the predictor prices."""
+    counts = stage_layer_counts(num_layers, pp, FRENZY.stage_split)
+    lo = sum(counts[:stage])
+    return range(lo, lo + counts[stage])
+
+
+class StageLayers(nn.ModuleDict):
+    """A pipeline stage's transformer layers under their global indices (``layers.<i>``, the
+    canonical names at every pp); iterating yields the layers in order, as a ModuleList's
+    does, and ``layers[i]`` is global layer ``i`` (on the stage that holds it)."""
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self.values())
+
+    def __getitem__(self, key: int | str) -> nn.Module:  # type: ignore[override]
+        return self._modules[str(key)]  # type: ignore[return-value]
 
 
 class BlockParams(Protocol):
@@ -232,48 +259,75 @@ class _Layer(nn.Module):
 
 
 class ParallelTransformer(nn.Module):
-    """The model of ``spec`` split over ``layout.tp`` ranks; ``forward`` returns logits."""
+    """The model of ``spec`` split over ``layout.tp`` ranks, and over ``layout.pp`` pipeline
+    stages: stage ``layout.pp_rank`` holds its layers (``stage_layer_range``), the first
+    stage the embeddings, the last the final norm, the head and the loss. ``forward`` maps
+    token ids (first stage) or the previous stage's hidden states to logits (last stage) or
+    this stage's hidden states.
+
+    A tied output layer (tied embeddings, BERT's decoder) on a last stage that is not the
+    first holds its own copy of ``embed.weight`` (initialised, loaded and stepped like the
+    first stage's; ``tied_copy``), whose gradient the loop sums with the first stage's over
+    ``layout.tied_group`` (as Megatron-LM does), so both copies stay equal."""
 
     def __init__(self, spec: ModelSpec, layout: Layout,
                  recompute: Recompute = Recompute.NONE,
                  numerics: Numerics = DEFAULT_NUMERICS) -> None:
         super().__init__()
-        check_supported(spec, layout.tp)
+        check_supported(spec, layout.tp, layout.pp)
         h = spec.hidden_size
         self.spec = spec
         self.numerics = numerics
         self.layout = layout
         self.full_recompute = recompute is Recompute.FULL
-        self.embed = VocabParallelEmbedding(spec.vocab_size, h, layout)
-        self.pos = nn.Embedding(spec.max_seq_len, h) if spec.learned_positions else None
+        first, last = layout.first_stage, layout.last_stage
+        bert = spec.family is Family.BERT
+        tied = spec.tie_embeddings or bert
+        self.tied_copy = tied and last and not first
+        self.vocab_start = vocab_range(spec.vocab_size, layout)[0]
+        self.embed = (VocabParallelEmbedding(spec.vocab_size, h, layout)
+                      if first or self.tied_copy else None)
+        self.pos = (nn.Embedding(spec.max_seq_len, h)
+                    if first and spec.learned_positions else None)
         self.token_type = (nn.Embedding(spec.type_vocab_size, h)
-                           if spec.family is Family.BERT and spec.type_vocab_size else None)
-        self.embed_norm = numerics.norm(spec, h) if spec.family is Family.BERT else None
-        self.layers = nn.ModuleList(_Layer(spec, layout, recompute, numerics)
-                                    for _ in range(spec.num_layers))
-        if spec.family is Family.BERT:
-            self.final_norm = None
+                           if first and bert and spec.type_vocab_size else None)
+        self.embed_norm = numerics.norm(spec, h) if first and bert else None
+        self.layers = StageLayers({
+            str(i): _Layer(spec, layout, recompute, numerics)
+            for i in stage_layer_range(spec.num_layers, layout.pp, layout.pp_rank)})
+        self.final_norm = None
+        self.head = None
+        if last and bert:
             self.mlm_dense = nn.Linear(h, h)
             self.mlm_norm = numerics.norm(spec, h)
-            self.out_bias = nn.Parameter(torch.zeros(self.embed.weight.shape[0]))
+            self.out_bias = nn.Parameter(torch.zeros(vocab_range(spec.vocab_size, layout)[1]
+                                                     - self.vocab_start))
             if layout.tp > 1:  # the bias of this rank's vocabulary rows
                 self.shard_dims = {"out_bias": 0}
                 self.full_sizes = {"out_bias": spec.vocab_size}
-        else:
+        elif last:
             self.final_norm = numerics.norm(spec, h)
-        self.head = (None if spec.tie_embeddings or spec.family is Family.BERT
-                     else VocabParallelHead(h, spec.vocab_size, layout))
+            if not tied:
+                self.head = VocabParallelHead(h, spec.vocab_size, layout)
         self.block_params: BlockParams | None = None  # ZeRO-3: gathers each layer's weights
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits of this rank's vocabulary rows (all of them at tp = 1)."""
-        x = self.embed(tokens)
-        if self.pos is not None:
-            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
-        if self.token_type is not None:
-            x = x + self.token_type.weight[0]
-        if self.embed_norm is not None:
-            x = self.embed_norm(x)
+    def forward(self, inp: torch.Tensor) -> torch.Tensor:
+        """Logits of this rank's vocabulary rows (all of them at tp = 1) on the last stage,
+        else this stage's output hidden states; ``inp``: token ids on the first stage, else
+        the previous stage's output."""
+        layout = self.layout
+        if layout.first_stage:
+            assert self.embed is not None
+            tokens = inp
+            x = self.embed(tokens)
+            if self.pos is not None:
+                x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+            if self.token_type is not None:
+                x = x + self.token_type.weight[0]
+            if self.embed_norm is not None:
+                x = self.embed_norm(x)
+        else:
+            x = inp
         sharding = self.block_params
         for layer in self.layers:
             if sharding is not None:
@@ -284,6 +338,8 @@ class ParallelTransformer(nn.Module):
                 x = layer(x)
             if sharding is not None:
                 x = sharding.leave(layer, x)
+        if not layout.last_stage:
+            return x
         if self.final_norm is not None:
             x = self.final_norm(x)
         else:
@@ -298,7 +354,7 @@ class ParallelTransformer(nn.Module):
         if self.layout.tp == 1:
             return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                    targets.reshape(-1), ignore_index=IGNORE_INDEX)
-        return vocab_parallel_cross_entropy(logits, targets, self.embed.start, self.layout)
+        return vocab_parallel_cross_entropy(logits, targets, self.vocab_start, self.layout)
 
 
 def _seed_for(seed: int, name: str) -> int:

@@ -1,13 +1,15 @@
 """Process groups and the Megatron-style tensor-parallel building blocks.
 
-Ranks are laid out tp-innermost: ``rank = dp_index · tp + tp_index``, so a tensor-parallel
-group is a run of consecutive ranks — the ranks the placement puts on one node first, where
-the fast link is. ``f`` (``copy_to_tp``) and ``g`` (``reduce_from_tp``) are the two conjugate
-autograd functions of Megatron-LM (Shoeybi et al. 2019, §3): identity forward / all-reduce
-backward, and all-reduce forward / identity backward. Column- and row-parallel linears built
-on them need only ``dist.all_reduce``, which gloo (CPU) and NCCL (GPU) both provide — unlike
-``torch.distributed.tensor.parallel``, whose DTensor redistributions are not all implemented
-for gloo.
+Ranks are laid out tp-innermost, then dp, pipeline stages outermost (Megatron-LM's order,
+``predictor.step_time.Topology.rank_order`` "tp-dp-pp"): ``rank = pp_index · tp · dp + dp_index
+· tp + tp_index``, so a tensor-parallel group is a run of consecutive ranks — the ranks the
+placement puts on one node first, where the fast link is — and a pipeline stage is the block of
+tp · dp consecutive ranks. ``f`` (``copy_to_tp``) and ``g`` (``reduce_from_tp``) are the two
+conjugate autograd functions of Megatron-LM (Shoeybi et al. 2019, §3): identity forward /
+all-reduce backward, and all-reduce forward / identity backward. Column- and row-parallel
+linears built on them need only ``dist.all_reduce``, which gloo (CPU) and NCCL (GPU) both
+provide — unlike ``torch.distributed.tensor.parallel``, whose DTensor redistributions are not
+all implemented for gloo.
 
 The vocabulary is split the same way (Megatron's vocab-parallel embedding, head and cross
 entropy): rank r of the tp group holds a contiguous range of the rows, ``vocab_range``. When
@@ -33,7 +35,9 @@ IGNORE_INDEX = -100  # targets the loss skips (BERT's unmasked positions), as in
 
 @dataclass(frozen=True)
 class Layout:
-    """Where this rank sits: its tp and dp index, and the groups it belongs to."""
+    """Where this rank sits: its tp, dp and pipeline-stage index, and the groups it belongs
+    to (``pp_group``: the ranks of the other stages with its dp and tp index; ``tied_group``:
+    the first and the last stage's ranks with its dp and tp index, when pp > 1)."""
 
     rank: int
     world_size: int
@@ -41,6 +45,9 @@ class Layout:
     dp: int
     tp_group: Any = None  # dist.ProcessGroup | None (None: single process)
     dp_group: Any = None
+    pp: int = 1
+    pp_group: Any = None
+    tied_group: Any = None
 
     @property
     def tp_rank(self) -> int:
@@ -48,27 +55,66 @@ class Layout:
 
     @property
     def dp_rank(self) -> int:
-        return self.rank // self.tp
+        return (self.rank // self.tp) % self.dp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.rank // (self.tp * self.dp)
+
+    @property
+    def first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+    def global_rank(self, tp_rank: int, dp_rank: int, pp_rank: int) -> int:
+        """The rank at (tp, dp, pp) index: tp innermost, pipeline stages outermost."""
+        return (pp_rank * self.dp + dp_rank) * self.tp + tp_rank
+
+    def dp_peer(self, dp_rank: int) -> int:
+        """Global rank of dp replica ``dp_rank`` of this rank's tp index and stage."""
+        return self.global_rank(self.tp_rank, dp_rank, self.pp_rank)
+
+    def stage_peer(self, pp_rank: int) -> int:
+        """Global rank of stage ``pp_rank`` with this rank's tp and dp index."""
+        return self.global_rank(self.tp_rank, self.dp_rank, pp_rank)
 
 
-def build_layout(rank: int, world_size: int, tp: int, dp: int) -> Layout:
-    """Create the tp and dp groups (every rank must call this, in the same order)."""
-    if tp * dp != world_size:
-        raise ValueError(f"tp·dp = {tp}·{dp} does not match world size {world_size}")
+def build_layout(rank: int, world_size: int, tp: int, dp: int, pp: int = 1) -> Layout:
+    """Create the tp, dp and pipeline groups (every rank must call this, in the same
+    order)."""
+    if tp * dp * pp != world_size:
+        raise ValueError(f"tp·dp·pp = {tp}·{dp}·{pp} does not match world size {world_size}")
     if not dist.is_initialized():
-        return Layout(rank, world_size, tp, dp)
-    tp_group = dp_group = None
-    for d in range(dp):
-        ranks = [d * tp + t for t in range(tp)]
-        g = dist.new_group(ranks)
-        if rank in ranks:
-            tp_group = g
-    for t in range(tp):
-        ranks = [d * tp + t for d in range(dp)]
-        g = dist.new_group(ranks)
-        if rank in ranks:
-            dp_group = g
-    return Layout(rank, world_size, tp, dp, tp_group, dp_group)
+        return Layout(rank, world_size, tp, dp, pp=pp)
+    tp_group = dp_group = pp_group = tied_group = None
+    at = Layout(0, world_size, tp, dp, pp=pp).global_rank
+    for p in range(pp):
+        for d in range(dp):
+            ranks = [at(t, d, p) for t in range(tp)]
+            g = dist.new_group(ranks)
+            if rank in ranks:
+                tp_group = g
+    for p in range(pp):
+        for t in range(tp):
+            ranks = [at(t, d, p) for d in range(dp)]
+            g = dist.new_group(ranks)
+            if rank in ranks:
+                dp_group = g
+    if pp > 1:
+        for d in range(dp):
+            for t in range(tp):
+                ranks = [at(t, d, p) for p in range(pp)]
+                g = dist.new_group(ranks)
+                if rank in ranks:
+                    pp_group = g
+                ends = [ranks[0], ranks[-1]]
+                g = dist.new_group(ends)
+                if rank in ends:
+                    tied_group = g
+    return Layout(rank, world_size, tp, dp, tp_group, dp_group, pp, pp_group, tied_group)
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -300,12 +346,15 @@ def shard_dims(model: nn.Module) -> dict[str, int]:
 
 
 def clip_global_norm(grads: list[tuple[torch.Tensor, bool]], layout: Layout, max_norm: float,
-                     device: torch.device, *, dp_chunks: bool = False) -> float:
+                     device: torch.device, *, dp_chunks: bool = False,
+                     also: list[torch.Tensor] | None = None) -> float:
     """Scale ``grads`` so the job's global gradient norm is at most ``max_norm``; returns the
     norm before. ``grads``: (gradient, tp-sharded?) pairs; squares of tp-sharded tensors are
     summed over the tp group, tp-replicated ones counted once; with ``dp_chunks`` each
-    gradient is this rank's ZeRO chunk, so both sums are taken over the dp group first.
-    ``device``: where the collectives run."""
+    gradient is this rank's ZeRO chunk, so both sums are taken over the dp group first;
+    over pipeline stages both sums are added up (a tied embedding's copy on the last stage
+    is left out of ``grads`` by the caller, so it counts once, and given in ``also``: scaled
+    like the others, not counted). ``device``: where the collectives run."""
     sq = torch.zeros(2, dtype=torch.float64)  # (tp-sharded, replicated)
     for g, sharded in grads:
         sq[0 if sharded else 1] += g.detach().double().pow(2).sum().cpu()
@@ -317,10 +366,16 @@ def clip_global_norm(grads: list[tuple[torch.Tensor, bool]], layout: Layout, max
         t = sq[:1].to(device)
         dist.all_reduce(t, group=layout.tp_group)
         sq[0] = t.cpu()[0]
+    if layout.pp > 1:
+        t = sq.to(device)
+        dist.all_reduce(t, group=layout.pp_group)
+        sq = t.cpu()
     norm = float(sq.sum().sqrt())
     if max_norm > 0 and norm > max_norm:
         coef = max_norm / (norm + 1e-6)
         for g, _ in grads:
+            g.mul_(coef)
+        for g in also or ():
             g.mul_(coef)
     return norm
 

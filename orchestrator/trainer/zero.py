@@ -85,7 +85,7 @@ def _broadcast_chunks(flat: torch.Tensor, c: int, layout: Layout) -> None:
     n = flat.numel()
     for r in range(layout.dp):
         if r * c < n:
-            dist.broadcast(flat[r * c:min((r + 1) * c, n)], src=r * layout.tp + layout.tp_rank,
+            dist.broadcast(flat[r * c:min((r + 1) * c, n)], src=layout.dp_peer(r),
                            group=layout.dp_group)
 
 
@@ -325,11 +325,16 @@ class ZeroOptimizer:
              max_norm: float) -> float:
         """Scale the gradient chunks so the global norm is at most ``max_norm``; returns the
         norm before. Chunks are summed over the dp group; tp-sharded tensors over the tp
-        group too, tp-replicated ones counted once."""
+        group too, tp-replicated ones counted once; pipeline stages added up. A parameter
+        missing from ``names`` (a tied embedding's copy on the last stage) is scaled but
+        not counted."""
         grads = [(v.grad, names[p] in tp_sharded) for p, v in self.chunks.items()
-                 if v.grad is not None]
+                 if v.grad is not None and p in names]
+        others = [v.grad for p, v in self.chunks.items() if v.grad is not None
+                  and p not in names]
         dev = next(iter(self.chunks)).device if self.chunks else torch.device("cpu")
-        return clip_global_norm(grads, self.layout, max_norm, dev, dp_chunks=True)
+        return clip_global_norm(grads, self.layout, max_norm, dev, dp_chunks=True,
+                                also=others)
 
     def step(self) -> None:
         """Update the owned chunks, free every gradient, then all-gather each parameter from

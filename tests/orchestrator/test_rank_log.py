@@ -33,7 +33,7 @@ def test_each_step_is_in_the_rank_log_and_a_relaunch_rotates_it(tmp_path: Path) 
     assert [float(ln.split()[2].split("=")[1]) for ln in steps] == \
         pytest.approx(list(result.losses), abs=1e-6)
     assert log.stat().st_mode & 0o777 == 0o600
-    with pytest.raises(ValueError, match="pipeline"):
-        train_logged(replace(cfg, pp=2), 0, Control())
-    assert "pipeline parallelism" in log.read_text()  # the failure's traceback
+    with pytest.raises(ValueError, match="pipeline stage"):  # 3 stages of 2 layers
+        train_logged(replace(cfg, pp=3), 0, Control())
+    assert "exceeds num_layers" in log.read_text()  # the failure's traceback
     assert "frenzy step=2" in (log.parent / "rank-0.log.1").read_text()

@@ -1,7 +1,8 @@
 """The Ray backend's launch refuses a plan the built-in trainer would not run as priced (a
-pipeline) with an error naming the field and what would fit, never a silent run that needs
-far more memory than predicted, and hands ZeRO-1/2/3 plans' stage to the trainer. Checked on
-``_run_config`` alone, with no Ray cluster."""
+dimension its profile excludes) with an error naming the field and what would fit, never a
+silent run that needs far more memory than predicted, and hands ZeRO-1/2/3 plans' stage and
+pipelined plans' depth to the trainer. Checked on ``_run_config`` alone, with no Ray
+cluster."""
 
 from __future__ import annotations
 
@@ -52,10 +53,24 @@ def test_zero_1_2_and_3_launch_with_the_plans_stage(tmp_path, zero) -> None:
     assert (cfg.dp, cfg.zero_stage) == (2, zero)
 
 
+def test_a_pipelined_plan_launches_with_its_depth(tmp_path) -> None:
+    # the built-in trainer runs pipeline stages (1F1B): tp·dp·pp ranks, the plan's pp
+    cfg = _config(_plan(pp=2, dp=1), tmp_path)
+    assert (cfg.tp, cfg.dp, cfg.pp, cfg.world_size) == (1, 1, 2, 2)
+
+
 @pytest.mark.parametrize(("parallel", "field"), [
     ({"pp": 2, "dp": 1}, "parallel.pp=2"),
+    ({"zero_stage": 3}, "parallel.zero_stage=3"),
 ])
-def test_plans_the_trainer_does_not_execute_are_refused(tmp_path, parallel, field) -> None:
+def test_plans_the_trainer_does_not_execute_are_refused(tmp_path, parallel, field,
+                                                        monkeypatch) -> None:
+    # a trainer profile narrower than the planner's space (here: no pipeline, ZeRO-1/2):
+    # what it would not run as priced is refused with the field named
+    import orchestrator.ray_backend as rb
+
+    monkeypatch.setattr(rb, "FRENZY", dataclasses.replace(FRENZY, max_pp=1,
+                                                          zero_stages=(0, 1, 2)))
     with pytest.raises(ValueError) as e:
         _config(_plan(**parallel), tmp_path)
     assert field in str(e.value) and "entrypoint" in str(e.value)

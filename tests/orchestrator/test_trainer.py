@@ -123,9 +123,10 @@ def test_wide_heads_with_qk_norm_train_the_same_at_tp2(tmp_path: Path) -> None:
         assert torch.allclose(one[name], two[name], atol=1e-5), name
 
 
-def test_pipeline_parallel_is_refused_with_a_reason(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="pipeline parallelism"):
-        train(_cfg(tmp_path, "pp", pp=2), 0)
+def test_more_pipeline_stages_than_layers_are_refused_with_a_reason(tmp_path: Path) -> None:
+    # TINY has 2 layers: a third stage would hold none (refused before any rendezvous)
+    with pytest.raises(ValueError, match="pp=3 exceeds num_layers=2"):
+        train(_cfg(tmp_path, "pp", pp=3), 0)
 
 
 def test_numbered_losses_pairs_each_loss_with_its_step() -> None:

@@ -192,18 +192,29 @@ def test_built_in_trainer_profile_keeps_fp32_weights_and_a_vocab_parallel_head()
 
 
 def test_planner_offers_only_what_the_runtime_executes() -> None:
-    # gpt2-medium, batch 32 x 1024 on 8 A100-40G: the whole space has pipelined plans; the
-    # built-in trainer runs none (it runs every ZeRO stage), so none of its plans has them,
-    # and the result says so. Megatron (and the reference build) keep them.
+    # gpt2-medium, batch 32 x 1024 on 8 A100-40G: the whole space has pipelined plans; a
+    # trainer profile that runs none (every ZeRO stage) gets none of them, and the result
+    # says so. The built-in trainer (pipeline stages under 1F1B), Megatron and the reference
+    # build keep them.
     model = ModelSpec.from_name("gpt2-medium")
     train = _train(s=1024, B=32, steps=10)
     gpus = [get_gpu("A100-40G"), get_gpu("RTX2080Ti")]
-    frenzy = plan_job(model, train, gpus, max_gpus=8, keep_all=True)
-    assert frenzy.plans
-    assert {p.parallel.pp for p in frenzy.plans} == {1}
-    assert frenzy.notes == ("runtime frenzy executes pp=1; plans needing more were not "
+    narrow = plan_job(model, train, gpus, max_gpus=8, keep_all=True,
+                      runtime=replace(FRENZY, max_pp=1))
+    assert narrow.plans
+    assert {p.parallel.pp for p in narrow.plans} == {1}
+    assert narrow.notes == ("runtime frenzy executes pp=1; plans needing more were not "
                             "considered (name another runtime, or give an entrypoint, to "
                             "plan them)",)
+    # the built-in trainer runs pipelines, but its profile has them searched only when no
+    # single-stage plan fits: here one does, and the note says so
+    frenzy = plan_job(model, train, gpus, max_gpus=8, keep_all=True)
+    assert {p.parallel.pp for p in frenzy.plans} == {1}
+    assert frenzy.notes == ("runtime frenzy searches pipeline stages only when no "
+                            "single-stage plan fits any GPU type",)
+    piped = plan_job(model, train, gpus, max_gpus=8, keep_all=True,
+                     runtime=replace(FRENZY, pp_when_needed=False))
+    assert {p.parallel.pp for p in piped.plans} > {1} and piped.notes == ()
     for name in ("megatron", "reference"):
         other = plan_job(model, train, gpus, max_gpus=8, keep_all=True, runtime=name)
         assert {p.parallel.pp for p in other.plans} > {1}
@@ -217,27 +228,42 @@ def test_planner_offers_only_what_the_runtime_executes() -> None:
 
 def test_a_model_that_needs_zero_3_fits_the_built_in_trainer_only_with_it() -> None:
     # llama-2-13b on 11 GiB cards: its fp32 weights and their bf16 copies, 6 B x 13e9 / 8 tp
-    # ranks, nearly fill one, so only ZeRO-3 over dp or a pipeline can fit it: the trainer's
-    # ZeRO-3 shards the layers' fp32 weights over dp (14.7 GiB with ZeRO-2 over dp = 8 and
-    # full recomputation). Without ZeRO-3 the reason names the runtime.
+    # ranks, nearly fill one, so only ZeRO-3 over dp or a pipeline can fit it: without
+    # pipeline stages the trainer's ZeRO-3 shards the layers' fp32 weights over dp (14.7 GiB
+    # with ZeRO-2 over dp = 8 and full recomputation), and without ZeRO-3 either the reason
+    # names the runtime; with pipelines and ZeRO up to 2 only (no single-stage plan fits, so
+    # the built-in profile searches pipelines), pipelines of 4, 5 or 8 stages fit.
     model = ModelSpec.from_name("llama-2-13b")
     train = _train(s=512, B=16, steps=10)
     gpus = [get_gpu("RTX2080Ti")]
-    result = plan_job(model, train, gpus, max_gpus=64)
+    flat = replace(FRENZY, max_pp=1)
+    result = plan_job(model, train, gpus, max_gpus=64, runtime=flat)
     assert result.plans
     assert all(p.parallel.zero_stage == 3 and p.parallel.pp == 1 for p in result.plans)
-    upto2 = plan_job(model, train, gpus, max_gpus=64,
+    default = plan_job(model, train, gpus, max_gpus=64)  # ZeRO-3 fits: no pipeline searched
+    assert default.plans and all(p.parallel.pp == 1 for p in default.plans)
+    piped = plan_job(model, train, gpus, max_gpus=64,
                      runtime=replace(FRENZY, zero_stages=(0, 1, 2)))
+    assert piped.plans and all(p.parallel.pp >= 4 for p in piped.plans)
+    assert piped.notes == ("runtime frenzy executes ZeRO-1/2 only; plans needing more were "
+                           "not considered (name another runtime, or give an entrypoint, to "
+                           "plan them)", "runtime frenzy: no single-stage plan fits any GPU "
+                           "type, so pipeline stages were searched")
+    upto2 = plan_job(model, train, gpus, max_gpus=64,
+                     runtime=replace(flat, zero_stages=(0, 1, 2)))
     assert not upto2.plans
     assert "runtime frenzy executes pp=1 and ZeRO-1/2 only" in upto2.infeasible
     assert plan_job(model, train, gpus, max_gpus=64, runtime="reference").plans
 
 
 def test_execution_fields_are_validated_and_not_overridable() -> None:
-    assert FRENZY.max_pp == 1 and FRENZY.zero_stages == (0, 1, 2, 3)
-    assert REFERENCE.executes == "" and FRENZY.executes == "pp=1"
-    assert replace(FRENZY, zero_stages=(0, 1, 2)).executes == "pp=1 and ZeRO-1/2 only"
-    assert replace(FRENZY, zero_stages=(0,)).executes == "pp=1 and no ZeRO"
+    assert FRENZY.max_pp == 0 and FRENZY.zero_stages == (0, 1, 2, 3)
+    assert REFERENCE.executes == "" and FRENZY.executes == ""
+    assert FRENZY.excluded_note() is None
+    flat = replace(FRENZY, max_pp=1)
+    assert flat.executes == "pp=1"
+    assert replace(flat, zero_stages=(0, 1, 2)).executes == "pp=1 and ZeRO-1/2 only"
+    assert replace(flat, zero_stages=(0,)).executes == "pp=1 and no ZeRO"
     assert replace(REFERENCE, max_pp=4, zero_stages=(0, 1)).executes == "pp<=4 and ZeRO-1 only"
     for key, value in (("zero_stages", [0, 1]), ("max_pp", 2)):
         with pytest.raises(SpecError) as e:
@@ -255,8 +281,10 @@ def test_execution_fields_are_validated_and_not_overridable() -> None:
 
 def test_unsupported_names_the_field_and_what_would_fit() -> None:
     assert FRENZY.unsupported(1, 0) is None and REFERENCE.unsupported(8, 3) is None
-    assert FRENZY.unsupported(2, 0) == ("parallel.pp=2: runtime frenzy executes pipelines of "
-                                        "at most 1 stage; choose a plan with pp<=1")
+    assert FRENZY.unsupported(8, 3) is None  # the built-in trainer runs pipelines and ZeRO
+    flat = replace(FRENZY, max_pp=1)
+    assert flat.unsupported(2, 0) == ("parallel.pp=2: runtime frenzy executes pipelines of "
+                                      "at most 1 stage; choose a plan with pp<=1")
     assert FRENZY.unsupported(1, 2) is None and FRENZY.unsupported(1, 3) is None
     upto2 = replace(FRENZY, zero_stages=(0, 1, 2))
     assert upto2.unsupported(1, 3) == ("parallel.zero_stage=3: runtime frenzy executes ZeRO "

@@ -98,9 +98,10 @@ def test_jobs_are_priced_for_their_runtime(env: Env) -> None:
     mega = env.client.post("/v1/plans", json=job_body(runtime="megatron"), headers=h)
     own = env.client.post("/v1/plans", json=job_body(entrypoint="train.py"), headers=h)
     assert {p["runtime"] for p in built_in} == {"frenzy"}
-    # the built-in trainer runs no pipeline: its plans have none, and say so
-    assert all(p["pp"] == 1 for p in built_in)
-    assert [n.startswith("runtime frenzy executes pp=1;") for n in preview["notes"]] == [True]
+    # the built-in trainer executes the whole space (pipeline stages too): no note excludes
+    # a plan dimension; one says when its pipelines are searched
+    assert preview["notes"] == ["runtime frenzy searches pipeline stages only when no "
+                                "single-stage plan fits any GPU type"]
     assert mega.json()["notes"] == []
     assert {p["runtime"] for p in mega.json()["plans"]} == {"megatron"}
     assert {p["runtime"] for p in own.json()["plans"]} == {"hf-trainer"}  # most conservative
