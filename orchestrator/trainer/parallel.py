@@ -82,6 +82,17 @@ class Layout:
         return self.global_rank(self.tp_rank, self.dp_rank, pp_rank)
 
 
+def _own_group(rank: int, rank_lists: list[list[int]]) -> Any:
+    """Create one process group per rank list, in order (every rank creates every group, as
+    ``new_group`` requires), and return the one that holds ``rank``."""
+    own = None
+    for ranks in rank_lists:
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            own = group
+    return own
+
+
 def build_layout(rank: int, world_size: int, tp: int, dp: int, pp: int = 1) -> Layout:
     """Create the tp, dp and pipeline groups (every rank must call this, in the same
     order)."""
@@ -89,31 +100,16 @@ def build_layout(rank: int, world_size: int, tp: int, dp: int, pp: int = 1) -> L
         raise ValueError(f"tp·dp·pp = {tp}·{dp}·{pp} does not match world size {world_size}")
     if not dist.is_initialized():
         return Layout(rank, world_size, tp, dp, pp=pp)
-    tp_group = dp_group = pp_group = tied_group = None
     at = Layout(0, world_size, tp, dp, pp=pp).global_rank
-    for p in range(pp):
-        for d in range(dp):
-            ranks = [at(t, d, p) for t in range(tp)]
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                tp_group = g
-    for p in range(pp):
-        for t in range(tp):
-            ranks = [at(t, d, p) for d in range(dp)]
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                dp_group = g
+    tp_group = _own_group(rank, [[at(t, d, p) for t in range(tp)]
+                                 for p in range(pp) for d in range(dp)])
+    dp_group = _own_group(rank, [[at(t, d, p) for d in range(dp)]
+                                 for p in range(pp) for t in range(tp)])
+    pp_group = tied_group = None
     if pp > 1:
-        for d in range(dp):
-            for t in range(tp):
-                ranks = [at(t, d, p) for p in range(pp)]
-                g = dist.new_group(ranks)
-                if rank in ranks:
-                    pp_group = g
-                ends = [ranks[0], ranks[-1]]
-                g = dist.new_group(ends)
-                if rank in ends:
-                    tied_group = g
+        stages = [[at(t, d, p) for p in range(pp)] for d in range(dp) for t in range(tp)]
+        pp_group = _own_group(rank, stages)
+        tied_group = _own_group(rank, [[ranks[0], ranks[-1]] for ranks in stages])
     return Layout(rank, world_size, tp, dp, tp_group, dp_group, pp, pp_group, tied_group)
 
 
