@@ -95,6 +95,7 @@ def elastic_config(
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
     within_margin: str | None = "best_effort",
+    widen_gain: float | None = None,
 ) -> DeadlineConfig:
     """``elastic`` as a composition of the deadline strategies (the arguments are
     ``ElasticPolicy``'s): every plan on any GPU type, best-fit placement; running jobs book
@@ -112,7 +113,8 @@ def elastic_config(
             opportunity=None if opportunity_cost is None else OpportunityCost(
                 opportunity_cost, costly_mode, arrival_window, capacity_bound,
                 refusal_guard)),
-        growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True),
+        growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True,
+                      widen_gain=widen_gain),
     )
 
 
@@ -138,6 +140,9 @@ class ElasticPolicy(EnginePolicy):
     ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
     taken as they are); ``within_margin``: what happens to a job refused only by the safety
     margin (an option of it is on time by the prediction; None: as ``mode``, an ablation);
+    ``widen_gain``: when nobody waits and GPUs stay idle, a job being started takes the
+    fastest option of any type they hold that finishes it at least this fraction sooner,
+    keeping every booking (None: never; ``Growth.widen_gain``);
     ``seed``: accepted for a uniform interface. The strategies these compose are in
     ``elastic_config``."""
 
@@ -163,6 +168,7 @@ class ElasticPolicy(EnginePolicy):
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
         within_margin: str | None = "best_effort",
+        widen_gain: float | None = None,
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
@@ -174,4 +180,4 @@ class ElasticPolicy(EnginePolicy):
             opportunity_cost=opportunity_cost, costly_mode=costly_mode,
             arrival_window=arrival_window, capacity_bound=capacity_bound,
             refusal_guard=refusal_guard, replan=replan, estimator=estimator,
-            within_margin=within_margin))
+            within_margin=within_margin, widen_gain=widen_gain))

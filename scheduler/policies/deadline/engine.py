@@ -86,6 +86,7 @@ class DeadlineEngine:
         self.admitter.admit(rnd)
         free = self.allocator.claim(rnd)
         self.leftovers.fill(rnd.cands, free, now)
+        self.leftovers.widen(rnd.cands, free, rnd.profile, now)
         self.bookings = {jid: c.reserved for jid, c in rnd.cands.items()
                          if c.reserved is not None and jid in self.ledger.admitted}
         self.holds_until = max((sh.start_t for sh in self.bookings.values()
