@@ -46,6 +46,15 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   leftovers may move a running job onto faster GPUs of another type when the time saved pays
   for the restart, so that a minimum share on a cheap type does not keep a long job on slow
   GPUs.
+* **Wide starts when nobody waits** (``widen_gain``): once the leftovers are handed out,
+  if no job waits (none queued, refused or waiting for a later booking) and GPUs stay idle,
+  a job being started (it has not launched: no restart) moves to the fastest option of any
+  GPU type the idle GPUs hold that finishes it at least ``widen_gain`` sooner. An admitted
+  job moves only where it meets its deadline and where a share of it fits from now beside
+  every other booking, so no promise is broken; the GPUs past that share are lent like
+  grown ones, and a later booking takes them back (a shrink, charged the restart). The
+  minimum share is chosen at least cost, often on a slow type; growth keeps a job on its
+  type, so without this an idle fast pool stays idle while the job runs slowly.
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs

@@ -4,7 +4,9 @@ Greedily, the job whose next larger option gains the most completion rate per ad
 ``Δ(1/T) / ΔGPUs`` (T its predicted remaining time, restart included), takes it; returns
 diminish because the options are the job's step times at each size. Best-effort jobs (no
 deadline, refused a guarantee, or fallen behind) share these leftovers with admitted jobs
-that may run ahead of their bookings."""
+that may run ahead of their bookings. With ``Growth.widen_gain``, when nobody waits and
+GPUs stay idle after that, the jobs being started move to a faster option on them (``widen``),
+never one that would break a booking."""
 
 from __future__ import annotations
 
