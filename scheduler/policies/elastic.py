@@ -46,7 +46,7 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   leftovers may move a running job onto faster GPUs of another type when the time saved pays
   for the restart, so that a minimum share on a cheap type does not keep a long job on slow
   GPUs.
-* **Wide starts when nobody waits** (``widen_gain``): once the leftovers are handed out,
+* **Wide starts when nobody waits** (``widen_gain``, default 0): once the leftovers are handed out,
   if no job waits (none queued, refused or waiting for a later booking) and GPUs stay idle,
   a job being started (it has not launched: no restart) moves to the fastest option of any
   GPU type the idle GPUs hold that finishes it at least ``widen_gain`` sooner. An admitted
@@ -104,7 +104,7 @@ def elastic_config(
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
     within_margin: str | None = "best_effort",
-    widen_gain: float | None = None,
+    widen_gain: float | None = 0.0,
 ) -> DeadlineConfig:
     """``elastic`` as a composition of the deadline strategies (the arguments are
     ``ElasticPolicy``'s): every plan on any GPU type, best-fit placement; running jobs book
@@ -151,7 +151,8 @@ class ElasticPolicy(EnginePolicy):
     margin (an option of it is on time by the prediction; None: as ``mode``, an ablation);
     ``widen_gain``: when nobody waits and GPUs stay idle, a job being started takes the
     fastest option of any type they hold that finishes it at least this fraction sooner,
-    keeping every booking (None: never; ``Growth.widen_gain``);
+    keeping every booking (default 0: any faster option, chosen on the tuning split,
+    docs/deadlines_validation.md; None: never, the rule before; ``Growth.widen_gain``);
     ``seed``: accepted for a uniform interface. The strategies these compose are in
     ``elastic_config``."""
 
@@ -177,7 +178,7 @@ class ElasticPolicy(EnginePolicy):
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
         within_margin: str | None = "best_effort",
-        widen_gain: float | None = None,
+        widen_gain: float | None = 0.0,
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()

@@ -463,7 +463,7 @@ def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: boo
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(sc=scenario(), name=st.sampled_from([*POLICIES, "elastic+history", "elastic+wide"]),
+@given(sc=scenario(), name=st.sampled_from([*POLICIES, "elastic+history", "elastic+narrow"]),
        history=st.lists(st.tuples(st.sampled_from([t for t, _ in TYPES]),
                                   st.sampled_from([1, 2, 4, 8])), min_size=8, max_size=12))
 def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> None:
@@ -473,10 +473,10 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
     running on time is never stopped, nor resized onto something that misses its deadline,
     unless it holds a booking that still finishes it in time (paused for earlier deadlines).
     ``elastic+history``: ``elastic`` having seen earlier arrivals, so that its opportunity
-    cost is at work (some arrivals kept best-effort, shares chosen by it); ``elastic+wide``:
-    with wide starts (``widen_gain``)."""
+    cost is at work (some arrivals kept best-effort, shares chosen by it); ``elastic+narrow``:
+    without wide starts (``widen_gain=None``)."""
     state, jobs, gaps = sc
-    kw = {"widen_gain": 0.1} if name.endswith("+wide") else {}
+    kw = {"widen_gain": None} if name.endswith("+narrow") else {}
     pol = make_policy(name.split("+")[0], perf=IdentityPerf(), **kw)
     if name.endswith("+history"):
         for i, (t, n) in enumerate(history):
@@ -516,9 +516,9 @@ def slack_then_tight(draw):
 def test_pausing_for_an_earlier_deadline_keeps_every_guarantee(sc, wide) -> None:
     """The same invariants where ``elastic`` re-plans in deadline order and pauses running
     jobs (see the test above); ``elastic`` only, since ElasticFlow never pauses; ``wide``:
-    with wide starts."""
+    with wide starts (the default) or without."""
     state, jobs, gaps = sc
-    kw = {"widen_gain": 0.1} if wide else {}
+    kw = {} if wide else {"widen_gain": None}
     _drive_and_check(make_policy("elastic", perf=IdentityPerf(), **kw), state, jobs, gaps)
 
 
@@ -703,11 +703,13 @@ def _wide_setup(steps: int = 100, deadline: float = 400.0):
 
 
 def test_a_job_started_while_nobody_waits_starts_wide_on_idle_faster_gpus() -> None:
-    """Off (the default): 2 RTX, 110 s. With ``widen_gain`` 0.1 the idle A100s run it in
-    50 + 10 = 60 s ≤ 0.9 × 110 s, 1 A100 needs 110 s from now and fits beside every booking
-    (there is no other), so it starts on 2 A100s."""
+    """Off (``widen_gain=None``, the rule before): 2 RTX, 110 s. With ``widen_gain`` 0.1 the
+    idle A100s run it in 50 + 10 = 60 s ≤ 0.9 × 110 s, 1 A100 needs 110 s from now and fits
+    beside every booking (there is no other), so it starts on 2 A100s; so it does with the
+    default (0: any faster option)."""
     state, a = _wide_setup()
-    (off,) = make_policy("elastic", perf=IdentityPerf()).decide(state, [a], [], 0.0)
+    (off,) = make_policy("elastic", perf=IdentityPerf(), widen_gain=None).decide(
+        state, [a], [], 0.0)
     assert off.kind is DecisionKind.START
     assert (off.allocation.plan.gpu_type, off.allocation.num_gpus) == ("RTX2080Ti", 2)
     (on,) = make_policy("elastic", perf=IdentityPerf(), widen_gain=0.1).decide(
@@ -715,6 +717,8 @@ def test_a_job_started_while_nobody_waits_starts_wide_on_idle_faster_gpus() -> N
     assert on.kind is DecisionKind.START
     assert (on.allocation.plan.gpu_type, on.allocation.num_gpus) == ("A100-40G", 2)
     assert "started wide" in on.reason
+    (dflt,) = make_policy("elastic", perf=IdentityPerf()).decide(state, [a], [], 0.0)
+    assert dflt.allocation == on.allocation
     # 60 s is 45 % less than 110 s: a threshold of 0.5 keeps it where it was
     (hi,) = make_policy("elastic", perf=IdentityPerf(), widen_gain=0.5).decide(
         state, [a], [], 0.0)
