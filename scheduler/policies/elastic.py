@@ -46,6 +46,15 @@ suggests (knowing the best plan at every allocation, not only data parallelism):
   leftovers may move a running job onto faster GPUs of another type when the time saved pays
   for the restart, so that a minimum share on a cheap type does not keep a long job on slow
   GPUs.
+* **Wide starts when nobody waits** (``widen_gain``, default 0): once the leftovers are handed out,
+  if no job waits (none queued, refused or waiting for a later booking) and GPUs stay idle,
+  a job being started (it has not launched: no restart) moves to the fastest option of any
+  GPU type the idle GPUs hold that finishes it at least ``widen_gain`` sooner. An admitted
+  job moves only where it meets its deadline and where a share of it fits from now beside
+  every other booking, so no promise is broken; the GPUs past that share are lent like
+  grown ones, and a later booking takes them back (a shrink, charged the restart). The
+  minimum share is chosen at least cost, often on a slow type; growth keeps a job on its
+  type, so without this an idle fast pool stays idle while the job runs slowly.
 * **Placement** is Frenzy's best fit, keeping tensor-parallel groups inside nodes.
 
 Admission control, reservations, the greedy allocation and the handling of infeasible jobs
@@ -95,6 +104,7 @@ def elastic_config(
     replan: bool = True,
     estimator: StepTimeEstimator | None = None,
     within_margin: str | None = "best_effort",
+    widen_gain: float | None = 0.0,
 ) -> DeadlineConfig:
     """``elastic`` as a composition of the deadline strategies (the arguments are
     ``ElasticPolicy``'s): every plan on any GPU type, best-fit placement; running jobs book
@@ -112,7 +122,8 @@ def elastic_config(
             opportunity=None if opportunity_cost is None else OpportunityCost(
                 opportunity_cost, costly_mode, arrival_window, capacity_bound,
                 refusal_guard)),
-        growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True),
+        growth=Growth(guard=True, gain_factor=resize_gain_factor, cross_type=True,
+                      widen_gain=widen_gain),
     )
 
 
@@ -138,6 +149,10 @@ class ElasticPolicy(EnginePolicy):
     ``slack`` by the error it has not corrected (``scheduler.estimator``; None: predictions
     taken as they are); ``within_margin``: what happens to a job refused only by the safety
     margin (an option of it is on time by the prediction; None: as ``mode``, an ablation);
+    ``widen_gain``: when nobody waits and GPUs stay idle, a job being started takes the
+    fastest option of any type they hold that finishes it at least this fraction sooner,
+    keeping every booking (default 0: any faster option, chosen on the tuning split,
+    docs/deadlines_validation.md; None: never, the rule before; ``Growth.widen_gain``);
     ``seed``: accepted for a uniform interface. The strategies these compose are in
     ``elastic_config``."""
 
@@ -163,6 +178,7 @@ class ElasticPolicy(EnginePolicy):
         replan: bool = True,
         estimator: StepTimeEstimator | None = None,
         within_margin: str | None = "best_effort",
+        widen_gain: float | None = 0.0,
         seed: int = 0,
     ) -> None:
         self.perf: PerfModel = perf if perf is not None else AnalyticalPerfModel()
@@ -174,4 +190,4 @@ class ElasticPolicy(EnginePolicy):
             opportunity_cost=opportunity_cost, costly_mode=costly_mode,
             arrival_window=arrival_window, capacity_bound=capacity_bound,
             refusal_guard=refusal_guard, replan=replan, estimator=estimator,
-            within_margin=within_margin))
+            within_margin=within_margin, widen_gain=widen_gain))

@@ -463,7 +463,7 @@ def _predicted_finish(pol, j: JobView, alloc: Allocation, now: float, moved: boo
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(sc=scenario(), name=st.sampled_from([*POLICIES, "elastic+history"]),
+@given(sc=scenario(), name=st.sampled_from([*POLICIES, "elastic+history", "elastic+narrow"]),
        history=st.lists(st.tuples(st.sampled_from([t for t, _ in TYPES]),
                                   st.sampled_from([1, 2, 4, 8])), min_size=8, max_size=12))
 def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> None:
@@ -473,9 +473,11 @@ def test_capacity_never_exceeded_and_minimum_shares_kept(sc, name, history) -> N
     running on time is never stopped, nor resized onto something that misses its deadline,
     unless it holds a booking that still finishes it in time (paused for earlier deadlines).
     ``elastic+history``: ``elastic`` having seen earlier arrivals, so that its opportunity
-    cost is at work (some arrivals kept best-effort, shares chosen by it)."""
+    cost is at work (some arrivals kept best-effort, shares chosen by it); ``elastic+narrow``:
+    without wide starts (``widen_gain=None``)."""
     state, jobs, gaps = sc
-    pol = make_policy(name.split("+")[0], perf=IdentityPerf())
+    kw = {"widen_gain": None} if name.endswith("+narrow") else {}
+    pol = make_policy(name.split("+")[0], perf=IdentityPerf(), **kw)
     if name.endswith("+history"):
         for i, (t, n) in enumerate(history):
             pol.engine.window.record(-10.0 * (len(history) - i), {t: n})
@@ -510,12 +512,14 @@ def slack_then_tight(draw):
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(sc=slack_then_tight())
-def test_pausing_for_an_earlier_deadline_keeps_every_guarantee(sc) -> None:
+@given(sc=slack_then_tight(), wide=st.booleans())
+def test_pausing_for_an_earlier_deadline_keeps_every_guarantee(sc, wide) -> None:
     """The same invariants where ``elastic`` re-plans in deadline order and pauses running
-    jobs (see the test above); ``elastic`` only, since ElasticFlow never pauses."""
+    jobs (see the test above); ``elastic`` only, since ElasticFlow never pauses; ``wide``:
+    with wide starts (the default) or without."""
     state, jobs, gaps = sc
-    _drive_and_check(make_policy("elastic", perf=IdentityPerf()), state, jobs, gaps)
+    kw = {} if wide else {"widen_gain": None}
+    _drive_and_check(make_policy("elastic", perf=IdentityPerf(), **kw), state, jobs, gaps)
 
 
 def _drive_and_check(pol, state: ClusterState, jobs: list[JobView], gaps: list[float]) -> None:
@@ -683,3 +687,90 @@ def test_unknown_modes_are_refused_by_name() -> None:
                            "costly_mode")):
         with pytest.raises(ValueError, match=f"^{arg} must be one of"):
             make_policy(name, **kw)
+
+
+# -- wide starts (``widen_gain``) -------------------------------------------------------------
+# RTX2080Ti at 2/n s a step, A100-40G at 1/n, 1 or 2 GPUs each; values 53.8 and 312 TFLOP/s,
+# a launch 10 s. With 100 steps and deadline 400 s (380 s with the 5 % margin) the cheapest
+# share is 1 RTX: 53.8 × 210 s ≈ 11,300 vs 2 RTX 53.8 × 2 × 110 ≈ 11,800 and 1 A100 312 × 110
+# ≈ 34,300; its latest start, 380 − 210 = 170 s, is within the 600 s wake, so it is booked
+# from now and the leftovers grow it to 2 RTX (110 s).
+def _wide_setup(steps: int = 100, deadline: float = 400.0):
+    rtx = [make_plan("RTX2080Ti", n, step_s=2.0 / n) for n in (1, 2)]
+    a1 = [make_plan("A100-40G", n, step_s=1.0 / n) for n in (1, 2)]
+    state = cluster(make_node("r0", "RTX2080Ti", 2), make_node("a0", "A100-40G", 2))
+    return state, job("a", ranked(*rtx, *a1), deadline=deadline, steps=steps)
+
+
+def test_a_job_started_while_nobody_waits_starts_wide_on_idle_faster_gpus() -> None:
+    """Off (``widen_gain=None``, the rule before): 2 RTX, 110 s. With ``widen_gain`` 0.1 the
+    idle A100s run it in 50 + 10 = 60 s ≤ 0.9 × 110 s, 1 A100 needs 110 s from now and fits
+    beside every booking (there is no other), so it starts on 2 A100s; so it does with the
+    default (0: any faster option)."""
+    state, a = _wide_setup()
+    (off,) = make_policy("elastic", perf=IdentityPerf(), widen_gain=None).decide(
+        state, [a], [], 0.0)
+    assert off.kind is DecisionKind.START
+    assert (off.allocation.plan.gpu_type, off.allocation.num_gpus) == ("RTX2080Ti", 2)
+    (on,) = make_policy("elastic", perf=IdentityPerf(), widen_gain=0.1).decide(
+        state, [a], [], 0.0)
+    assert on.kind is DecisionKind.START
+    assert (on.allocation.plan.gpu_type, on.allocation.num_gpus) == ("A100-40G", 2)
+    assert "started wide" in on.reason
+    (dflt,) = make_policy("elastic", perf=IdentityPerf()).decide(state, [a], [], 0.0)
+    assert dflt.allocation == on.allocation
+    # 60 s is 45 % less than 110 s: a threshold of 0.5 keeps it where it was
+    (hi,) = make_policy("elastic", perf=IdentityPerf(), widen_gain=0.5).decide(
+        state, [a], [], 0.0)
+    assert (hi.allocation.plan.gpu_type, hi.allocation.num_gpus) == ("RTX2080Ti", 2)
+
+
+def test_no_wide_start_while_a_job_waits() -> None:
+    """As above plus ``b`` (no deadline) whose only plan is 2 RTX: ``a`` holds 1 RTX from
+    now, so ``b`` cannot start and waits; the A100s stay idle but ``a`` does not widen."""
+    state, a = _wide_setup()
+    b = job("b", [make_plan("RTX2080Ti", 2, step_s=1.0)], deadline=None, submit=1.0)
+    out = make_policy("elastic", perf=IdentityPerf(), widen_gain=0.1).decide(
+        state, [a, b], [], 0.0)
+    got = {d.job_id: (d.allocation.plan.gpu_type, d.allocation.num_gpus) for d in out
+           if d.kind is DecisionKind.START}
+    assert got == {"a": ("RTX2080Ti", 2)}
+
+
+@pytest.mark.parametrize(("other", "wide"), [
+    (("A100-40G", 2, 500.0, 3000.0), False),  # 2 A100s promised from 500 s: neither fits
+    (("A100-40G", 2, 1500.0, 3000.0), True),  # 2 A100s for 1,010 s end before 1,500 s
+    (("A100-40G", 1, 500.0, 3000.0), True),   # 1 A100 for 2,010 s fits beside 1 promised
+])
+def test_a_wide_start_never_breaks_a_booking(other, wide) -> None:
+    """``a``, 2,000 steps, deadline 10,000 s (9,500 s with the margin), booked 1 RTX
+    [0, 4,010 s) and grown to 2 RTX; the A100s are idle now but another job holds a booking
+    on them. On A100s ``a`` would need 2 for 1,010 s or 1 for 2,010 s from now (what it
+    books at the next call): it widens only when one of these fits beside that booking."""
+    state, a = _wide_setup(steps=2000, deadline=10_000.0)
+    pol = make_policy("elastic", perf=IdentityPerf(), widen_gain=0.1)
+    eng = pol.engine
+    from scheduler.policies.deadline.candidates import Candidate
+
+    opts = eng.options(a, state)
+    c = Candidate(a, opts, None, None)
+    own = Share(opts["RTX2080Ti"][0], 0, ticks_ceil(4010.0), 0.0)
+    c.reserved, c.mandatory, c.target = own, True, opts["RTX2080Ti"][1]
+    profile = Profile(0, state.total_by_type())
+    profile.reserve("RTX2080Ti", 1, own.start, own.end)
+    t, n, s, e = other
+    profile.reserve(t, n, ticks_floor(s), ticks_floor(e))
+    free = {"RTX2080Ti": 0, "A100-40G": 2}
+    eng.leftovers.widen({"a": c}, free, profile, 0.0)
+    assert (c.target.gpu_type, c.target.num_gpus) == (
+        ("A100-40G", 2) if wide else ("RTX2080Ti", 2))
+    assert free == ({"RTX2080Ti": 2, "A100-40G": 0} if wide else
+                    {"RTX2080Ti": 0, "A100-40G": 2})
+    # the profile is left as it was: own booking back, nothing else added
+    assert profile.used_at("RTX2080Ti", 0) == 1
+    assert profile.used_at("A100-40G", ticks_floor(s)) == n
+
+
+def test_widen_gain_is_checked() -> None:
+    with pytest.raises(ValueError, match="widen_gain"):
+        make_policy("elastic", perf=IdentityPerf(), widen_gain=1.0)

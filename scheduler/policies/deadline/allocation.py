@@ -116,6 +116,10 @@ class Allocator:
         o = c.target
         assert o is not None
         placement = self.place(free, o)
+        if placement is None and c.held is None and c.narrow is not None:
+            o = c.target = c.narrow  # the wide start does not fit the nodes: start as before
+            c.why.append(f"wide start unplaceable (fragmented): {o.label()}")
+            placement = self.place(free, o)
         if placement is None:
             if c.held is not None:
                 return stop(c.job.id, f"{self.name}: cannot place {o.label()} "

@@ -21,7 +21,9 @@ class Candidate:
     target is its booking starting now; ``reserved``: its booking; ``fixed_type``: the one
     GPU type it may use (``PlanSpace.pin_type``); ``on_time_only``: a best-effort job that
     starts only on an option finishing by its deadline (``Admission.within_margin``);
-    ``why``: the reasons, in phase order, that its decision's text joins."""
+    ``narrow``: the option it got before a wide start (``LeftoverFill.widen``), placed
+    instead when the wide one cannot be; ``why``: the reasons, in phase order, that its
+    decision's text joins."""
 
     job: JobView
     options: Mapping[str, tuple[Option, ...]]
@@ -32,6 +34,7 @@ class Candidate:
     reserved: Share | None = None
     fixed_type: str | None = None
     on_time_only: bool = False
+    narrow: Option | None = None
     why: list[str] = field(default_factory=list)
 
     def types(self) -> list[str]:

@@ -3,12 +3,12 @@
 A round reads as Kueue's scheduler loop: **nominate** (every job with its options), **keep
 promises** (admitted jobs book first), **admit** (each arrival admitted, kept best-effort or
 rejected), **claim** (bookings that start now, running jobs keep or shrink), **fill** (the
-leftover GPUs by marginal gain), **preempt and place** (stops, then starts and resizes). The
-parts: ``Admitter`` (admission and re-plan, over the ``Booker`` of shares and the
-``ArrivalWindow`` of the opportunity cost), ``Allocator`` and ``LeftoverFill``; what
-survives between calls is in the ``Ledger``, the ``ArrivalWindow`` and the admitter's
-``RefusalAccount`` (the last, and the ledger's ``on_time_only`` marks, not across a restart:
-``restore`` leaves them clean)."""
+leftover GPUs by marginal gain, then wide starts when nobody waits), **preempt and place**
+(stops, then starts and resizes). The parts: ``Admitter`` (admission and re-plan, over
+the ``Booker`` of shares and the ``ArrivalWindow`` of the opportunity cost), ``Allocator``
+and ``LeftoverFill``; what survives between calls is in the ``Ledger``, the
+``ArrivalWindow`` and the admitter's ``RefusalAccount`` (the last, and the ledger's
+``on_time_only`` marks, not across a restart: ``restore`` leaves them clean)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,7 @@ class DeadlineEngine:
         self.admitter.admit(rnd)
         free = self.allocator.claim(rnd)
         self.leftovers.fill(rnd.cands, free, now)
+        self.leftovers.widen(rnd.cands, free, rnd.profile, now)
         self.bookings = {jid: c.reserved for jid, c in rnd.cands.items()
                          if c.reserved is not None and jid in self.ledger.admitted}
         self.holds_until = max((sh.start_t for sh in self.bookings.values()

@@ -4,13 +4,16 @@ Greedily, the job whose next larger option gains the most completion rate per ad
 ``Δ(1/T) / ΔGPUs`` (T its predicted remaining time, restart included), takes it; returns
 diminish because the options are the job's step times at each size. Best-effort jobs (no
 deadline, refused a guarantee, or fallen behind) share these leftovers with admitted jobs
-that may run ahead of their bookings."""
+that may run ahead of their bookings. With ``Growth.widen_gain``, when nobody waits and
+GPUs stay idle after that, the jobs being started move to a faster option on them (``widen``),
+never one that would break a booking."""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
 
+from scheduler.policies.deadline.bookings import Profile, ticks_ceil, ticks_floor
 from scheduler.policies.deadline.candidates import Candidate
 from scheduler.policies.deadline.options import Option
 from scheduler.policies.deadline.prediction import Prediction
@@ -51,6 +54,79 @@ class LeftoverFill:
             mv = self._best_move(c, free, now)
             if mv is not None:
                 heapq.heappush(heap, (-mv[0], jid, mv[1]))
+
+    def widen(self, cands: Mapping[str, Candidate], free: dict[str, int], profile: Profile,
+              now: float) -> None:
+        """Wide starts (``Growth.widen_gain``): when every job has GPUs after the fill (none
+        queued, refused or waiting for a later booking) and some stay idle, each job being
+        started in this call (shortest first) moves to the fastest option the idle GPUs and
+        its own hold that finishes it at least ``widen_gain`` sooner. It has not launched, so
+        the move costs no restart. An admitted job moves only onto an option that meets its
+        deadline and whose type holds, from now and beside every other booking in
+        ``profile``, a share of at most that many GPUs meeting it: running jobs book first
+        from now at the next call, so that share is what it will book there, and no other
+        job's booking is broken. The GPUs past that share are lent like grown ones: a later
+        booking takes them back (``Allocator.claim`` shrinks it, charging the restart)."""
+        g = self.growth.widen_gain
+        if g is None or not any(free.values()) or \
+                any(c.target is None for c in cands.values()):
+            return
+        pred = self.prediction
+        starting = sorted((c for c in cands.values() if c.held is None and c.target is not None),
+                          key=lambda c: (pred.remaining_s(c, c.target), c.job.id))
+        for c in starting:
+            frm = c.target
+            assert frm is not None
+            t_frm = pred.remaining_s(c, frm)
+            best: tuple[float, Option] | None = None
+            for t in c.types():
+                room = _room(free, frm, t)
+                for o in c.options.get(t, ()):
+                    if o.num_gpus > room:
+                        break
+                    t_o = pred.remaining_s(c, o)
+                    if t_o >= t_frm or t_o > (1.0 - g) * t_frm or \
+                            (best is not None and t_o >= best[0]):
+                        continue
+                    if c.reserved is not None and not self._keeps_bookings(c, o, profile,
+                                                                           now):
+                        continue
+                    if c.on_time_only and not pred.meets(c, o, now, margin=False):
+                        continue
+                    best = (t_o, o)
+            if best is None:
+                continue
+            o = best[1]
+            free[frm.gpu_type] += frm.num_gpus
+            free[o.gpu_type] -= o.num_gpus
+            c.narrow, c.target = frm, o
+            c.why.append(f"started wide on {o.label()} instead of {frm.label()} (nobody "
+                         f"waits, GPUs idle): predicted {t_frm:.0f}s -> {best[0]:.0f}s")
+
+    def _keeps_bookings(self, c: Candidate, o: Option, profile: Profile, now: float) -> bool:
+        """Whether admitted ``c`` may start on ``o``: it meets the deadline (margin held back),
+        and ``o``'s type has, beside every booking but ``c``'s own, room from now for an
+        option of at most ``o.num_gpus`` GPUs that does (what ``c`` books there next)."""
+        pred = self.prediction
+        if not pred.meets(c, o, now):
+            return False
+        own = c.reserved
+        assert own is not None and c.job.deadline is not None
+        latest_k = ticks_floor(now + (c.job.deadline - now) * (1.0 - pred.margin))
+        profile.reserve(own.option.gpu_type, -own.option.num_gpus, own.start, own.end)
+        try:
+            for p in c.options.get(o.gpu_type, ()):
+                if p.num_gpus > o.num_gpus:
+                    break
+                if not pred.meets(c, p, now):
+                    continue
+                dur_k = ticks_ceil(pred.remaining_s(c, p))
+                if profile.earliest_fit(o.gpu_type, p.num_gpus, dur_k, latest_k) == \
+                        profile.now:
+                    return True
+            return False
+        finally:
+            profile.reserve(own.option.gpu_type, own.option.num_gpus, own.start, own.end)
 
     def gain(self, c: Candidate, frm: Option | None, to: Option) -> float:
         """Completion-rate gain per added GPU of moving ``c`` from ``frm`` to ``to``; 0 when

@@ -120,11 +120,19 @@ class Growth:
     With ``guard``, a running job is grown only when the predicted time saved exceeds
     ``gain_factor`` × the checkpoint-restart it costs (ElasticFlow treats scaling as cheap:
     no guard). With ``cross_type``, the leftovers may move a running job onto a faster option
-    of another GPU type (under the same guard)."""
+    of another GPU type (under the same guard). With ``widen_gain``, when nobody waits after
+    the leftovers are handed out, a job being started (it has not launched: no restart) moves
+    to the fastest option of any type the idle GPUs hold that finishes it at least
+    ``widen_gain`` sooner, keeping every booking (``LeftoverFill.widen``); None: never."""
 
     guard: bool = True
     gain_factor: float = 1.0
     cross_type: bool = False
+    widen_gain: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.widen_gain is not None and not 0.0 <= self.widen_gain < 1.0:
+            raise ValueError(f"widen_gain must be None or in [0, 1), got {self.widen_gain!r}")
 
 
 @dataclass(frozen=True, slots=True)
