@@ -137,17 +137,17 @@ def measure_stage_peak(model: ModelSpec, train: TrainingSpec, par: ParallelConfi
                                           _fake_p2p())
             else:
                 total = torch.zeros(())
-            for mb in range(micro if par.pp == 1 else 0):
-                x = inputs[mb * par.micro_batch:(mb + 1) * par.micro_batch]
-                y = targets[mb * par.micro_batch:(mb + 1) * par.micro_batch]
-                tracker.set_phase("forward")
-                with _autocast(train.precision, device):
-                    logits = net(x)
-                loss = net.loss(logits, y) / micro
-                tracker.set_phase("backward")
-                (loss * scale).backward()
-                total += loss.detach()
-                del logits, loss
+                for mb in range(micro):
+                    x = inputs[mb * par.micro_batch:(mb + 1) * par.micro_batch]
+                    y = targets[mb * par.micro_batch:(mb + 1) * par.micro_batch]
+                    tracker.set_phase("forward")
+                    with _autocast(train.precision, device):
+                        logits = net(x)
+                    loss = net.loss(logits, y) / micro
+                    tracker.set_phase("backward")
+                    (loss * scale).backward()
+                    total += loss.detach()
+                    del logits, loss
             tracker.set_phase("allreduce")
             average_grads(opt, params, layout, scale)  # in place, as the trainer does
             sync_tied_grads(net, opt, layout)

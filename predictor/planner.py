@@ -520,23 +520,24 @@ def plan_job(
               for pp in _divisors(model.num_layers, min(max_pp, max_gpus // tp))
               for dp in _divisors(train.global_batch, max_gpus // (tp * pp))]
     distinct = list(dict.fromkeys(budgets))  # GPU types of equal budget share the fit
+
+    def fit(among: list[tuple[int, int, int]]) -> dict:
+        return dict(zip(distinct, _fitting_groups(
+            table, [_Layout(table, *shape) for shape in among], distinct), strict=True))
+
     if profile.pp_when_needed and any(pp > 1 for _, pp, _ in shapes):
         # single-stage plans first; pipelines only when none fits on any GPU type (the
         # search's cost grows with the (tp, pp) pairs)
-        flat = [shape for shape in shapes if shape[1] == 1]
-        fitting = dict(zip(distinct, _fitting_groups(
-            table, [_Layout(table, *shape) for shape in flat], distinct), strict=True))
-        if not any(groups for groups, _ in fitting.values()):
-            fitting = dict(zip(distinct, _fitting_groups(
-                table, [_Layout(table, *shape) for shape in shapes], distinct), strict=True))
-            search_notes = (*search_notes, f"runtime {profile.name}: no single-stage plan "
-                            "fits any GPU type, so pipeline stages were searched")
-        else:
+        fitting = fit([shape for shape in shapes if shape[1] == 1])
+        if any(groups for groups, _ in fitting.values()):
             search_notes = (*search_notes, f"runtime {profile.name} searches pipeline stages "
                             "only when no single-stage plan fits any GPU type")
+        else:
+            fitting = fit(shapes)
+            search_notes = (*search_notes, f"runtime {profile.name}: no single-stage plan "
+                            "fits any GPU type, so pipeline stages were searched")
     else:
-        fitting = dict(zip(distinct, _fitting_groups(
-            table, [_Layout(table, *shape) for shape in shapes], distinct), strict=True))
+        fitting = fit(shapes)
     flash, sp_knob = train.flash_attention, train.sequence_parallel
     considered = 0
     for gpu, budget in zip(gpu_list, budgets, strict=True):

@@ -212,8 +212,8 @@ class RuntimeProfile:
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
     optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
-    # the planner searches pipelines (pp > 1) only for GPU types on which no single-stage
-    # plan fits: every (tp, pp) pair costs the search a memory table of its own
+    # the planner searches pipelines (pp > 1) only when no single-stage plan fits any GPU
+    # type it plans for: every (tp, pp) pair costs the search a memory table of its own
     pp_when_needed: bool = False
 
     @property

@@ -229,8 +229,7 @@ def sync_tied_grads(model: ParallelTransformer, opt: torch.optim.Optimizer | Zer
     """Sum a tied embedding's gradient between the first stage (the lookup's) and the last
     (the output layer's copy), after the dp averaging (under ZeRO this rank's chunk of it),
     so both copies take the same step (Megatron-LM's embedding group)."""
-    spec = model.spec
-    if layout.pp == 1 or not (spec.tie_embeddings or spec.family is Family.BERT):
+    if layout.pp == 1 or not model.tied:
         return
     if not (layout.first_stage or layout.last_stage):
         return

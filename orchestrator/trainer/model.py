@@ -282,9 +282,10 @@ class ParallelTransformer(nn.Module):
         self.full_recompute = recompute is Recompute.FULL
         first, last = layout.first_stage, layout.last_stage
         bert = spec.family is Family.BERT
-        tied = spec.tie_embeddings or bert
+        # the output layer is the embedding's weight (tied embeddings, BERT's decoder)
+        self.tied = tied = spec.tie_embeddings or bert
         self.tied_copy = tied and last and not first
-        self.vocab_start = vocab_range(spec.vocab_size, layout)[0]
+        self.vocab_start, vocab_end = vocab_range(spec.vocab_size, layout)
         self.embed = (VocabParallelEmbedding(spec.vocab_size, h, layout)
                       if first or self.tied_copy else None)
         self.pos = (nn.Embedding(spec.max_seq_len, h)
@@ -300,8 +301,7 @@ class ParallelTransformer(nn.Module):
         if last and bert:
             self.mlm_dense = nn.Linear(h, h)
             self.mlm_norm = numerics.norm(spec, h)
-            self.out_bias = nn.Parameter(torch.zeros(vocab_range(spec.vocab_size, layout)[1]
-                                                     - self.vocab_start))
+            self.out_bias = nn.Parameter(torch.zeros(vocab_end - self.vocab_start))
             if layout.tp > 1:  # the bias of this rank's vocabulary rows
                 self.shard_dims = {"out_bias": 0}
                 self.full_sizes = {"out_bias": spec.vocab_size}
