@@ -34,12 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIRS = (ROOT.parent / "shared" / "measurements" / "real_memory",
              ROOT.parent.parent / "shared" / "measurements" / "real_memory",
              Path("/work/shared/measurements/real_memory"))
+LOCAL_DIR = ROOT / "benchmarks" / "data" / "real_memory"
+"""Sources kept in the repository (same CSV columns; ``LOCAL_DIR / "SOURCE.md"``)."""
 GIB = 1 << 30
 
 GPU_NAMES = (  # CSV gpu column prefix -> catalog name
     ("A100-SXM4-80GB", "A100-80G"), ("A100 (80GB", "A100-80G"), ("A100 40GB", "A100-40G"),
     ("H100-SXM5", "H100-80G"), ("GB200", "GB200"), ("H800", "H800-80G"),
-    ("Tesla V100-SXM2-16GB", "V100-16G"),
+    ("Tesla V100-SXM2-16GB", "V100-16G"), ("H100 96GB", "H100-96G"),
 )
 
 
@@ -241,6 +243,23 @@ def _colossal_lightning(r: dict[str, str]
     return spec, "", ()
 
 
+def _torchtitan(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
+    if "technique=" in r["notes"]:
+        return None, ("torch.compile / Float8 (inductor's partition under per-op SAC and "
+                      "torchao's float8 linears are not modelled)"), ()
+    spec = _base(r)
+    spec.update(model=dict(name=r["model"][:30], family="llama",
+                           num_layers=int(r["num_layers"]), hidden_size=int(r["hidden_size"]),
+                           num_heads=int(r["num_heads"]), num_kv_heads=int(r["num_kv_heads"]),
+                           ffn_hidden_size=int(r["ffn_hidden_size"]),
+                           vocab_size=int(r["vocab_size"]), max_seq_len=int(r["seq_len"]),
+                           tie_embeddings=False),
+                precision="bf16", optimizer="adamw", runtime="fsdp2",
+                recompute="selective" if r["recompute"].startswith("selective") else "full",
+                flash_attention=True, zero_stage=3, stage="last")
+    return spec, "", ()
+
+
 PARSERS = {
     "megatron_ci_goldens": (_megatron, "tensors"),
     "torchtune": (_torchtune, "tensors"),
@@ -248,17 +267,28 @@ PARSERS = {
     "ms_swift": (_ms_swift, "reserved"),
     "colossalchat_sft": (_colossalchat, "tensors"),
     "colossalai_lightning_gpt2xl": (_colossal_lightning, "tensors"),
+    "torchtitan": (_torchtitan, "reserved"),  # LOCAL_DIR
 }
 
 
-def load_rows(directory: Path | None = None) -> list[RealRow]:
-    """Every row of every CSV, deduplicated by (spec, GPU); skipped rows keep a reason."""
-    directory = directory or data_dir()
+def load_rows(directory: Path | None = None, sources: tuple[str, ...] | None = None
+              ) -> list[RealRow]:
+    """Every row of every CSV (of ``sources`` only, when given), deduplicated by (spec,
+    GPU); skipped rows keep a reason. A CSV absent from ``directory`` is read from
+    ``LOCAL_DIR``."""
+    if directory is None:
+        directory = LOCAL_DIR if sources and all(
+            (LOCAL_DIR / f"{s}.csv").is_file() for s in sources) else data_dir()
     out: list[RealRow] = []
     for stem, (parse, quantity) in PARSERS.items():
+        if sources is not None and stem not in sources:
+            continue
         merged: dict[str, list[tuple[str, float]]] = {}
         specs: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
-        with open(directory / f"{stem}.csv", encoding="utf-8") as fh:
+        path = directory / f"{stem}.csv"
+        if not path.is_file() and (LOCAL_DIR / path.name).is_file():
+            path = LOCAL_DIR / path.name
+        with open(path, encoding="utf-8") as fh:
             for r in csv.DictReader(fh):
                 spec, skip, tags = parse(r)
                 gib = float(r["peak_gib"])

@@ -66,6 +66,7 @@ from dataclasses import asdict, dataclass, replace
 from predictor.gpus import GpuType
 from predictor.runtimes import REFERENCE, RuntimeProfile
 from predictor.spec import (
+    LLAMA_LAYOUT,
     Family,
     ModelSpec,
     Optimizer,
@@ -574,6 +575,8 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
             one_layer += a * s * Tf * (1 + P)  # dropout mask + dropped probabilities
     if selective and not rt.selective_keeps_core_inputs:
         one_layer -= (2 * q + 2 * k) * Tf * D
+    if selective and rt.selective_op_sac:  # torchtitan's per-op SAC (predictor.runtimes)
+        return q, f, a, vr, _op_sac_layer(m, h, q, k, f, a, T, Tf, D)
     if m.qk_norm:  # per-head RMSNorm of Q and K: its input and fp32 1/rms per head, token
         per = 8 if rt.eager_blocks and rt.cpu_rmsnorm else D  # composite: fp32 in and out
         one_layer += (q + k) * Tf * per + 4 * (a + k // hd) * Tf
@@ -596,6 +599,41 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     if rt.compiled:  # inductor's min-cut partition of a llama layer (predictor.runtimes)
         one_layer = 4 * h * T * D + 2 * 4 * T + 4 * q * Tf * D + 4 * a * Tf + 3 * f * Tf * D
     return q, f, a, vr, one_layer
+
+
+def _op_sac_layer(m: ModelSpec, h: int, q: int, k: int, f: int, a: int, T: int, Tf: int,
+                  D: int) -> int:
+    """Bytes one layer keeps under torchtitan's per-op SAC (``selective_op_sac``): its input
+    h·T·D, the attention kernel's output q·T_f·D and logsumexp 4·a·T_f, and the output of
+    every odd-numbered ``aten.mm`` in the order the layer runs its linears (a linear with a
+    bias runs as ``addmm``, which the policy neither counts nor saves); under sequence
+    parallelism (T < T_f) also the two reduce-scatter outputs h·T·D."""
+    layout = m.family in LLAMA_LAYOUT
+    attn = ([(q, not m.qkv_bias), (k, not m.qkv_bias), (k, not m.qkv_bias)] if layout
+            else [(q + 2 * k, not m.qkv_bias)])
+    biased = m.linear_bias
+    mlp = [(f, not biased)] * (2 if m.swiglu else 1)
+    linears = [*attn, (h, not biased), *mlp, (h, not biased)]
+    kept = h * T * D + q * Tf * D + 4 * a * Tf
+    count = 0
+    for width, is_mm in linears:
+        if is_mm:
+            count += 1
+            if count % 2:
+                kept += width * Tf * D
+    if Tf > T:  # sequence parallelism
+        kept += 2 * h * T * D
+    return kept
+
+
+def _sac_redo(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selective: bool,
+              flash: bool, traits: tuple[bool, bool, bool, bool, bool], rt: RuntimeProfile,
+              one_layer: int) -> int:
+    """Under per-op SAC, the bytes a layer's backward first rebuilds: the tensors the layer
+    would keep without recomputation less those the policy saved (0 otherwise)."""
+    if not (selective and rt.selective_op_sac):
+        return 0
+    return max(0, _layer_counts(m, t, s, T, Tf, D, False, flash, traits, rt)[4] - one_layer)
 
 
 def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, stage: int,
@@ -712,13 +750,15 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         bwd = max(bwd, w_c)
     if full:
         bwd += one_layer + one_copy  # the recomputed layer's activations and weight copies
+    bwd += _sac_redo(m, t, s, T, Tf, D, selective, flash, traits, rt, one_layer)
 
     # the candidate peak moments, (gradients alive, activations, logits, transient) on top of
     # the parameters and optimizer states; the first of equal sums wins, in this order
     lg = (0 if rt.classification_head else Tf * vr) if last else 0
     low = _low_precision_logits(rt, mixed, bert)
     hb = rt.logits_head_bwd_bytes * (1 if low else 2)
-    held = hb // 2  # logits the loop still holds through the layers' backward
+    # logits the loop still holds through the layers' backward
+    held = 0 if rt.logits_freed_before_backward else hb // 2
     bc = _bias_grad_copy(rt, mixed, low)
     head: list[tuple[int, int, int]] = []
     if last:
@@ -1115,7 +1155,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     hTD = h * T * D
     per_layer = _kept_per_layer(rt, full, h, T, D, one_layer)
     # backward working set of the first layer, (per sequence, constant) pieces
-    redo = one_layer if full else 0
+    redo = one_layer if full else _sac_redo(m, t, s, T, Tf, D, selective, flash, traits, rt,
+                                            one_layer)
     bwd = [(hTD + (h * Tf * D if sp else 0) + f * Tf * D + redo, h * f * D),
            (hTD + (3 if swiglu else 1) * f * Tf * D + redo, 0),
            ((12 * h * T if rmsnorm else 0) + redo, 0)]
@@ -1164,7 +1205,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         lg = (0 if rt.classification_head else Tf * vr) if last else 0
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
-        held = hb // 2 * lg
+        held = (0 if rt.logits_freed_before_backward else hb // 2) * lg
         bc = _bias_grad_copy(rt, mixed, low)
         head = []
         if last:

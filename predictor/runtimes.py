@@ -107,6 +107,20 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   one layer at a time as that layer's activations go) and all exist only at its end and at
   the optimizer step. With m >= 2 every later micro-batch runs beside all of them.
 
+* ``selective_op_sac``: ``recompute: selective`` is torchtitan's per-op selective activation
+  checkpointing (``selective_ac_option = "op"``, its Llama configs' default): each block is
+  checkpointed, and the policy saves the outputs of the ops in its save list — every
+  matmul except every second one in the order the block runs them, the attention kernel's
+  output and logsumexp, sequence parallelism's reduce-scatter outputs — and recomputes the
+  rest at the block's backward. A llama block runs wq, wk, wv, wo, w1, w3, w2 (1st, 3rd,
+  5th, 7th saved: Q, V, the gate, the MLP output); a fused-QKV block qkv, out, fc1(, fc3),
+  fc2. So a layer keeps its input, those matmul outputs and the attention output and
+  logsumexp; its backward first rebuilds the rest of the layer (``predictor.memory``).
+* ``logits_freed_before_backward``: the training loop drops its reference to the logits
+  before ``loss.backward()`` (torchtitan's ``del pred``), so no low-precision logits stay
+  alive through the backward; the head's matmul backward sees only their gradient
+  (``logits_head_bwd_bytes`` is then that gradient's bytes).
+
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
 
@@ -185,6 +199,7 @@ class RuntimeProfile:
     pure_low_precision: bool = False  # weights, grads, optimizer states in the compute dtype
     optimizer_offload: bool = False  # fp32 master weights and optimizer states on the CPU
     selective_keeps_core_inputs: bool = True  # selective recompute keeps Q, K, V (Megatron)
+    selective_op_sac: bool = False  # selective = torchtitan's per-op SAC (every other matmul)
     grad_bytes: int = 4  # bytes per gradient element in mixed precision (fp32 main grads)
     optimizer_foreach: bool = False  # torch's foreach Adam: a sqrt(v) temporary of every param
     softmax_fp32: bool = False  # autocast runs eager softmax (and its dropout) in fp32
@@ -201,6 +216,7 @@ class RuntimeProfile:
     logits_fwd_bytes_tp_fp32: int = 0  # tp > 1: the loss forward's in fp32
     logits_bwd_bytes_tp_fp32: int = 0  # tp > 1: the loss backward's in fp32
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
+    logits_freed_before_backward: bool = False  # the loop drops its logits before backward
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
     eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors
     cpu_rmsnorm: bool = False  # eager_blocks: RMSNorm composite (CPU), keeps its fp32 output
@@ -392,8 +408,15 @@ FSDP2 = RuntimeProfile(
     description=(
         "torchtitan-style FSDP2 (fully_shard per block, root unsharded, reshard after "
         "forward): fp32 sharded master parameters, bf16 gathered blocks (running + "
-        "prefetched), no dropout, fp32 loss"),
-    logits_fwd_bytes=6, logits_bwd_bytes=6, sharding="fsdp2", stage_split="even",
+        "prefetched), no dropout; selective recompute is torchtitan's per-op SAC (a block "
+        "keeps its input, every other matmul output and the attention output); loss "
+        "cross_entropy(pred.float()) with the loop's logits dropped before backward (bf16 "
+        "logits, the fp32 copy and log_softmax's output: 10 bytes per logit forward; the "
+        "saved output, its gradient and the input gradient: 12 at its backward; 2, the bf16 "
+        "gradient, at the head's)"),
+    logits_fwd_bytes=10, logits_bwd_bytes=12, logits_head_bwd_bytes=2,
+    logits_freed_before_backward=True, selective_op_sac=True,
+    sharding="fsdp2", stage_split="even",
 )
 
 HF_TRAINER = RuntimeProfile(

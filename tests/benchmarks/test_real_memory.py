@@ -45,7 +45,9 @@ def test_public_rows_load_as_specs() -> None:
         pytest.skip("shared real_memory data not present")
     usable = [r for r in rows if not r.skip]
     assert len({r.source for r in usable}) >= 3 and len(usable) >= 40
-    assert sum(r.duplicates for r in rows) == 313  # every CSV row is accounted for
+    # every CSV row is accounted for: 313 shared, 10 in the repository (torchtitan)
+    assert sum(r.duplicates for r in rows if r.source != "torchtitan") == 313
+    assert sum(r.duplicates for r in rows if r.source == "torchtitan") == 10
     for r in usable:
         parse_memory_spec(r.spec)  # each row is a valid `frenzy memory` spec
     seven_b = [r for r in usable if "megatron-7b" in r.tags]
@@ -83,3 +85,20 @@ def test_torchtune_rows_carry_their_cumulative_flags() -> None:
                                        "activation_offload": True}
     assert last["recompute"] == "full" and last["optimizer"] == "adamw8bit"
     assert real_memory.UNCALIBRATED in rows["torchtune-readme-optflags:7:adamw8bit"].tags
+
+
+def test_torchtitan_rows_live_in_the_repository() -> None:
+    # the repository's own source (benchmarks/data/real_memory): read beside the shared
+    # folder, so only that file is needed here
+    tt = real_memory.load_rows(sources=("torchtitan",))
+    used = [r for r in tt if r.spec is not None]
+    assert len(tt) == 10 and len(used) == 2  # the eager FSDP rows; compile / Float8 skipped
+    assert all("not modelled" in r.skip for r in tt if r.spec is None)
+    for r in used:
+        assert r.quantity == "reserved" and r.spec["gpu"] == "H100-96G"
+        assert r.spec["runtime"] == "fsdp2" and r.spec["recompute"] == "selective"
+        parse_memory_spec(r.spec)  # a valid `frenzy memory` spec
+    # 8 and 128 GPUs differ only in the FSDP shard of the 16 bytes per parameter of state
+    (r8,) = [r for r in used if r.spec["dp"] == 8]
+    (r128,) = [r for r in used if r.spec["dp"] == 128]
+    assert r8.measured_bytes - r128.measured_bytes == pytest.approx(15.4 * 2**30, rel=1e-6)
