@@ -75,9 +75,9 @@ class NonTensorModel:
 NON_TENSOR = NonTensorModel(slack_fraction=0.09, slack_bytes=0, nccl_bytes=512 * MIB,
                             workspace_bytes=64 * MIB)
 """Calibrated constants (docs/memory_accuracy.md): ``slack_fraction`` is the median excess
-of the 14 reserved / nvidia-smi rows (ms-swift, Hugging Face docs) over their predicted
-tensors and outside terms (0.0711; leave-one-source-out 0.0845 without ms-swift's
-rows, 0.0534 without the Hugging Face docs' rows). ``nccl_bytes``
+of the 16 reserved / nvidia-smi rows (ms-swift, Hugging Face docs, torchtitan) over their
+predicted tensors and outside terms (0.0894; leave-one-source-out 0.135 without ms-swift's
+rows, 0.094 without the Hugging Face docs' rows, 0.071 without torchtitan's). ``nccl_bytes``
 is not in the public data (no multi-GPU row reads nvidia-smi): NCCL's default 4 MiB buffer
 (``NCCL_BUFFSIZE``) per channel and peer over the 16-32 channels of an NVLink node gives
 256-512 MiB; the upper end is taken."""
