@@ -39,6 +39,7 @@ from predictor.validation import (
     llm_foundry_cases,
     megatron_paper_cases,
     predict,
+    torchtitan_cases,
     vtrain_cases,
 )
 from simulator.error import LogError, fit_step_error
@@ -85,6 +86,9 @@ def load_cases(gpt_pmp_precision: Precision = Precision.FP32) -> tuple[list[Case
     f = MEASUREMENTS / "llm_foundry" / "mpt_throughput_benchmarks.csv"
     if need(f, "llm_foundry"):
         cases += llm_foundry_cases(read_rows(f))
+    tt = REPO / "benchmarks" / "data" / "step_time" / "torchtitan_tps.csv"
+    if need(tt, "torchtitan"):
+        cases += torchtitan_cases(read_rows(tt))
     amp = MEASUREMENTS / "amp" / "amp_real_trials.csv"
     if need(amp, "amp"):
         cases += amp_cases(read_rows(amp))
@@ -100,6 +104,9 @@ CALIBRATION: dict[str, Callable[[Case], bool]] = {
     "vtrain_single": lambda case: True,
     "llm_foundry": lambda case: case.model.name.removeprefix("mpt-")
     in LLM_FOUNDRY_CALIBRATION_SIZES,
+    # the 8-GPU row fixes the 500 W H100-96G's bf16 efficiency; the 128-GPU row (same work
+    # per GPU, FSDP across 16 hosts) is validation
+    "torchtitan": lambda case: case.par.dp == 8,
 }
 
 
@@ -227,6 +234,7 @@ def headline(stats: dict[str, ErrorStats], shape: dict[str, float]) -> dict[str,
         "llm_foundry [A100-40G]": "llm_foundry_a100_40g_mape",
         "megatron_papers": "megatron_papers_mape",
         "amp_t4": "amp_t4_mape",
+        "torchtitan": "torchtitan_h100_96g_mape",
     }
     out: dict[str, float] = {}
     for key, name in names.items():

@@ -66,7 +66,6 @@ from dataclasses import asdict, dataclass, replace
 from predictor.gpus import GpuType
 from predictor.runtimes import REFERENCE, RuntimeProfile
 from predictor.spec import (
-    LLAMA_LAYOUT,
     Family,
     ModelSpec,
     Optimizer,
@@ -608,19 +607,11 @@ def _op_sac_layer(m: ModelSpec, h: int, q: int, k: int, f: int, a: int, T: int, 
     every odd-numbered ``aten.mm`` in the order the layer runs its linears (a linear with a
     bias runs as ``addmm``, which the policy neither counts nor saves); under sequence
     parallelism (T < T_f) also the two reduce-scatter outputs h·T·D."""
-    layout = m.family in LLAMA_LAYOUT
-    attn = ([(q, not m.qkv_bias), (k, not m.qkv_bias), (k, not m.qkv_bias)] if layout
-            else [(q + 2 * k, not m.qkv_bias)])
-    biased = m.linear_bias
-    mlp = [(f, not biased)] * (2 if m.swiglu else 1)
-    linears = [*attn, (h, not biased), *mlp, (h, not biased)]
+    width = {"q": q, "k": k, "v": k, "qkv": q + 2 * k, "o": h, "gate": f, "up": f, "down": h}
     kept = h * T * D + q * Tf * D + 4 * a * Tf
-    count = 0
-    for width, is_mm in linears:
-        if is_mm:
-            count += 1
-            if count % 2:
-                kept += width * Tf * D
+    for name, saved in m.op_sac_linears():
+        if saved:
+            kept += width[name] * Tf * D
     if Tf > T:  # sequence parallelism
         kept += 2 * h * T * D
     return kept

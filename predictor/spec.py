@@ -219,6 +219,20 @@ class ModelSpec:
     def qkv_bias(self) -> bool:
         return self.family in (Family.GPT2, Family.GPT_NEOX, Family.BERT, Family.QWEN2)
 
+    def op_sac_linears(self) -> tuple[tuple[str, bool], ...]:
+        """The layer's linears in the order it runs them, each with whether torchtitan's
+        per-op selective checkpointing saves its output: the policy saves every ``aten.mm``
+        but the 2nd, 4th, ...; a linear with a bias runs as ``addmm``, which it neither
+        counts nor saves. Names: q, k, v (or qkv), o, gate, up (SwiGLU; else up alone), down."""
+        attn = ("q", "k", "v") if self.family in LLAMA_LAYOUT else ("qkv",)
+        mlp = ("gate", "up") if self.swiglu else ("up",)
+        out, count = [], 0
+        for name in (*attn, "o", *mlp, "down"):
+            is_mm = not (self.qkv_bias if name in ("q", "k", "v", "qkv") else self.linear_bias)
+            count += is_mm
+            out.append((name, is_mm and count % 2 == 1))
+        return tuple(out)
+
     @property
     def learned_positions(self) -> bool:
         return self.family in (Family.GPT2, Family.BERT)

@@ -5,7 +5,8 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
 * **Compute** is counted from the model's matmul FLOPs, layer by layer (QKV with GQA, the
   attention core ``4·b·s²·q`` with q = heads·head_dim, output projection, 2- or 3-matrix MLP,
   logits), ×3 for forward+backward, + one more layer forward under full recomputation (×4/3
-  of the layer math), + the attention core under selective recomputation, divided by
+  of the layer math), + the attention core under selective recomputation (under a runtime
+  with torchtitan's per-op SAC, the unsaved linears and the element-wise work), divided by
   ``tp``. Each GEMM runs at ``peak · e(F)`` with the size-dependent efficiency
   ``e(F) = e_max · F / (F + F_half)``: small GEMMs run far below peak (Calculon's step
   curve, made smooth). Algebraically a GEMM of F FLOPs takes
@@ -293,12 +294,14 @@ def _links(gpu: GpuType, topo: Topology) -> _Links:
 
 def _layer_times_of(
     model: ModelSpec, s: int, precision: Precision, b: int, t: int, recompute: Recompute,
-    flash: bool, sp_knob: bool, rate: float, mem_bps: float,
+    flash: bool, sp_knob: bool, rate: float, mem_bps: float, op_sac: bool = False,
 ) -> tuple[float, float, float]:
     """(forward, backward, recompute-forward) seconds of one layer for one micro-batch of
-    ``b`` sequences on one tensor-parallel rank."""
+    ``b`` sequences on one tensor-parallel rank; ``op_sac``: selective recomputation is
+    torchtitan's per-op SAC (``RuntimeStepProfile.selective_op_sac``)."""
+    index = 3 if op_sac and recompute is Recompute.SELECTIVE else _REDO_INDEX[recompute]
     return _layer_times(model, s, precision, b, t, flash, sp_knob and t > 1, rate,
-                        mem_bps)[_REDO_INDEX[recompute]]
+                        mem_bps)[index]
 
 
 _REDO_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
@@ -309,9 +312,9 @@ def _layer_times(
     model: ModelSpec, s: int, precision: Precision, b: int, t: int, flash: bool,
     sp_knob: bool, rate: float, mem_bps: float,
 ) -> tuple[tuple[float, float, float], ...]:
-    """``_layer_times_of`` under each recomputation mode (none, selective, full): they share
-    the forward and backward. Cached because the planner asks for the same layer shape under
-    many (pp, dp) layouts, savers and GPU types of equal rates."""
+    """``_layer_times_of`` under each recomputation mode (none, selective, full, per-op
+    SAC): they share the forward and backward. Cached because the planner asks for the same
+    layer shape under many (pp, dp) layouts, savers and GPU types of equal rates."""
     h, f, kv, a = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.num_heads
     qw = model.attn_hidden  # Q and attention-output width: h unless head_dim is explicit
     tokens = b * s
@@ -349,7 +352,12 @@ def _layer_times(
     # and the tensor-parallel collectives of the layer together (see ``_floored``).
     fwd = dense_fwd + core_fwd + elem
     bwd = dense_bwd + core_bwd + 2.0 * elem
-    return (fwd, bwd, 0.0), (fwd, bwd, core_fwd + softmax), (fwd, bwd, fwd)
+    # per-op SAC re-runs the element-wise work and the linears whose outputs it did not save
+    per_token = {"q": h * qw, "k": h * kv, "v": h * kv, "qkv": h * (qw + 2 * kv), "o": qw * h,
+                 "gate": h * f, "up": h * f, "down": f * h}
+    sac = elem + sum((2.0 * tokens * per_token[name] / t + half) / rate
+                     for name, saved in model.op_sac_linears() if not saved)
+    return (fwd, bwd, 0.0), (fwd, bwd, core_fwd + softmax), (fwd, bwd, fwd), (fwd, bwd, sac)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -451,8 +459,8 @@ class ComputeBound:
     the per-layer and head times of a (tp, micro-batch, recompute) are looked up once and
     shared by every pipeline depth."""
 
-    __slots__ = ("_cache", "_flash", "_floor", "_mem_bps", "_micro", "_rate", "_sp", "model",
-                 "train")
+    __slots__ = ("_cache", "_flash", "_floor", "_mem_bps", "_micro", "_op_sac", "_rate", "_sp",
+                 "model", "train")
 
     def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType, flash: bool,
                  sequence_parallel: bool, runtime: str = DEFAULT_RUNTIME) -> None:
@@ -460,6 +468,7 @@ class ComputeBound:
         self._rate, self._mem_bps = device_rates(gpu, train.precision, runtime)
         self._flash, self._sp = flash, sequence_parallel
         self._floor, self._micro = host_overheads(runtime)
+        self._op_sac = runtime_step_profile(runtime).selective_op_sac
         self._cache: dict[tuple[int, int, Recompute], tuple[float, float, float]] = {}
 
     def per_micro_batch(self, tp: int, pp: int, micro_batch: int, recompute: Recompute
@@ -472,7 +481,7 @@ class ComputeBound:
             model, train, rate = self.model, self.train, self._rate
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch,
                                          tp, recompute, self._flash, self._sp, rate,
-                                         self._mem_bps)
+                                         self._mem_bps, self._op_sac)
             f, _, b, _ = _layer_passes(lf, lb, lr, recompute, 0.0, 0.0, self._floor)
             tokens = micro_batch * train.seq_len
             v_local = model.vocab_size / tp
@@ -539,6 +548,7 @@ class StepTimeModel:
         "_mem_bps",
         "_micro",
         "_nbytes",
+        "_op_sac",
         "_opt_bytes",
         "_rate",
         "_tp_bwd_wgrad",
@@ -558,6 +568,7 @@ class StepTimeModel:
         profile = runtime_step_profile(runtime)
         self.model, self.train, self.gpu, self.topo = model, train, gpu, topology
         self.runtime = runtime
+        self._op_sac = profile.selective_op_sac
         self._compute = {} if compute_cache is None else compute_cache
         self._links = _links(gpu, topology)
         self._rate, self._mem_bps = device_rates(gpu, train.precision, runtime)
@@ -647,7 +658,7 @@ class StepTimeModel:
         if per_mb is None:
             rate, mem_bps = self._rate, self._mem_bps
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t,
-                                         recompute, flash, sp, rate, mem_bps)
+                                         recompute, flash, sp, rate, mem_bps, self._op_sac)
             # 2 all-reduces per layer forward (and per full-recompute re-forward); 2 in the
             # backward, of which the runtime's profile says how much is exposed
             one_ar = _group_collective_s(

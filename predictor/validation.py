@@ -238,6 +238,33 @@ def llm_foundry_cases(rows: Iterable[Row]) -> list[Case]:
     return cases
 
 
+# torchtitan (benchmarks/data/step_time/torchtitan_tps.csv): Llama 3.1 8B under FSDP2 with
+# per-op selective checkpointing (torchtitan's llama3_8b.toml: seq 8192, SDPA flash, bf16
+# parameters, fp32 reduction) on Meta's Grand Teton H100 96GB at 500 W, 8 GPUs per host,
+# 400 Gb/s per GPU between hosts (3200 Gb/s = 400 GB/s per node). One micro-batch per step.
+TORCHTITAN_MODEL = ModelSpec("llama-3.1-8b", Family.LLAMA, 32, 4096, 32, vocab_size=128256,
+                             max_seq_len=8192, num_kv_heads=8, ffn_hidden_size=14336,
+                             tie_embeddings=False)
+
+
+def torchtitan_cases(rows: Iterable[Row]) -> list[Case]:
+    """The eager rows (no torch.compile, no Float8) as step-time cases."""
+    cases = []
+    for row in rows:
+        if row["technique"] != "eager":
+            continue
+        s, b, n = int(row["seq_len"]), int(row["local_batch"]), int(row["gpus"])
+        train = TrainingSpec(global_batch=b * n, seq_len=s, precision=Precision.BF16,
+                             flash_attention=True, sequence_parallel=False)
+        par = ParallelConfig(dp=n, micro_batch=b, zero_stage=3,
+                             recompute=Recompute.SELECTIVE)
+        topo = Topology(num_nodes=max(1, math.ceil(n / 8)), inter_bw_gbs=400.0)
+        cases.append(Case("torchtitan", f"llama-3.1-8b s{s} n{n} mb{b}", TORCHTITAN_MODEL,
+                          train, par, "H100-96G", topo, b * s / float(row["tps_per_gpu"]),
+                          group="H100-96G", runtime="fsdp2"))
+    return cases
+
+
 # --- Sia gpt_pmp (2.8B GPT, pipeline model parallelism) -----------------------------------
 # Reading (sia-simulator/applications.py, PMPApplication): each placement row profiles one
 # pipeline-parallel job; ``step_time`` is the forward time of ONE stage for ONE micro-batch of

@@ -82,14 +82,15 @@ MEASURED_STEP_ERROR: dict[str, LogError] = {
     "A100-40G": LogError(bias=-0.0840, sigma=0.1951, n=1665, sets=4),
     "A100-80G": LogError(bias=0.0754, sigma=0.1176, n=71, sets=3),
     "H100-80G": LogError(bias=-0.0066, sigma=0.0878, n=70, sets=1),
+    "H100-96G": LogError(bias=0.0254, sigma=0.0157, n=2, sets=1),
     "RTX2080Ti": LogError(bias=-0.0221, sigma=0.0332, n=32, sets=1),
     "T4": LogError(bias=0.7305, sigma=0.0829, n=47, sets=1),
-    POOLED: LogError(bias=0.0592, sigma=0.2746, n=1885, sets=10),
+    POOLED: LogError(bias=0.0561, sigma=0.2620, n=1887, sets=11),
 }
 """Step-time error per GPU type: ``fit_step_error`` over every row of
 ``benchmarks.step_time_accuracy.load_cases()`` (the sets of docs/step_time_accuracy.md:
 vTrain single/multi, Korthikanti, llm-foundry, Megatron papers, Sia gpt_pmp rtx/dgx-ext,
-AMP T4) against the predictor of this commit. Regenerate with
+AMP T4, torchtitan) against the predictor of this commit. Regenerate with
 ``python -m benchmarks.step_time_accuracy --error-model``; tests/simulator/test_error.py checks
 that the constants still match that fit. Types without measurements use ``POOLED``."""
 

@@ -299,9 +299,13 @@ def test_calibration_and_validation_splits_are_disjoint_and_named() -> None:
         return Case(dataset, "x", _model().with_(name=model), TrainingSpec(global_batch=1,
                     seq_len=128), ParallelConfig(), "A100-40G", Topology(), 1.0)
 
-    assert sorted(CALIBRATION) == ["llm_foundry", "vtrain_single"]
+    assert sorted(CALIBRATION) == ["llm_foundry", "torchtitan", "vtrain_single"]
     assert is_calibration(case("vtrain_single", "gpt"))
     assert is_calibration(case("llm_foundry", "mpt-7b"))
+    # torchtitan: the 8-GPU row calibrates, the 128-GPU one validates
+    tt = case("torchtitan", "llama-3.1-8b")
+    assert is_calibration(replace(tt, par=ParallelConfig(dp=8)))
+    assert is_validation(replace(tt, par=ParallelConfig(dp=128)))
     for dataset, model in (("llm_foundry", "mpt-13b"), ("llm_foundry", "mpt-760m"),
                            ("vtrain_multi", "gpt"), ("gpt_pmp_rtx", "gpt"), ("amp_t4", "gpt")):
         assert is_validation(case(dataset, model)) and not is_calibration(case(dataset, model))
@@ -351,3 +355,34 @@ def test_backward_tp_all_reduce_hides_behind_its_weight_gradient_gemm(
             assert exposed == 0.0
         else:  # PCIe: the all-reduce outlasts both GEMMs
             assert ar > w_in > w_qkv
+
+
+def test_op_sac_backward_reruns_the_unsaved_linears_and_elementwise_work() -> None:
+    """torchtitan's per-op SAC (the fsdp2 profile's selective) re-runs a llama layer's
+    element-wise work (forward − its GEMMs − the attention core) and the three matmuls whose
+    outputs it does not save, wk, wo and w3 (the 2nd, 4th and 6th), each its own kernel."""
+    from predictor.step_time import GEMM_HALF_FLOPS, _layer_times
+
+    m = ModelSpec.from_name("llama-3-8b")
+    s, b, t, rate, bw = 2048, 1, 2, 400e12, 2e12
+    (fwd, _, _), (_, _, core), _, (_, _, sac) = _layer_times(
+        m, s, Precision.BF16, b, t, True, False, rate, bw)
+    tokens, h = b * s, m.hidden_size
+    q, kv, f = m.attn_hidden, m.kv_hidden, m.ffn_hidden_size
+
+    def gemm(w: int) -> float:
+        return (2.0 * tokens * w / t + GEMM_HALF_FLOPS) / rate
+
+    # the model's forward GEMMs: QKV as one, the output projection, gate, up and down
+    dense = gemm(h * (q + 2 * kv)) + gemm(q * h) + 3 * gemm(h * f)
+    elementwise = fwd - core - dense
+    assert sac == pytest.approx(elementwise + gemm(h * kv) + gemm(q * h) + gemm(h * f),
+                                rel=1e-12)
+    # and a runtime without it still re-runs the attention core alone
+    sel = estimate_step_time(m, TrainingSpec(global_batch=8, seq_len=s),
+                             ParallelConfig(dp=8, micro_batch=1, recompute="selective"),
+                             get_gpu("H100-80G"), runtime="megatron")
+    sac_rt = estimate_step_time(m, TrainingSpec(global_batch=8, seq_len=s),
+                                ParallelConfig(dp=8, micro_batch=1, recompute="selective"),
+                                get_gpu("H100-80G"), runtime="fsdp2")
+    assert sac_rt.compute_s > sel.compute_s
