@@ -125,6 +125,21 @@ def test_split_form_agrees_with_estimate_for_every_runtime(name: str, cfg: dict)
     assert peak_tensors(m, train, par, rt) == estimate_memory(m, train, par, runtime=rt).tensors
 
 
+@pytest.mark.parametrize("cfg", [
+    dict(tp=2, pp=2, dp=2, micro_batch=1, zero_stage=3, recompute="selective"),
+    dict(tp=1, pp=1, dp=8, micro_batch=2, zero_stage=3, recompute="selective"),
+    dict(tp=4, pp=1, dp=2, micro_batch=2, zero_stage=0, recompute="selective",
+         sequence_parallel=False),
+])
+def test_split_form_agrees_under_torchtitans_op_sac(cfg: dict) -> None:
+    # a llama layout (separate q/k/v matmuls, SwiGLU) under fsdp2's per-op SAC and its loss
+    m = ModelSpec.from_name("llama-3-8b")
+    train = _train(s=1024, B=16)
+    par = ParallelConfig(**{"sequence_parallel": True, **cfg})
+    rt = get_runtime("fsdp2")
+    assert peak_tensors(m, train, par, rt) == estimate_memory(m, train, par, runtime=rt).tensors
+
+
 def test_unknown_runtime_and_override_name_what_fits() -> None:
     with pytest.raises(SpecError) as e:
         get_runtime("megatorn")
