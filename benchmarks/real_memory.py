@@ -236,6 +236,8 @@ def _colossal_lightning(r: dict[str, str]
                            max_seq_len=1024, tie_embeddings=True),
                 precision="fp16", optimizer="adam", runtime=runtime, recompute="full",
                 flash_attention=False, zero_stage=zero, stage="last")
+    if strategy == "deepspeed_zero3":  # Lightning's DeepSpeedStrategy defaults
+        spec["runtime_options"] = {"reduce_bucket_elems": 200_000_000, "overlap_comm": True}
     if strategy == "ddp_amp":  # torch 1.12-era Adam: per-tensor loop (foreach off by default)
         spec["runtime_options"] = {"optimizer_foreach": False}
     if strategy == "colossalai_gemini_cuda":  # Gemini runs the model in fp16, no autocast

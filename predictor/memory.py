@@ -390,6 +390,8 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
         optimizer_states, adam = 0, -1
         if mixed and not rt.pure_low_precision:
             gradients = D * n_grad
+    if rt.reduce_bucket_elems and zero >= 1:  # DeepSpeed's contiguous-gradient IPG buffer(s)
+        gradients += (2 if rt.overlap_comm and zero < 3 else 1) * rt.reduce_bucket_elems * D
     return parameters, gradients, optimizer_states, adam
 
 

@@ -121,6 +121,14 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   alive through the backward; the head's matmul backward sees only their gradient
   (``logits_head_bwd_bytes`` is then that gradient's bytes).
 
+* ``reduce_bucket_elems`` / ``overlap_comm``: DeepSpeed's ZeRO optimizers with
+  ``contiguous_gradients`` (its default) reduce gradients through a flat buffer of
+  ``reduce_bucket_size`` elements of the model's dtype (default 5e8: 1 GB in fp16/bf16),
+  whatever the model's size: ZeRO-1/2 allocate it at every ``backward()`` (a second one with
+  ``overlap_comm``, off by default there), ZeRO-3 once at start (one buffer; ``overlap_comm``
+  does not double it). Counted with the gradients under ZeRO >= 1. PyTorch Lightning's
+  ``DeepSpeedStrategy`` passes 2e8 with ``overlap_comm`` on.
+
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
 
@@ -217,6 +225,8 @@ class RuntimeProfile:
     logits_bwd_bytes_tp_fp32: int = 0  # tp > 1: the loss backward's in fp32
     grads_set_to_none: bool = False  # no gradient exists before the step's first backward
     logits_freed_before_backward: bool = False  # the loop drops its logits before backward
+    reduce_bucket_elems: int = 0  # DeepSpeed ZeRO's contiguous gradient bucket (elements)
+    overlap_comm: bool = False  # ZeRO-1/2 double-buffer that bucket (DeepSpeed overlap_comm)
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
     eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors
     cpu_rmsnorm: bool = False  # eager_blocks: RMSNorm composite (CPU), keeps its fp32 output
@@ -398,9 +408,10 @@ DEEPSPEED = RuntimeProfile(
         "DeepSpeed ZeRO 0-3 around a Hugging Face model: model dropout as configured (on by "
         "default for gpt2/bert), fp16/bf16 model without autocast (logits, their shifted "
         "copy and log_softmax in the compute dtype), fp16 gradient partitions, FusedAdam, "
-        "ZeRO-3 gathers the running and one prefetched block"),
+        "ZeRO-3 gathers the running and one prefetched block; ZeRO-1/2/3 reduce through a "
+        "contiguous bucket of reduce_bucket_size = 5e8 elements (overlap_comm off)"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=6, logits_bwd_bytes=6,
-    grad_bytes=2,
+    grad_bytes=2, reduce_bucket_elems=500_000_000,
 )
 
 FSDP2 = RuntimeProfile(

@@ -425,3 +425,22 @@ def test_full_recompute_keeps_the_built_in_trainers_fp32_residual_per_layer() ->
 
     assert per_layer(FRENZY) == 64 * 256 * 4
     assert per_layer(REFERENCE) == 64 * 256 * 2
+
+
+def test_deepspeed_zero_reduces_through_its_contiguous_bucket() -> None:
+    # DeepSpeed's ZeRO optimizers allocate reduce_bucket_size elements of the model's dtype
+    # (5e8 by default) whatever the model's size: ZeRO-1/2 one (two with overlap_comm) at
+    # every backward, ZeRO-3 one at start; ZeRO-0 (no ZeRO optimizer) none
+    rt = get_runtime("deepspeed").with_overrides(dropout=0.0)
+    train = _train(B=4)
+    n = LLAMA.num_params()
+
+    def grads(zero: int, profile=rt) -> int:
+        par = ParallelConfig(dp=2, micro_batch=2, zero_stage=zero)
+        return estimate_memory(LLAMA, train, par, runtime=profile).gradients
+
+    assert grads(0) == 2 * n  # fp16/bf16 gradients, no bucket
+    assert grads(2) == 2 * n // 2 + 2 * 500_000_000
+    assert grads(2, rt.with_overrides(overlap_comm=True)) == 2 * n // 2 + 2 * 2 * 500_000_000
+    lightning = rt.with_overrides(reduce_bucket_elems=200_000_000, overlap_comm=True)
+    assert grads(3, lightning) == 2 * n // 2 + 2 * 200_000_000
