@@ -200,14 +200,18 @@ def _hf_docs(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, 
     return spec, "", tags
 
 
+def _untied_model(r: dict[str, str], family: str) -> dict[str, Any]:
+    """The model object of a row that gives its dimensions (untied output layer)."""
+    return dict(name=r["model"][:30], family=family,
+                num_layers=int(r["num_layers"]), hidden_size=int(r["hidden_size"]),
+                num_heads=int(r["num_heads"]), num_kv_heads=int(r["num_kv_heads"]),
+                ffn_hidden_size=int(r["ffn_hidden_size"]), vocab_size=int(r["vocab_size"]),
+                max_seq_len=int(r["seq_len"]), tie_embeddings=False)
+
+
 def _ms_swift(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, ...]]:
     spec = _base(r)
-    spec.update(model=dict(name=r["model"][:30], family="qwen2",
-                           num_layers=int(r["num_layers"]), hidden_size=int(r["hidden_size"]),
-                           num_heads=int(r["num_heads"]), num_kv_heads=int(r["num_kv_heads"]),
-                           ffn_hidden_size=int(r["ffn_hidden_size"]),
-                           vocab_size=int(r["vocab_size"]), max_seq_len=int(r["seq_len"]),
-                           tie_embeddings=False),
+    spec.update(model=_untied_model(r, "qwen2"),
                 precision="bf16", optimizer="adamw", runtime="hf-trainer", recompute="full",
                 flash_attention=True, zero_stage=0, dropout=0.0, stage="last",
                 runtime_options={"pure_low_precision": True})
@@ -250,12 +254,7 @@ def _torchtitan(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[st
         return None, ("torch.compile / Float8 (inductor's partition under per-op SAC and "
                       "torchao's float8 linears are not modelled)"), ()
     spec = _base(r)
-    spec.update(model=dict(name=r["model"][:30], family="llama",
-                           num_layers=int(r["num_layers"]), hidden_size=int(r["hidden_size"]),
-                           num_heads=int(r["num_heads"]), num_kv_heads=int(r["num_kv_heads"]),
-                           ffn_hidden_size=int(r["ffn_hidden_size"]),
-                           vocab_size=int(r["vocab_size"]), max_seq_len=int(r["seq_len"]),
-                           tie_embeddings=False),
+    spec.update(model=_untied_model(r, "llama"),
                 precision="bf16", optimizer="adamw", runtime="fsdp2",
                 recompute="selective" if r["recompute"].startswith("selective") else "full",
                 flash_attention=True, zero_stage=3, stage="last")
