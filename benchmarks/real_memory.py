@@ -114,11 +114,10 @@ def _megatron(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str,
                 and "unfused" not in r["flash_attention"],
                 sequence_parallel=f.get("sequence-parallel") == "True", stage="last")
     cp = int(f.get("cp", "1"))
-    if cp > 1:  # context parallelism as its per-rank share: s/cp tokens, shards over dp·cp
+    if cp > 1:  # the spec's cp: its per-rank share (predictor.memory_spec)
         if spec["seq_len"] % cp:
             return None, "context parallelism with a sequence cp does not divide", ()
-        spec.update(seq_len=spec["seq_len"] // cp, dp=spec["dp"] * cp,
-                    global_batch=spec["global_batch"] * cp)
+        spec["cp"] = cp
     options: dict[str, Any] = {}
     if fsdp:  # Megatron-FSDP's ZeRO-3 (predictor.runtimes: sharding)
         spec["zero_stage"] = 3

@@ -33,9 +33,9 @@ SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split",
 """Megatron's ``--account-for-{embedding,loss}-in-pipeline-split``: the embedding / the loss
 counts as a layer when the layers are split over the stages and virtual chunks
 (``predictor.memory.megatron_chunk_layers``)."""
-SPEC_FIELDS = ("model", "hf_config", *TRAIN_FIELDS, *PLAN_FIELDS, "dropout", "activation",
-               "layers_per_stage", "virtual_stages", "runtime", "runtime_options", "gpu",
-               "stage", *SPLIT_FIELDS)
+SPEC_FIELDS = ("model", "hf_config", *TRAIN_FIELDS, *PLAN_FIELDS, "cp", "dropout",
+               "activation", "layers_per_stage", "virtual_stages", "runtime",
+               "runtime_options", "gpu", "stage", *SPLIT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,25 @@ def _hf_model(config: Any, activation: str | None) -> ModelSpec:
     return model.with_(activation=activation) if activation else model
 
 
+def _context_parallel_share(spec: dict[str, Any]) -> dict[str, Any]:
+    """``cp`` context-parallel ranks (Megatron's ``--context-parallel-size``) as one rank's
+    share: each rank holds ``seq_len / cp`` tokens of every sequence, and the ZeRO shards
+    (the distributed optimizer's) spread over ``dp · cp`` ranks; the micro-batches per step
+    are unchanged. The spec's ``dp`` stays the data-parallel degree without cp."""
+    cp = spec.get("cp", 1)
+    if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+        raise SpecError("cp", f"a positive integer (context-parallel ranks), got {cp!r}")
+    if cp == 1:
+        return spec
+    s, dp, batch = spec["seq_len"], spec.get("dp", 1), spec["global_batch"]
+    if isinstance(s, bool) or not isinstance(s, int) or s % cp:
+        raise SpecError("cp", f"cp={cp} must divide seq_len={s!r}; choose a cp that does")
+    for key, value in (("dp", dp), ("global_batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(key, f"an integer, got {value!r}")
+    return {**spec, "seq_len": s // cp, "dp": dp * cp, "global_batch": batch * cp}
+
+
 def parse_memory_spec(spec: Any) -> MemoryRequest:
     """Validate one spec object; ``SpecError`` names the first bad field."""
     if not isinstance(spec, dict):
@@ -109,6 +128,7 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
     for key in ("global_batch", "seq_len"):
         if key not in spec:
             raise SpecError(key, "required")
+    spec = _context_parallel_share(spec)
     if "hf_config" in spec:
         model = _hf_model(spec["hf_config"], spec.get("activation"))
     else:

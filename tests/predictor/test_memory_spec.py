@@ -83,3 +83,24 @@ def test_a_qwen3_config_with_its_head_dim_prices_like_the_catalog_entry() -> Non
     # the replicated norms 2 x 1024 + 2 x 128: 7,866,624 x 28 = 220,265,472; the embedding's
     # 75,968 rows x 1024 = 77,791,232 (tied); the final norm 1024: 298,057,728
     assert reports[0]["breakdown"]["parameters"] == 4 * 298_057_728
+
+
+def test_context_parallel_is_one_ranks_share() -> None:
+    # cp = 4 ranks each hold 4096 / 4 tokens of every sequence, and the distributed
+    # optimizer's shards spread over dp·cp = 8 ranks, at the same micro-batches per step
+    spec = {"model": "llama-2-7b", "global_batch": 16, "seq_len": 4096, "tp": 2, "dp": 2,
+            "micro_batch": 1, "zero_stage": 1, "runtime": "megatron", "gpu": "H100-80G"}
+    with_cp = memory_report({**spec, "cp": 4})
+    by_hand = memory_report({**spec, "seq_len": 1024, "dp": 8, "global_batch": 64})
+    assert with_cp["breakdown"] == by_hand["breakdown"]
+    assert with_cp["device_bytes"] == by_hand["device_bytes"]
+    assert with_cp["tensors_bytes"] < memory_report(spec)["tensors_bytes"]
+
+
+@pytest.mark.parametrize("cp, field, says", [(3, "cp", "divide seq_len=4096"),
+                                             (0, "cp", "positive integer"),
+                                             (True, "cp", "positive integer")])
+def test_bad_context_parallel_names_the_field(cp, field: str, says: str) -> None:
+    with pytest.raises(SpecError) as e:
+        memory_report({"model": "llama-2-7b", "global_batch": 8, "seq_len": 4096, "cp": cp})
+    assert e.value.field == field and says in e.value.reason
