@@ -364,7 +364,13 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     else:
         parameters, gradients = D * n_param, (rt.grad_bytes if mixed else 4) * n_grad
         if zero >= 3 and rt is not REFERENCE and n_layers and not rt.fp32_weights_autocast:
-            parameters += D * min(1 + rt.prefetch_layers, n_layers) * lay_n
+            kept = 1 + rt.prefetch_layers
+            if rt.zero3_reuse_elems and lay_n:
+                # DeepSpeed keeps a layer gathered whose next use lies within the reuse
+                # distance: the last layers of the forward, reused by the backward after
+                # about twice their own parameters (predictor.runtimes)
+                kept = max(kept, rt.zero3_reuse_elems // (2 * lay_n))
+            parameters += D * min(kept, n_layers) * lay_n
         optimizer_states = 4 * n_shard * (states + (1 if mixed else 0))
         adam = 4 * max_shard if states == 2 else -1
     if not torch_adam and opt is not Optimizer.SGD:  # 8-bit Adam, Adafactor

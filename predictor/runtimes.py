@@ -128,6 +128,12 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   ``overlap_comm``, off by default there), ZeRO-3 once at start (one buffer; ``overlap_comm``
   does not double it). Counted with the gradients under ZeRO >= 1. PyTorch Lightning's
   ``DeepSpeedStrategy`` passes 2e8 with ``overlap_comm`` on.
+* ``zero3_reuse_elems``: DeepSpeed ZeRO-3 does not release a gathered parameter whose next
+  use in the recorded trace comes within ``stage3_max_reuse_distance`` parameters (1e9 by
+  default). At the turn from the forward to the backward, the layer j places from the end is
+  used again after about 2·j layers' parameters, so the last ``reuse // (2 · layer
+  parameters)`` layers stay gathered (at least the running and the prefetched one): about
+  1 GB in fp16 for a model of small layers, no more than the usual two for a 7B one.
 
 Non-tensor memory (allocator slack, CUDA context, NCCL) is not part of a profile: it is
 calibrated per runtime and GPU in ``predictor.overhead``.
@@ -227,6 +233,7 @@ class RuntimeProfile:
     logits_freed_before_backward: bool = False  # the loop drops its logits before backward
     reduce_bucket_elems: int = 0  # DeepSpeed ZeRO's contiguous gradient bucket (elements)
     overlap_comm: bool = False  # ZeRO-1/2 double-buffer that bucket (DeepSpeed overlap_comm)
+    zero3_reuse_elems: int = 0  # DeepSpeed stage3_max_reuse_distance (0: not this runtime)
     fp32_stream: bool = False  # fp32 residual stream under autocast (fp32 embedding, norms)
     eager_blocks: bool = False  # eager layers: K/V repeated, 4 SwiGLU tensors
     cpu_rmsnorm: bool = False  # eager_blocks: RMSNorm composite (CPU), keeps its fp32 output
@@ -408,10 +415,11 @@ DEEPSPEED = RuntimeProfile(
         "DeepSpeed ZeRO 0-3 around a Hugging Face model: model dropout as configured (on by "
         "default for gpt2/bert), fp16/bf16 model without autocast (logits, their shifted "
         "copy and log_softmax in the compute dtype), fp16 gradient partitions, FusedAdam, "
-        "ZeRO-3 gathers the running and one prefetched block; ZeRO-1/2/3 reduce through a "
-        "contiguous bucket of reduce_bucket_size = 5e8 elements (overlap_comm off)"),
+        "ZeRO-3 gathers the running and one prefetched block and keeps the last layers "
+        "gathered within stage3_max_reuse_distance = 1e9 parameters; ZeRO-1/2/3 reduce "
+        "through a contiguous bucket of reduce_bucket_size = 5e8 elements (overlap_comm off)"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=6, logits_bwd_bytes=6,
-    grad_bytes=2, reduce_bucket_elems=500_000_000,
+    grad_bytes=2, reduce_bucket_elems=500_000_000, zero3_reuse_elems=1_000_000_000,
 )
 
 FSDP2 = RuntimeProfile(

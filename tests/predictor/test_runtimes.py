@@ -444,3 +444,21 @@ def test_deepspeed_zero_reduces_through_its_contiguous_bucket() -> None:
     assert grads(2, rt.with_overrides(overlap_comm=True)) == 2 * n // 2 + 2 * 2 * 500_000_000
     lightning = rt.with_overrides(reduce_bucket_elems=200_000_000, overlap_comm=True)
     assert grads(3, lightning) == 2 * n // 2 + 2 * 200_000_000
+
+
+def test_deepspeed_zero3_keeps_the_last_layers_within_its_reuse_distance() -> None:
+    # stage3_max_reuse_distance: a layer j places from the forward's end is used again after
+    # about 2·j layers' parameters, so reuse // (2·layer) layers stay gathered (at least the
+    # running and the prefetched one)
+    rt = get_runtime("deepspeed").with_overrides(dropout=0.0, reduce_bucket_elems=0)
+    m = LLAMA.with_(num_layers=12)
+    lay = m.layer_params()
+    par = ParallelConfig(dp=4, micro_batch=1, zero_stage=3)
+
+    def params(reuse: int) -> int:
+        return estimate_memory(m, _train(B=4), par,
+                               runtime=rt.with_overrides(zero3_reuse_elems=reuse)).parameters
+
+    assert params(0) - params(2 * 2 * lay) == 0  # two layers either way
+    assert params(2 * 5 * lay + 1) - params(0) == 2 * 3 * lay  # five kept: three more, fp16
+    assert params(10**12) - params(0) == 2 * 10 * lay  # at most every layer
