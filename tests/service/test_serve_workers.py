@@ -37,8 +37,17 @@ def _children(pid: int) -> list[int]:
 
 
 def _workers(pid: int) -> list[int]:
-    """The uvicorn workers among ``pid``'s children (not multiprocessing's tracker)."""
-    return [p for p in _children(pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    """The uvicorn workers among ``pid``'s children (not multiprocessing's tracker); a child
+    that exits while it is being read (a dying worker) is not one."""
+    out = []
+    for p in _children(pid):
+        try:
+            cmdline = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            out.append(p)
+    return out
 
 
 def _socket_inodes(pid: int) -> set[int]:
