@@ -126,6 +126,14 @@ MATMUL_EFFICIENCY: dict[tuple[str, str], float] = {
     # calibrated figures carry over, assumed, not fitted on an H200 measurement
     ("H200", "bf16"): 0.55,
     ("H200", "fp16"): 0.55,
+    # likewise the H800 (H100 SXM5 compute, a narrower NVLink) and the GH200's Hopper GPU
+    # (H100 compute at a module power of up to 1000 W with the Grace CPU): the 700 W H100's
+    # calibrated figure, assumed, not fitted on a measurement of theirs (without an entry they
+    # fell back to the catalog's a-priori 0.7, the figure the H100's own data refuted)
+    ("H800-80G", "bf16"): 0.55,
+    ("H800-80G", "fp16"): 0.55,
+    ("GH200-96G", "bf16"): 0.55,
+    ("GH200-96G", "fp16"): 0.55,
     # the H100 96GB at Grand Teton's 500 W power limit (torchtitan's H100 runs): 0.50, the
     # least error on the calibration row (Llama 3.1 8B on 8 GPUs; 0.45 / 0.55 give +8.3 /
     # -8.6 %); the 128-GPU row is validation (-4.0 %). Below the 700 W part's 0.55.
