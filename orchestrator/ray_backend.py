@@ -128,6 +128,10 @@ ERROR_GRACE_S = 5.0
 """After one rank fails, how long to wait for the others before judging the cause (a killed
 peer makes the survivors' collectives fail too; the dead actor's own error decides)."""
 
+LAST_STATUS_S = 2.0
+"""How long a failed launch's final read of rank 0's progress may take (its actor outlives
+the failed task)."""
+
 
 @dataclass(frozen=True)
 class RayBackendConfig:
@@ -698,6 +702,7 @@ class RayBackend:
             if pending and (run.error_since is None or now - run.error_since < ERROR_GRACE_S):
                 run.error_since = run.error_since or now
                 return  # give a dead peer's own error the chance to arrive
+            self._absorb_last_status(run)
             if oom is not None:
                 self._out_of_memory(run, oom)
                 return
@@ -787,6 +792,15 @@ class RayBackend:
         if run.cfg.entrypoint:
             return float(max(run.job.steps_done, run.checkpoint_step))
         return float(max(run.job.steps_done, latest_step(self.config.checkpoint_dir, run.job.id)))
+
+    def _absorb_last_status(self, run: _Run) -> None:
+        """Read rank 0's progress once more before a failed launch ends, so that a step made
+        between the last status poll and the failure (its loss, its checkpoint) is kept."""
+        try:
+            status = ray.get(run.workers[0].status.remote(), timeout=LAST_STATUS_S)
+        except (RayError, GetTimeoutError):
+            return
+        self._absorb(run, status)
 
     def _out_of_memory(self, run: _Run, oom: RankOutOfMemory) -> None:
         """A rank ran out of memory: the controller re-plans the job with what was measured."""
