@@ -756,8 +756,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     lg = (0 if rt.classification_head else Tf * vr) if last else 0
     low = _low_precision_logits(rt, mixed, bert)
     hb = rt.logits_head_bwd_bytes * (1 if low else 2)
-    # logits the loop still holds through the layers' backward
-    held = 0 if rt.logits_freed_before_backward else hb // 2
+    held = _held_logit_bytes(rt, hb)
     bc = _bias_grad_copy(rt, mixed, low)
     head: list[tuple[int, int, int]] = []
     if last:
@@ -1204,7 +1203,7 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         lg = (0 if rt.classification_head else Tf * vr) if last else 0
         low = _low_precision_logits(rt, mixed, bert)
         hb = rt.logits_head_bwd_bytes * (1 if low else 2)
-        held = (0 if rt.logits_freed_before_backward else hb // 2) * lg
+        held = _held_logit_bytes(rt, hb) * lg
         bc = _bias_grad_copy(rt, mixed, low)
         head = []
         if last:
@@ -1365,6 +1364,13 @@ def _low_precision_logits(rt: RuntimeProfile, mixed: bool, bert: bool) -> bool:
     head adds its fp32 output bias to the bf16 matmul output, which promotes the logits to
     fp32 (they then count as in an fp32 run)."""
     return mixed and not (bert and rt.fp32_stream)
+
+
+def _held_logit_bytes(rt: RuntimeProfile, head_bwd_bytes: int) -> int:
+    """Bytes per logit the training loop still holds through the layers' backward: the
+    low-precision logits, half of what is left at the head's matmul backward (the logits and
+    their gradient), or none when the loop drops them before ``backward()``."""
+    return 0 if rt.logits_freed_before_backward else head_bwd_bytes // 2
 
 
 def _bias_grad_copy(rt: RuntimeProfile, mixed: bool, low: bool) -> int:
