@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -104,7 +105,9 @@ def load_gpu_catalog(path: Traversable | Path = CATALOG_PATH) -> dict[str, GpuTy
 
 
 def get_gpu(name: str) -> GpuType:
-    """Look one GPU type up by name (case-insensitive), with a did-you-mean on error."""
+    """Look one GPU type up by its catalog name (case-insensitive), with a did-you-mean on
+    error. Internal names (cluster files, node labels, plans) go through here: they must be
+    the catalog's own spelling, since they are compared as strings later."""
     catalog = load_gpu_catalog()
     for key, gpu in catalog.items():
         if key.lower() == name.strip().lower():
@@ -112,3 +115,79 @@ def get_gpu(name: str) -> GpuType:
     close = difflib.get_close_matches(name, catalog, n=3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise SpecError("gpu", f"unknown GPU type {name!r}.{hint} Known: {', '.join(catalog)}")
+
+
+# GPU families as device names spell them, most specific first ("GH200" before "H200").
+_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("GH200", r"GH\s*200"), ("GB200", r"GB\s*200"), ("H100", r"H\s*100"), ("H200", r"H\s*200"),
+    ("H800", r"H\s*800"), ("A100", r"A\s*100"), ("A800", r"A\s*800"), ("V100", r"V\s*100"),
+    ("L40S", r"L\s*40\s*S"), ("A10", r"A\s*10(?![0-9G])"), ("T4", r"(?<![A-Z0-9])T\s*4(?![0-9])"),
+    ("RTX3090", r"RTX\s*3090"), ("RTX2080TI", r"RTX\s*2080\s*TI"), ("RTX6000", r"RTX\s*6000"),
+)
+_VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*G(?:I?B)?\b")
+# A Grace Hopper superchip's device name counts the CPU's memory too ("NVIDIA GH200 480GB"
+# is the 96 GB HBM3 part): sizes above this are not the GPU's.
+_MAX_GPU_GB = 200.0
+
+
+def _family(text: str) -> str | None:
+    for fam, pattern in _FAMILIES:
+        if re.search(pattern, text):
+            return fam
+    return None
+
+
+def _sizes_gb(text: str) -> list[float]:
+    return [float(m) for m in _SIZE.findall(text) if float(m) <= _MAX_GPU_GB]
+
+
+def _size_matches(gb: float, gpu: GpuType) -> bool:
+    """Whether a size as written ("80GB", "96 GiB", "16GB" of a T4 whose driver reports
+    15.1 GiB) is this GPU's memory: the catalog name's own figure, or the capacity within
+    4 % read as GB or as GiB."""
+    own = _sizes_gb(gpu.name.upper().replace("-", " ").replace("G", "GB"))
+    if own:
+        return any(abs(gb - o) < 0.5 for o in own)
+    return any(abs(gb - gpu.memory_bytes / unit) <= 0.04 * gb for unit in (1e9, GIB))
+
+
+def resolve_gpu(name: str) -> GpuType:
+    """A GPU type from a name as users and tools write it: the catalog name, or a device
+    name as ``nvidia-smi`` / ``torch.cuda.get_device_name`` print it ("NVIDIA H100 80GB
+    HBM3", "Tesla V100-SXM2-16GB", "NVIDIA GH200 480GB"), or a data sheet's ("H800 (80GB)").
+    The family and the memory size decide; a name that fits several catalog types
+    ("H100": 80 or 96 GB), a PCIe card where the catalog holds only the NVLink part, or a
+    family the catalog lacks is an error naming what would fit."""
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError("gpu", f"must be a GPU type name, got {name!r}; "
+                        f"known: {', '.join(load_gpu_catalog())}")
+    catalog = load_gpu_catalog()
+    exact = {k.lower(): g for k, g in catalog.items()}.get(name.strip().lower())
+    if exact is not None:
+        return exact
+    text = _VENDOR_WORDS.sub(" ", name.upper().replace("_", " "))
+    fam = _family(text)
+    same = [g for g in catalog.values() if _family(g.name.upper()) == fam] if fam else []
+    if not same:
+        get_gpu(name)  # raises with the did-you-mean
+    cands = same
+    if any("NVL" in g.name.upper() for g in same):  # H100 NVL vs SXM; GB200 "NVL72" is a rack
+        nvl = "NVL" in text
+        cands = [g for g in same if ("NVL" in g.name.upper()) == nvl]
+    sizes = _sizes_gb(text)
+    if sizes:
+        cands = [g for g in cands if any(_size_matches(s, g) for s in sizes)]
+    if "PCIE" in text.replace(" ", ""):
+        sxm_only = [g for g in cands if g.link == "nvlink"]
+        if sxm_only and len(sxm_only) == len(cands):
+            raise SpecError("gpu", f"{name!r} is a PCIe card; the catalog holds "
+                            f"{', '.join(g.name for g in sxm_only)} as the NVLink (SXM) part, "
+                            "whose links and clocks differ. Name it to price the job with "
+                            "that part's figures")
+    if len(cands) == 1:
+        return cands[0]
+    options = cands or same
+    what = "fits several catalog types" if cands else "fits no catalog type by its size"
+    raise SpecError("gpu", f"{name!r} {what}; name one of: "
+                    f"{', '.join(f'{g.name} ({g.memory_bytes / GIB:.0f} GiB)' for g in options)}")

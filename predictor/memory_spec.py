@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from predictor.errors import SpecError
-from predictor.gpus import GpuType, get_gpu
+from predictor.gpus import GpuType, resolve_gpu
 from predictor.memory import MemoryBreakdown, estimate_memory, megatron_chunk_layers
 from predictor.overhead import NON_TENSOR, NonTensorModel
 from predictor.runtimes import DEFAULT_RUNTIME, EXECUTION_FIELDS, RuntimeProfile, get_runtime
@@ -187,7 +187,7 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
             isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage < par.pp):
         raise SpecError("stage", f"worst, first, last or a stage index below pp={par.pp}, "
                         f"got {stage!r}")
-    gpu = get_gpu(spec["gpu"]) if spec.get("gpu") else None
+    gpu = resolve_gpu(spec["gpu"]) if spec.get("gpu") else None
     return MemoryRequest(model, train, par, runtime, gpu, layers, vstages, stage, chunks)
 
 

@@ -479,11 +479,27 @@ optional term (dropout masks with an fp32 softmax, up-cast and shifted logits, t
 foreach Adam temporary, DDP's gradient buckets)."""
 
 
+RUNTIME_ALIASES: dict[str, str] = {
+    "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
+    "megatron-deepspeed": "deepspeed",  # Megatron's model code run by DeepSpeed's engine
+    "torchtitan": "fsdp2",
+    "hf": "hf-trainer", "huggingface": "hf-trainer", "transformers": "hf-trainer",
+    "colossal-ai": "colossalai",
+}
+"""Other names of the profiles, as frameworks and papers write them. Plain ``fsdp`` (FSDP1's
+flat parameters) is not one: ``fsdp2`` prices per-parameter sharding."""
+
+
 def get_runtime(name: str | RuntimeProfile) -> RuntimeProfile:
-    """A profile by name (case-insensitive), with what would fit on error."""
+    """A profile by name or alias (case-insensitive; ``_`` and spaces read as ``-``), with
+    what would fit on error."""
     if isinstance(name, RuntimeProfile):
         return name
     key = str(name).strip().lower()
+    if key in RUNTIMES:
+        return RUNTIMES[key]
+    key = "-".join(key.replace("_", " ").split())
+    key = RUNTIME_ALIASES.get(key, key)
     if key in RUNTIMES:
         return RUNTIMES[key]
     close = difflib.get_close_matches(key, RUNTIMES, n=2)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.errors import SpecError
-from predictor.gpus import GIB, get_gpu
+from predictor.gpus import GIB, get_gpu, resolve_gpu
 from predictor.planner import DEFAULT_MARGIN, DEFAULT_MAX_GPUS, RANKINGS, PlanResult, plan_job
 from predictor.runtimes import DEFAULT_RUNTIME, RUNTIMES
 from predictor.spec import Family, ModelSpec, TrainingSpec
@@ -134,7 +134,7 @@ def run_plan(args: argparse.Namespace) -> int:
         optimizer=args.optimizer, steps=args.steps, tokens=args.tokens,
         flash_attention=not args.no_flash,
     )
-    gpus = [get_gpu(g) for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    gpus = [resolve_gpu(g) for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     counts: dict[str, int] | None = None
     max_gpus = args.max_gpus
     if args.cluster is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from predictor.errors import SpecError
-from predictor.gpus import GIB, get_gpu, load_gpu_catalog
+from predictor.gpus import GIB, get_gpu, load_gpu_catalog, resolve_gpu
 from predictor.spec import Precision
 
 REQUIRED = ["V100-32G", "RTX2080Ti", "RTX3090", "RTX6000", "A10", "A100-40G", "A100-80G",
@@ -49,3 +49,35 @@ def test_types_the_real_memory_data_covers() -> None:
     assert get_gpu("GB200").memory_gib == 186
     # types without their own figure keep the old single overhead as their context
     assert get_gpu("A100-80G").cuda_context_bytes == get_gpu("A100-80G").runtime_overhead_bytes
+
+
+@pytest.mark.parametrize(("written", "entry"), [
+    # torch.cuda.get_device_name / nvidia-smi spellings of the parts
+    ("NVIDIA H100 80GB HBM3", "H100-80G"), ("NVIDIA A100-SXM4-40GB", "A100-40G"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80G"), ("Tesla V100-SXM2-16GB", "V100-16G"),
+    ("Tesla V100-SXM2-32GB", "V100-32G"), ("Tesla T4", "T4"), ("NVIDIA H100 NVL", "H100-NVL"),
+    ("NVIDIA GeForce RTX 2080 Ti", "RTX2080Ti"), ("Quadro RTX 6000", "RTX6000"),
+    ("NVIDIA L40S", "L40S"), ("NVIDIA A10", "A10"), ("NVIDIA H200", "H200"),
+    # the superchip's name counts Grace's LPDDR5X: 480 GB is the 96 GB HBM3 part
+    ("NVIDIA GH200 480GB", "GH200-96G"), ("GH200", "GH200-96G"),
+    # data sheets and the real-memory sources' gpu column
+    ("H800 (80GB)", "H800-80G"), ("H100 96GB HBM2e (Meta Grand Teton, 500 W)", "H100-96G"),
+    ("A100 80GB", "A100-80G"), ("GB200 (Blackwell GPU, ~186 GB HBM3e; GB200 NVL72)", "GB200"),
+    ("a800-80g", "A800-80G"),
+])
+def test_device_names_resolve_to_their_catalog_entry(written: str, entry: str) -> None:
+    assert resolve_gpu(written).name == entry
+
+
+@pytest.mark.parametrize(("written", "hint"), [
+    ("H100", "H100-80G (80 GiB), H100-96G (96 GiB)"),  # two sizes: the user must say which
+    ("V100", "V100-32G"),
+    ("A100 24GB", "fits no catalog type by its size"),
+    ("NVIDIA A100 80GB PCIe", "NVLink (SXM) part"),  # not priced as the SXM part silently
+    ("NVIDIA A10G", "Known: "),  # AWS's A10G is not the A10
+    ("B200", "Did you mean"),
+])
+def test_names_that_fit_no_or_several_entries_say_what_would(written: str, hint: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        resolve_gpu(written)
+    assert exc.value.field == "gpu" and hint in exc.value.reason

@@ -149,6 +149,21 @@ def test_unknown_runtime_and_override_name_what_fits() -> None:
     assert e.value.field == "runtime.drop_out" and "hidden_dropout" in e.value.reason
 
 
+@pytest.mark.parametrize(("written", "profile"), [
+    ("Megatron-LM", "megatron"), ("megatron_core", "megatron"), ("torchtitan", "fsdp2"),
+    ("Megatron-DeepSpeed", "deepspeed"), ("HF Trainer", "hf-trainer"),
+    ("transformers", "hf-trainer"), ("Colossal-AI", "colossalai"), ("DeepSpeed", "deepspeed"),
+])
+def test_runtime_aliases_name_their_profile(written: str, profile: str) -> None:
+    assert get_runtime(written).name == profile
+
+
+def test_fsdp1_is_not_read_as_fsdp2() -> None:
+    with pytest.raises(SpecError) as e:
+        get_runtime("fsdp")
+    assert "fsdp2" in e.value.reason
+
+
 def test_non_tensor_budget_inverts_the_device_figure() -> None:
     nt = NonTensorModel(slack_fraction=0.04, slack_bytes=0, nccl_bytes=512 << 20,
                         workspace_bytes=64 << 20)

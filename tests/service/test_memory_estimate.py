@@ -57,6 +57,17 @@ def test_memory_on_a_gpu_adds_workspace_context_and_nccl(tmp_path: Path, capsys)
     assert got["device_bytes"] - got["reserved_bytes"] == (1343 + 512) << 20
 
 
+def test_memory_takes_a_device_name_and_a_framework_name(tmp_path: Path, capsys) -> None:
+    base = {**SPEC, "precision": "fp16", "dp": 2, "global_batch": 2}
+    rc, out, _ = _run(tmp_path, {**base, "gpu": "V100-16G"}, capsys, "--json")
+    want = json.loads(out.strip().splitlines()[-1])
+    rc2, out2, _ = _run(tmp_path, {**base, "gpu": "Tesla V100-SXM2-16GB"}, capsys, "--json")
+    got = json.loads(out2.strip().splitlines()[-1])
+    assert rc == rc2 == 0 and got == want and got["gpu"] == "V100-16G"  # the entry it used
+    rc3, out3, _ = _run(tmp_path, {**base, "runtime": "Megatron-LM"}, capsys, "--json")
+    assert rc3 == 0 and json.loads(out3.strip().splitlines()[-1])["runtime"] == "megatron"
+
+
 @pytest.mark.parametrize(("change", "field", "hint"), [
     ({"tpp": 2}, "tpp", "tp"),
     ({"gpu": "H100"}, "gpu", "H100-80G"),
