@@ -148,7 +148,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
 from predictor.plan import Plan
@@ -210,6 +210,7 @@ class HasPolicy:
         widen_gain: float | None = 0.1,
         exchange_gain: float | None = 0.1,
         widen_min_saving_s: float | None = 0.0,
+        minimal_undo: bool = True,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -251,6 +252,7 @@ class HasPolicy:
         # what a wide start must save over the knee's plan (None: ``min_saving_s``)
         self.widen_min_saving_s = (min_saving_s if widen_min_saving_s is None
                                    else widen_min_saving_s)
+        self.minimal_undo = minimal_undo
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -576,7 +578,7 @@ class HasPolicy:
             of_type.setdefault(rj.allocation.plan.gpu_type, []).append(rj)
         # per type, on first use: its running jobs most GPUs first, and when the first ends
         by_size: dict[str, tuple[list[RunningJob], float]] = {}
-        undo: dict[str, tuple[Placement, Plan] | None] = {}  # see ``_smaller_plan``
+        undo: dict[str, list[tuple[Placement, Plan]]] = {}  # see ``_smaller_plan``
         for plan in self._walked(index):
             t, need = plan.gpu_type, plan.num_gpus - free.free(plan.gpu_type, plan.required_bytes)
             if need <= 0:
@@ -597,8 +599,10 @@ class HasPolicy:
                     continue  # ahead of ``job`` in SRPT order: it keeps its GPUs (growth
                     # past the knee was only lent while nobody waited)
                 cur = rj.allocation.plan
-                keep, base = self._smaller_plan(rj, cur, t, need - freed, wait_s,
-                                                expected_wait, state, undo)
+                keep, base = self._smaller_plan(
+                    rj, cur, t, need - freed, wait_s, expected_wait, state, undo,
+                    lambda kept, plan=plan, rj=rj: _usable(  # type: ignore[misc]
+                        _minus(rj.allocation.placement, kept), state, plan))
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
@@ -668,19 +672,22 @@ class HasPolicy:
 
     def _smaller_plan(self, rj: RunningJob, cur: Plan, t: str, need: int, wait_s: float,
                       expected_wait_s: float, state: ClusterState,
-                      undo: dict[str, tuple[Placement, Plan] | None] | None = None,
+                      undo: dict[str, list[tuple[Placement, Plan]]] | None = None,
+                      usable: Callable[[Placement], int] | None = None,
                       ) -> tuple[Placement | None, Plan | None]:
         """A smaller plan for running job ``rj`` on a subset of its GPUs, or (None, None).
 
-        Growth is always undone (a plan of fewer GPUs at no more GPU-seconds). A job that was
-        not grown is shrunk only for a much shorter waiting job (``shrink_long`` times shorter
-        than its own remaining time, SRPT's rule) and when its remaining time dwarfs the
-        restart, if the delay it suffers stays below ``expected_wait_s`` (how long the waiting
-        job would wait otherwise); then the largest smaller plan that frees ``need`` GPUs."""
+        Growth is always undone (a plan of fewer GPUs at no more GPU-seconds): as little of
+        it as frees ``need`` GPUs the waiting job can use (``usable`` counts them for a kept
+        placement), i.e. the largest such plan, else the one that frees most
+        (``minimal_undo``; without it, the job's cheapest plan of the type, however slow).
+        A job that was not grown is shrunk only for a much shorter waiting job
+        (``shrink_long`` times shorter than its own remaining time, SRPT's rule) and when its
+        remaining time dwarfs the restart, if the delay it suffers stays below
+        ``expected_wait_s`` (how long the waiting job would wait otherwise); then the
+        largest smaller plan that frees ``need`` GPUs."""
         ridx = self._plans.get(rj.job)
         plans = ridx.by_type.get(t, {})
-        # ``undo`` keeps the first answer per job within one call: it depends neither on
-        # ``need`` nor on the waiting job
 
         def fitting(cand: Plan) -> Placement | None:
             keep = _prefix(rj.allocation.placement, cand.num_gpus, cand.parallel.tp)
@@ -689,21 +696,30 @@ class HasPolicy:
                 return None
             return keep
 
-        if undo is not None and rj.job.id in undo:
-            back = undo[rj.job.id]
-        else:
-            back = None
+        # ``undo`` keeps per job, within one call, the plans that undo its growth (cheapest
+        # first): they depend neither on ``need`` nor on the waiting job
+        backs = undo.get(rj.job.id) if undo is not None else None
+        if backs is None:
+            backs = []
             cur_n, cur_gs = cur.num_gpus, cur.gpu_seconds
             for cand in ridx.cheapest(t):
                 if cand.num_gpus < cur_n and cand.gpu_seconds <= cur_gs:
                     keep = fitting(cand)
                     if keep is not None:
-                        back = (keep, cand)
-                        break
+                        backs.append((keep, cand))
+                        if not self.minimal_undo:
+                            break
             if undo is not None:
-                undo[rj.job.id] = back
-        if back is not None:
-            return back
+                undo[rj.job.id] = backs
+        if backs:
+            if not self.minimal_undo:
+                return backs[0]
+            by_size = sorted(backs, key=lambda kc: -kc[1].num_gpus)
+            for keep, cand in by_size:
+                freed = usable(keep) if usable is not None else cur.num_gpus - cand.num_gpus
+                if freed >= need:
+                    return keep, cand
+            return by_size[-1]
         left = rj.job.remaining_steps * cur.step_time_s
         if not self.shrink_long or left < max(self.shrink_long * wait_s,
                                               4 * self.restart_cost_s):
