@@ -358,6 +358,33 @@ def test_growth_past_the_knee_is_undone_for_a_shorter_waiting_job() -> None:
     assert d.allocation.plan.num_gpus == 8
 
 
+@pytest.mark.parametrize(("minimal", "kept"), [(True, 16), (False, 4)])
+def test_undoing_growth_frees_what_the_waiting_job_needs_not_more(minimal: bool,
+                                                                  kept: int) -> None:
+    # L runs grown on all 32 A100 (2.42 s/step, 77.4 GPU-s a step); 16 A100 (3.81 s, 61.0)
+    # and 4 A100 (13.2 s, 52.8; ZeRO-3) cost fewer GPU-seconds. W waits for 4 A100 and
+    # none is free. Undoing L's growth down to 16 frees 16 >= 4 and keeps L at 3.81 s a
+    # step; its cheapest plan would free 28 and run it 3.5x slower (the old rule)
+    nodes = [make_node(f"dgx-{i}", "A100-40G", 8, 0, interconnect="nvlink") for i in range(4)]
+    state = cluster(*nodes)
+    steps = 100_000
+    plans = ranked(make_plan("A100-40G", 4, step_s=13.2, num_steps=steps),
+                   make_plan("A100-40G", 16, step_s=3.81, num_steps=steps),
+                   make_plan("A100-40G", 32, step_s=2.42, num_steps=steps))
+    grown = RunningJob(JobView(id="L", submit_time=0.0, plans=plans, total_steps=steps),
+                       Allocation("L", plans[2], tuple((f"dgx-{i}", 8) for i in range(4))),
+                       started_at=0.0)
+    w = make_job("W", ranked(make_plan("A100-40G", 4, step_s=0.1, num_steps=1_000)),
+                 submit=900.0, total_steps=1_000)
+    out = HasPolicy(IdentityPerf(), minimal_undo=minimal).decide(state, [w], [grown], 1_000.0)
+    shrink = [d for d in out if d.job_id == "L"]
+    assert len(shrink) == 1 and shrink[0].kind is DecisionKind.RESIZE
+    alloc = shrink[0].allocation
+    assert alloc is not None and alloc.plan.num_gpus == kept
+    assert sum(n for _, n in alloc.placement) == kept  # in place, on a prefix of its GPUs
+    assert f"freeing {32 - kept} GPUs" in shrink[0].reason
+
+
 def _grown_long_and_a_short_arrival(steps: int) -> tuple[ClusterState, RunningJob, JobView]:
     """L grown onto both A100 nodes (16 at 0.55 s/step; 8 at 1 s/step costs fewer
     GPU-seconds, 8 < 8.8 a step), 100,000 steps left. J arrives with ``steps`` steps:

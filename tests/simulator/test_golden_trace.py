@@ -91,7 +91,16 @@ GOLDEN = {
     # mb2 (20.57 s a step for 20.39 s), which shifts when ncf-2/-8/-13/-27 and yolov3-5/-10/-12
     # get GPUs (has avg JCT 2795 s -> 2774 s, p99 31550 s -> 31358 s, makespan 39982 s ->
     # 39779 s; opportunistic avg JCT 5256 s -> 5258 s, makespan 55289 s -> 55124 s)
-    "has": (2773.5581672891717, 31358.329250333605, 12.048632535043499, 39779.175858953946),
+    # then re-pinned when undoing a grown job's growth for a waiting one shrank it only as
+    # far as frees what that job needs (the largest plan of no more GPU-seconds), not to its
+    # cheapest plan (issue 14; chosen on the tuning split, docs/validation.md): yolov3-5/-12
+    # and bert-19/deepspeech2-23 go 4 -> 2 A100-40G instead of 4 -> 1, so the next arrivals
+    # shrink them (and imagenet-3: 9 -> 17 restarts) once more instead of finding GPUs free;
+    # has avg JCT 2774 s -> 2784 s, p99 31358 s -> 31417 s, avg queue 12.0 s -> 23.1 s,
+    # makespan 39779 s -> 39871 s (a loaded trace where freeing more at once served the
+    # next arrivals; over the tuning split's 32 workloads the rule lowers avg JCT on both
+    # clusters)
+    "has": (2784.089421505671, 31416.872439535346, 23.081602275084332, 39871.03475126531),
     "opportunistic": (5258.192461367681, 47490.35907136873, 271.83562780864105,
                       55124.26762484427),
 }
