@@ -378,7 +378,11 @@ class HasPolicy:
                                     {d.job_id for d in out}], now, free_by_type, wide=True),
                     free, state, wide=True))
         elif self.grow and first_waiting is not None and running:
-            out.extend(self._shrink_for(first_waiting, running, free, state))
+            # not the jobs grown in this call (SRPT growth ahead of the queue): their
+            # old GPUs are back in ``free`` and may already be someone's
+            decided = {d.job_id for d in out}
+            out.extend(self._shrink_for(
+                first_waiting, [r for r in running if r.job.id not in decided], free, state))
         if not waiting and free.total_free:
             # nobody waits and GPUs stay idle after growth: jobs started in this call start
             # wide on them (no restart: they have not launched), then pairs of running jobs
