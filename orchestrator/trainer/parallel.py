@@ -84,7 +84,11 @@ class Layout:
 
 def _own_group(rank: int, rank_lists: list[list[int]]) -> Any:
     """Create one process group per rank list, in order (every rank creates every group, as
-    ``new_group`` requires), and return the one that holds ``rank``."""
+    ``new_group`` requires), and return the one that holds ``rank``. A single list of every
+    rank is the default group itself: a second group of the same ranks would be a second
+    NCCL communicator, with its own buffers on every GPU, for nothing."""
+    if len(rank_lists) == 1 and rank_lists[0] == list(range(dist.get_world_size())):
+        return dist.group.WORLD
     own = None
     for ranks in rank_lists:
         group = dist.new_group(ranks)

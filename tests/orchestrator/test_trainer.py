@@ -134,3 +134,20 @@ def test_numbered_losses_pairs_each_loss_with_its_step() -> None:
     assert numbered_losses([0.5, 0.4, 0.3], 13) == ((11, 0.5), (12, 0.4), (13, 0.3))
     assert numbered_losses([0.5, 0.4, 0.3], 13, last=2) == ((12, 0.4), (13, 0.3))
     assert numbered_losses([], 13) == ()
+
+
+def _world_groups(cfg: RunConfig, rank: int) -> tuple[bool, bool]:
+    """Whether rank ``rank``'s tp and dp groups are the default group itself."""
+    init_distributed(cfg, rank, torch.device("cpu"))
+    layout = build_layout(rank, cfg.world_size, cfg.tp, cfg.dp)
+    world = torch.distributed.group.WORLD
+    out = (layout.tp_group is world, layout.dp_group is world)
+    torch.distributed.destroy_process_group()
+    return out
+
+
+def test_a_group_of_every_rank_is_the_default_group(tmp_path: Path) -> None:
+    # a second group of the same ranks would be a second NCCL communicator (its buffers on
+    # every GPU); a group of fewer ranks is its own
+    assert run_local(_cfg(tmp_path, "dp", tp=1, dp=2), fn=_world_groups) == [(False, True)] * 2
+    assert run_local(_cfg(tmp_path, "tp", tp=2, dp=1), fn=_world_groups) == [(True, False)] * 2
