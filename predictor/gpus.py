@@ -108,13 +108,19 @@ def get_gpu(name: str) -> GpuType:
     """Look one GPU type up by its catalog name (case-insensitive), with a did-you-mean on
     error. Internal names (cluster files, node labels, plans) go through here: they must be
     the catalog's own spelling, since they are compared as strings later."""
+    gpu = _by_catalog_name(name)
+    if gpu is not None:
+        return gpu
     catalog = load_gpu_catalog()
-    for key, gpu in catalog.items():
-        if key.lower() == name.strip().lower():
-            return gpu
     close = difflib.get_close_matches(name, catalog, n=3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise SpecError("gpu", f"unknown GPU type {name!r}.{hint} Known: {', '.join(catalog)}")
+
+
+def _by_catalog_name(name: str) -> GpuType | None:
+    """The catalog entry named ``name`` (case-insensitive, outer spaces ignored), or None."""
+    wanted = name.strip().lower()
+    return next((g for k, g in load_gpu_catalog().items() if k.lower() == wanted), None)
 
 
 # GPU families as device names spell them, most specific first ("GH200" before "H200").
@@ -162,10 +168,10 @@ def resolve_gpu(name: str) -> GpuType:
     if not isinstance(name, str) or not name.strip():
         raise SpecError("gpu", f"must be a GPU type name, got {name!r}; "
                         f"known: {', '.join(load_gpu_catalog())}")
-    catalog = load_gpu_catalog()
-    exact = {k.lower(): g for k, g in catalog.items()}.get(name.strip().lower())
+    exact = _by_catalog_name(name)
     if exact is not None:
         return exact
+    catalog = load_gpu_catalog()
     text = _VENDOR_WORDS.sub(" ", name.upper().replace("_", " "))
     fam = _family(text)
     same = [g for g in catalog.values() if _family(g.name.upper()) == fam] if fam else []

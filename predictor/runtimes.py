@@ -495,10 +495,7 @@ def get_runtime(name: str | RuntimeProfile) -> RuntimeProfile:
     what would fit on error."""
     if isinstance(name, RuntimeProfile):
         return name
-    key = str(name).strip().lower()
-    if key in RUNTIMES:
-        return RUNTIMES[key]
-    key = "-".join(key.replace("_", " ").split())
+    key = "-".join(str(name).strip().lower().replace("_", " ").split())
     key = RUNTIME_ALIASES.get(key, key)
     if key in RUNTIMES:
         return RUNTIMES[key]

@@ -148,7 +148,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
 from predictor.plan import Plan
@@ -603,10 +603,8 @@ class HasPolicy:
                     continue  # ahead of ``job`` in SRPT order: it keeps its GPUs (growth
                     # past the knee was only lent while nobody waited)
                 cur = rj.allocation.plan
-                keep, base = self._smaller_plan(
-                    rj, cur, t, need - freed, wait_s, expected_wait, state, undo,
-                    lambda kept, plan=plan, rj=rj: _usable(  # type: ignore[misc]
-                        _minus(rj.allocation.placement, kept), state, plan))
+                keep, base = self._smaller_plan(rj, cur, plan, need - freed, wait_s,
+                                                expected_wait, state, undo)
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
@@ -674,22 +672,23 @@ class HasPolicy:
                 f"{placed.label()} again", resize_code(rj.allocation, after)))
         return out
 
-    def _smaller_plan(self, rj: RunningJob, cur: Plan, t: str, need: int, wait_s: float,
-                      expected_wait_s: float, state: ClusterState,
+    def _smaller_plan(self, rj: RunningJob, cur: Plan, wanted: Plan, need: int,
+                      wait_s: float, expected_wait_s: float, state: ClusterState,
                       undo: dict[str, list[tuple[Placement, Plan]]] | None = None,
-                      usable: Callable[[Placement], int] | None = None,
                       ) -> tuple[Placement | None, Plan | None]:
-        """A smaller plan for running job ``rj`` on a subset of its GPUs, or (None, None).
+        """A smaller plan for running job ``rj`` on a subset of its GPUs (of ``wanted``'s
+        type, the waiting job's plan), or (None, None).
 
         Growth is always undone (a plan of fewer GPUs at no more GPU-seconds): as little of
-        it as frees ``need`` GPUs the waiting job can use (``usable`` counts them for a kept
-        placement), i.e. the largest such plan, else the one that frees most
+        it as frees ``need`` GPUs that ``wanted`` can use, i.e. the largest such plan, else
+        the one that frees most
         (``minimal_undo``; without it, the job's cheapest plan of the type, however slow).
         A job that was not grown is shrunk only for a much shorter waiting job
         (``shrink_long`` times shorter than its own remaining time, SRPT's rule) and when its
         remaining time dwarfs the restart, if the delay it suffers stays below
         ``expected_wait_s`` (how long the waiting job would wait otherwise); then the
         largest smaller plan that frees ``need`` GPUs."""
+        t = wanted.gpu_type
         ridx = self._plans.get(rj.job)
         plans = ridx.by_type.get(t, {})
 
@@ -720,8 +719,7 @@ class HasPolicy:
                 return backs[0]
             by_size = sorted(backs, key=lambda kc: -kc[1].num_gpus)
             for keep, cand in by_size:
-                freed = usable(keep) if usable is not None else cur.num_gpus - cand.num_gpus
-                if freed >= need:
+                if _usable(_minus(rj.allocation.placement, keep), state, wanted) >= need:
                     return keep, cand
             return by_size[-1]
         left = rj.job.remaining_steps * cur.step_time_s
