@@ -77,6 +77,11 @@ class Plan:
     tp: int = 1
     dp: int = 1
     zero: int = 0
+    pp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.dp * self.pp
 
     def spec(self, gpu: str | None = None, vocab_parallel: bool = True) -> dict[str, Any]:
         """The ``frenzy memory`` spec of this plan (on ``gpu``, when given; with the
@@ -84,7 +89,7 @@ class Plan:
         ``vocab_parallel``)."""
         spec = {"model": self.model, "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "precision": self.precision,
-                "optimizer": self.optimizer, "tp": self.tp, "dp": self.dp,
+                "optimizer": self.optimizer, "tp": self.tp, "dp": self.dp, "pp": self.pp,
                 "micro_batch": self.micro_batch, "recompute": self.recompute,
                 "zero_stage": self.zero, "runtime": "frenzy"}
         if not vocab_parallel:
@@ -95,7 +100,8 @@ class Plan:
         name = self.model if isinstance(self.model, str) else self.model["name"]
         return (f"{name} s{self.seq_len} B{self.global_batch} {self.precision} "
                 f"{self.optimizer} tp{self.tp}dp{self.dp} mb{self.micro_batch} "
-                f"rc={self.recompute}" + (f" zero{self.zero}" if self.zero else ""))
+                f"rc={self.recompute}" + (f" zero{self.zero}" if self.zero else "")
+                + (f" pp{self.pp}" if self.pp > 1 else ""))
 
 
 PLANS: list[Plan] = [
@@ -132,6 +138,21 @@ PLANS: list[Plan] = [
     Plan("bert-large", 512, 32, micro_batch=16, tp=2),
     Plan("pythia-1.4b", 1024, 8, micro_batch=4, tp=4, recompute="full"),
     Plan(TINYLLAMA, 1024, 4, micro_batch=1, tp=2, dp=2, zero=1),  # one micro-batch a step
+    # pipeline stages under 1F1B (every stage's first rank measured) and ZeRO-3 (the blocks'
+    # weights sharded, gathered around each block's forward and backward): several ranks on
+    # the one GPU; priced before they first ran (third device session)
+    Plan("gpt2-medium", 1024, 16, micro_batch=2, pp=2),
+    Plan("pythia-1.4b", 1024, 8, micro_batch=1, pp=4, recompute="selective"),
+    Plan(TINYLLAMA, 1024, 8, micro_batch=2, tp=2, pp=2, recompute="selective"),
+    Plan("gpt2-large", 1024, 8, micro_batch=1, dp=2, pp=2, recompute="full"),
+    Plan(QWEN2_05B, 1024, 16, micro_batch=4, pp=2),  # the tied head's copy on the last stage
+    Plan("gpt2-xl", 1024, 4, micro_batch=1, pp=4),
+    Plan(TINYLLAMA, 1024, 8, micro_batch=2, dp=2, pp=2, zero=1),
+    Plan("pythia-1.4b", 1024, 8, micro_batch=4, dp=2, zero=3),
+    Plan("gpt2-large", 1024, 8, micro_batch=2, dp=4, zero=3, recompute="full"),
+    Plan(TINYLLAMA, 1024, 8, micro_batch=2, tp=2, dp=2, recompute="selective", zero=3),
+    Plan(QWEN2_05B, 1024, 16, micro_batch=4, dp=2, zero=3),
+    Plan("gpt2-medium", 1024, 16, "fp32", "adam", micro_batch=4, dp=2, zero=3),
 ]
 QUICK = [0, 2, 15]
 GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
@@ -149,9 +170,16 @@ def predict(plan: Plan, gpu: str, vocab_parallel: bool = True) -> dict[str, Any]
     mem = memory_report(spec)
     req = parse_memory_spec(spec)
     step = estimate_step_time(req.model, req.train, req.par, get_gpu(gpu), runtime="frenzy")
-    return {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"],
-            "device": mem["device_bytes"], "step_s": step.total_s,
-            "breakdown": mem["breakdown"]}
+    out = {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"],
+           "device": mem["device_bytes"], "step_s": step.total_s,
+           "breakdown": mem["breakdown"]}
+    if plan.pp > 1:
+        out["stages"] = [_figures(memory_report({**spec, "stage": i})) for i in range(plan.pp)]
+    return out
+
+
+def _figures(mem: dict[str, Any]) -> dict[str, Any]:
+    return {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"]}
 
 
 def _run_config(plan: Plan, tmp: str) -> Any:
@@ -161,7 +189,7 @@ def _run_config(plan: Plan, tmp: str) -> Any:
     req = parse_memory_spec(plan.spec())  # the model and the plan; no GPU type needed
     return RunConfig(job_id="trainer-cuda", model=req.model, global_batch=plan.global_batch,
                      seq_len=plan.seq_len, total_steps=STEPS, tp=plan.tp, dp=plan.dp,
-                     micro_batch=plan.micro_batch, recompute=req.par.recompute,
+                     pp=plan.pp, micro_batch=plan.micro_batch, recompute=req.par.recompute,
                      zero_stage=req.par.zero_stage, precision=req.train.precision,
                      optimizer=req.train.optimizer,
                      checkpoint_dir=tmp, checkpoint_every=10**9)
@@ -270,33 +298,46 @@ def rank_run(cfg: Any, rank: int) -> dict[str, Any]:
     return out
 
 
-def measure(plan: Plan) -> dict[str, Any]:
-    """Run ``plan`` on this machine; rank 0's figures."""
-    from orchestrator.trainer.local import run_local
-
-    with tempfile.TemporaryDirectory(prefix="frz-trainer-cuda-") as tmp:
-        cfg = _run_config(plan, tmp)
-        if cfg.world_size == 1:
-            r0 = rank_run(cfg, 0)
-        else:
-            os.environ["FRENZY_DIST_BACKEND"] = "gloo"
-            r0 = run_local(cfg, fn=rank_run, timeout_s=600.0)[0]
-    steps = r0["steps"]
+def _peaks(steps: list[dict[str, float]]) -> dict[str, Any]:
+    """A rank's peaks over its measured steps."""
     out: dict[str, Any] = {
         "alloc": max(s.get("alloc", 0) for s in steps),
         "alloc_steady": max((s.get("alloc", 0) for s in steps[1:]), default=0),
         "alloc_first": steps[0].get("alloc", 0),
     }
-    if "peak_contents" in r0:
-        out["peak_contents"] = r0["peak_contents"]
     if "reserved" in steps[0]:
         out["reserved"] = max(s["reserved"] for s in steps)
     if steps[0].get("requested"):
         out["requested"] = max(s["requested"] for s in steps)
-    if "reserved" in steps[0] and plan.tp * plan.dp == 1:  # else the GPU holds other ranks
+    return out
+
+
+def measure(plan: Plan) -> dict[str, Any]:
+    """Run ``plan`` on this machine; rank 0's figures, and with pipeline stages the first
+    rank's of every stage (``stages``) and the largest of them (the plan's figures)."""
+    from orchestrator.trainer.local import run_local
+
+    with tempfile.TemporaryDirectory(prefix="frz-trainer-cuda-") as tmp:
+        cfg = _run_config(plan, tmp)
+        if cfg.world_size == 1:
+            ranks = [rank_run(cfg, 0)]
+        else:
+            os.environ["FRENZY_DIST_BACKEND"] = "gloo"
+            ranks = run_local(cfg, fn=rank_run, timeout_s=600.0)
+    r0 = ranks[0]
+    steps = r0["steps"]
+    out = _peaks(steps)
+    if plan.pp > 1:
+        out["stages"] = [_peaks(ranks[i * plan.tp * plan.dp]["steps"]) for i in range(plan.pp)]
+        for key in ("alloc", "reserved", "requested"):
+            if key in out:
+                out[key] = max(st[key] for st in out["stages"])
+    if "peak_contents" in r0:
+        out["peak_contents"] = r0["peak_contents"]
+    if "reserved" in steps[0] and plan.world == 1:  # else the GPU holds other ranks
         out["device"] = r0["outside_allocator"] + out["reserved"]
         out["outside_allocator"] = r0["outside_allocator"]
-    if plan.tp * plan.dp == 1 and len(steps) > 2:
+    if plan.world == 1 and len(steps) > 2:
         out["step_s"] = statistics.median(s["s"] for s in steps[2:])
     return out
 
@@ -313,6 +354,9 @@ def _errors(pred: dict[str, Any], meas: dict[str, Any]) -> dict[str, float]:
     for key, name in (("reserved", "reserved"), ("device", "device"), ("step_s", "step")):
         if key in meas:
             out[f"err_{name}_pct"] = _err(pred[key], meas[key])
+    if "stages" in pred and "stages" in meas:
+        pairs = zip(pred["stages"], meas["stages"], strict=True)
+        out["err_stage_tensors_pct"] = [_err(p["tensors"], m["alloc"]) for p, m in pairs]
     return out
 
 
@@ -329,7 +373,7 @@ def run(plans: list[Plan], gpu: str, out_path: str | None) -> list[dict[str, Any
             row = {"plan": plan.label(), "device_name": device, "error": repr(exc)[:400]}
         else:
             row = {"plan": plan.label(), "device_name": device, "gpu": gpu,
-                   "world": plan.tp * plan.dp, "vocab_parallel": True,
+                   "world": plan.world, "vocab_parallel": True,
                    "measured": meas, "predicted": pred,
                    **_errors(pred, meas), "seconds": round(time.perf_counter() - t0, 1)}
             log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), step %s", i + 1,

@@ -8,7 +8,11 @@ prices for the ``frenzy`` profile. The stages exchange the hidden states forward
 gradients backward point to point; every exchange is one ``batch_isend_irecv`` of the sends
 and receives it pairs (send forward + receive backward, send backward + receive forward), as
 Megatron-LM does, so no stage waits on a send its neighbour posts after a receive (which
-NCCL would deadlock on); gloo and NCCL both run it. The tensors sent are the fp32 residual
+NCCL would deadlock on); gloo and NCCL both run it. gloo sends and receives host memory only
+(its send/recv read the tensor's pointer directly; of its collectives only all-reduce and
+broadcast take CUDA tensors), so on a CUDA device under gloo — several ranks sharing one GPU
+to measure a rank's memory — the exchange goes through host copies; the device then holds
+what it holds under NCCL, the received tensor. The tensors sent are the fp32 residual
 stream (the trainer's weights and embeddings are fp32; autocast casts only inside the
 matmuls).
 
@@ -42,9 +46,18 @@ class P2P:
         stage = layout.pp_rank
         self.prev = layout.stage_peer(stage - 1) if stage > 0 else None
         self.next = layout.stage_peer(stage + 1) if stage < layout.pp - 1 else None
+        self.via_host = (device.type != "cpu" and dist.is_initialized()
+                         and dist.get_backend() == "gloo")
 
     def _empty(self) -> torch.Tensor:
-        return torch.empty(self.shape, dtype=STREAM_DTYPE, device=self.device)
+        return torch.empty(self.shape, dtype=STREAM_DTYPE,
+                           device="cpu" if self.via_host else self.device)
+
+    def _outgoing(self, t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous().cpu() if self.via_host else t.contiguous()
+
+    def _incoming(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        return t.to(self.device) if self.via_host and t is not None else t
 
     def exchange(self, send_next: torch.Tensor | None = None,
                  send_prev: torch.Tensor | None = None, recv_next: bool = False,
@@ -54,19 +67,19 @@ class P2P:
         ops = []
         from_prev = from_next = None
         if send_prev is not None and self.prev is not None:
-            ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), self.prev))
+            ops.append(dist.P2POp(dist.isend, self._outgoing(send_prev), self.prev))
         if recv_prev and self.prev is not None:
             from_prev = self._empty()
             ops.append(dist.P2POp(dist.irecv, from_prev, self.prev))
         if send_next is not None and self.next is not None:
-            ops.append(dist.P2POp(dist.isend, send_next.contiguous(), self.next))
+            ops.append(dist.P2POp(dist.isend, self._outgoing(send_next), self.next))
         if recv_next and self.next is not None:
             from_next = self._empty()
             ops.append(dist.P2POp(dist.irecv, from_next, self.next))
         if ops:
             for req in dist.batch_isend_irecv(ops):
                 req.wait()
-        return from_prev, from_next
+        return self._incoming(from_prev), self._incoming(from_next)
 
 
 def one_f_one_b(layout: Layout, micro: int,
