@@ -17,11 +17,12 @@ def test_the_committed_gpu_rows_cover_the_plans() -> None:
 
 
 def test_tensor_peaks_hold_on_the_gpu_and_no_plan_that_fits_would_run_out() -> None:
-    s = summary(replay(ROWS))
-    # max_memory_allocated of 30 plans (54 rows with repeats): within 2 % on average and
+    rows = replay(ROWS)
+    s = summary(rows)
+    # max_memory_allocated of 49 plans (73 rows with repeats): within 2 % on average and
     # never under by more than the allocator's rounding of blocks (below)
-    assert s["tensors"]["mape"] <= 2.0
-    assert s["tensors"]["worst"] >= -3.5
+    assert s["tensors"]["n"] == 73 and s["tensors"]["mape"] <= 2.0
+    assert min(r["err_tensors_pct"] for r in rows) >= -4.0
     # the device figure (nvidia-smi) plus the planner's margin covers every measured run
     assert s["oom_after_margin"] == 0
 
@@ -34,8 +35,11 @@ def test_rmsnorm_models_are_priced_with_cudas_fused_kernel() -> None:
             assert abs(r["err_tensors_pct"]) < 0.2, r["plan"]
 
 
+PIPELINE_ZERO3 = "trainer_cuda_h200_pp_zero3.jsonl"
+
+
 def test_zero_and_the_vocabulary_split_ran_on_the_gpu_and_hold() -> None:
-    rows = [r for r in replay(ROWS) if r.get("vocab_parallel")]
+    rows = [r for r in replay(ROWS) if r.get("vocab_parallel") and r["source"] != PIPELINE_ZERO3]
     zero = [r for r in rows if " zero" in r["plan"]]
     split = [r for r in rows if "tp1dp" not in r["plan"]]
     assert len(zero) >= 8 and {" zero1", " zero2"} <= {r["plan"][-6:] for r in zero}
@@ -50,11 +54,40 @@ def test_the_bytes_asked_for_match_where_the_allocator_rounds_blocks_up() -> Non
     # the caching allocator did not split (remainders of 1 MiB or less), and within 0.3 %
     # of the bytes asked for; the pythia tp 4 full-recompute row was 4.7 % under before the
     # forward's end (all of autocast's weight copies) was priced
-    rows = [r for r in replay(ROWS) if "err_requested_pct" in r]
+    rows = [r for r in replay(ROWS) if r["source"] == "trainer_cuda_h200_requested.jsonl"]
     assert len(rows) == 4
     for r in rows:
         assert abs(r["err_requested_pct"]) < 0.3, r["plan"]
         assert r["measured"]["requested"] <= r["measured"]["alloc"] * 1.003
+
+
+def test_pipeline_stages_and_zero3_ran_on_the_gpu_and_hold() -> None:
+    # 19 plans priced before they first ran (third device session): 11 with pipeline
+    # stages under 1F1B (every stage's first rank measured), 8 with ZeRO-3
+    by_label = {p.label(): p for p in PLANS}
+    rows = [r for r in replay(ROWS) if r["source"] == PIPELINE_ZERO3]
+    pipeline = [r for r in rows if "err_stage_tensors_pct" in r]
+    zero3 = [r for r in rows if r["plan"].endswith(" zero3")]
+    assert len(rows) == 19 and len(pipeline) == 11 and len(zero3) == 8
+    for r in zero3:
+        # the bytes asked for within 3 %; max_memory_allocated adds the allocator's rounding
+        assert abs(r["err_requested_pct"]) < 3.0, r["plan"]
+        assert -4.0 <= r["err_tensors_pct"] <= 3.0, r["plan"]
+    shallow = []
+    for r in pipeline:
+        plan = by_label[r["plan"]]
+        m = plan.global_batch // (plan.dp * plan.micro_batch)
+        assert len(r["err_stage_tensors_pct"]) == plan.pp
+        for stage, err in enumerate(r["err_stage_tensors_pct"]):
+            assert err >= -2.5, (r["plan"], stage)  # no stage under
+            if m > plan.pp - stage:  # a second backward inside 1F1B's steady phase
+                assert err <= 2.5, (r["plan"], stage)
+            else:
+                shallow.append(err)
+    # a first stage with m <= pp micro-batches: its first backward (all m in flight) runs
+    # before any gradient exists, every later one with fewer in flight; priced with both
+    # at once, the bound is high by the smaller of the gradients and one micro-batch
+    assert len(shallow) == 2 and all(10.0 < err < 20.0 for err in shallow)
 
 
 def test_the_allocation_history_replays_to_the_requested_bytes_of_another_run() -> None:
