@@ -19,7 +19,7 @@ from typing import Any
 from predictor.errors import SpecError
 from predictor.gpus import GIB, get_gpu, resolve_gpu
 from predictor.planner import DEFAULT_MARGIN, DEFAULT_MAX_GPUS, RANKINGS, PlanResult, plan_job
-from predictor.runtimes import DEFAULT_RUNTIME, RUNTIMES
+from predictor.runtimes import DEFAULT_RUNTIME, RUNTIMES, get_runtime
 from predictor.spec import Family, ModelSpec, TrainingSpec
 
 log = logging.getLogger("frenzy")
@@ -111,8 +111,10 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help="fraction of GPU memory kept free (default %(default)s)")
     s.add_argument("--ranking", default="gpu_seconds", choices=sorted(RANKINGS))
-    s.add_argument("--runtime", default=DEFAULT_RUNTIME, choices=sorted(RUNTIMES),
-                   help="the runtime whose memory is priced (default %(default)s)")
+    s.add_argument("--runtime", default=DEFAULT_RUNTIME,
+                   help="the runtime whose memory is priced: " + ", ".join(sorted(RUNTIMES))
+                   + " or a framework's own name (Megatron-LM, torchtitan, transformers ...; "
+                   "default %(default)s)")
     s.add_argument("--top", type=int, default=10, help="plans to print (0 = all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--list-models", action="store_true", help="list catalog models and exit")
@@ -145,7 +147,7 @@ def run_plan(args: argparse.Namespace) -> int:
         max_gpus = min(max_gpus, max(counts.values()))
     result = plan_job(
         model, train, gpus, max_gpus=max_gpus, margin=args.margin, ranking=args.ranking,
-        runtime=args.runtime,
+        runtime=get_runtime(args.runtime).name,
     )
     if counts is not None:
         result = for_cluster(result, counts, args.cluster, args.ranking)

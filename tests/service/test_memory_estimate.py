@@ -83,11 +83,19 @@ def test_bad_spec_names_the_field(tmp_path: Path, capsys, change, field, hint) -
     assert rc == 2 and err.startswith(f"error: {field}:") and hint in err
 
 
-def test_plan_takes_a_runtime(capsys) -> None:
+@pytest.mark.parametrize("name", ["megatron", "Megatron-LM"])
+def test_plan_takes_a_runtime(capsys, name: str) -> None:
     rc = main(["plan", "--model", "gpt2-medium", "--batch", "16", "--seq", "1024",
-               "--gpus", "A100-80G", "--max-gpus", "4", "--json", "--runtime", "megatron"])
+               "--gpus", "A100-80G", "--max-gpus", "4", "--json", "--runtime", name])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and {p["runtime"] for p in out["plans"]} == {"megatron"}
+
+
+def test_plan_names_an_unknown_runtime(capsys) -> None:
+    rc = main(["plan", "--model", "gpt2-medium", "--batch", "16", "--gpus", "A100-80G",
+               "--runtime", "deepspeed3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: runtime:") and "deepspeed" in err
 
 
 def test_post_memory(env: Env) -> None:
