@@ -19,7 +19,9 @@ the cache still holds its segments) plus the reserved peak. Peaks are over all m
 Plans of one rank run in this process one after the other (the cache emptied and the peak
 statistics reset between them). Plans of several ranks run as that many local processes on
 the one GPU with ``FRENZY_DIST_BACKEND=gloo`` (NCCL refuses two ranks on one device): rank 0's
-memory is the plan's per-rank memory; their step time is not a plan's and is not reported.
+memory is the plan's per-rank memory (with pipeline stages, each stage's first rank is
+measured and priced with its stage, and the plan's figure is the largest stage's); their
+step time is not a plan's and is not reported.
 The checkpoint write is skipped (disk I/O of the last step, not the training step).
 
 Rows record the trainer's head: ``"vocab_parallel": true`` since the trainer splits the
