@@ -377,6 +377,16 @@ PIPELINE_CASES: list[TrainerCase] = [
     _case(QWEN_S, 512, 8, "fp32", "adam", micro_batch=2, pp=2, recompute="selective"),
     _case(BERT_S, 256, 8, micro_batch=2, pp=2),
     _case(NEOX_S, 256, 8, "fp16", "sgd", micro_batch=2, pp=2),
+    # m <= pp - stage micro-batches: a stage's first backward (all m in flight) runs before
+    # any gradient exists, every later one in the cool-down with fewer in flight
+    _case(GPT_S, 256, 4, micro_batch=2, pp=2),
+    _case(LLAMA_S, 256, 8, micro_batch=2, pp=4),
+    _case(LLAMA_D, 256, 4, micro_batch=2, pp=3),
+    _case(GPT_S, 256, 8, micro_batch=2, dp=2, pp=2, zero_stage=1),
+    _case(LLAMA_S, 256, 8, micro_batch=2, dp=2, pp=2, zero_stage=2),
+    _case(LLAMA_D, 256, 8, micro_batch=2, dp=2, pp=2, zero_stage=3),
+    _case(NEOX_D, 256, 6, micro_batch=2, pp=3, recompute="full"),
+    _case(QWEN_S, 512, 4, "fp32", "adam", micro_batch=2, pp=2, recompute="selective"),
 ]
 
 ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES + PIPELINE_CASES

@@ -707,6 +707,12 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     mb += _stage_stream_bytes(rt, D, h, T, last and not bert and rmsnorm)
     m_total = max(1, train.global_batch // (dp * b))
     in_flight = min(m_total, pp - stage)
+    # 1F1B with m <= pp - stage micro-batches (and gradients set to None after each step): the
+    # stage's first backward, with all m in flight, runs before any gradient exists, and every
+    # later one in the cool-down with fewer in flight; priced as a step of one micro-batch
+    # with the others beside it, and as the later backwards with one micro-batch fewer
+    shallow = rt.grads_set_to_none and 1 < m_total <= pp - stage and virtual_stages == 1
+    single = m_total == 1 or shallow  # the gradients appear during a backward of the step
     n_kept = n_layers  # layers whose kept tensors stay on the GPU
     if rt.activation_offload:  # torchtune's forward stash (predictor.runtimes)
         n_kept = min(n_layers, OFFLOAD_STASH if full else 1)
@@ -723,11 +729,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     if n_layers and not learned:
         activations += 2 * s * hd * D  # rotary cos/sin tables
     copies = one_copy = 0
+    one_mb = mb + n_kept * per_layer  # what each micro-batch in flight holds
     if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
         copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
         # each micro-batch in flight keeps the copies its own forward made (autocast's
         # cache lives for one forward)
         activations += in_flight * copies
+        one_mb += copies
     # ZeRO-3: the running layer's gathered weights, as its backward starts (less what the
     # forward kept, counted as copies) and ends
     gathered, kept = _gathered_layer(m, t, dp, zero, n_layers, rt, mixed, full)
@@ -785,26 +793,14 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     head_copy = copies - (0 if full else n_layers * one_copy) if last else 0  # the head's copies
     tied = 4 * vr * h if rt.eager_blocks and first and last and (
         m.tie_embeddings or bert) else 0
-    if rt.grads_set_to_none and m_total == 1 and not (zero and dp > 1):
-        # no gradient before the backward; then the head's and one layer's; all at its end
-        # (the counts the unsharded plans measured on a GPU were priced with: each moment
-        # holds the gradients and the activations at once, an upper bound)
-        partial, whole = _first_backward_grads(m, train, t, pp, stage, n_layers, rt)
-        cands = [(0, a_, l_, t_) for a_, l_, t_ in head]
-        # (a pipeline's last stage: the head's weight copy is freed by its first layer's
-        # backward, which the one-stage bound keeps)
-        at_layer = activations - (head_copy if pp > 1 and rt.eager_blocks else 0)
-        cands += [(partial, at_layer, held * lg, bwd), (whole, act_end, held * lg, bwd)]
-        if tied:
-            cands.append((whole, 0, held * lg, 2 * tied))
-    elif rt.grads_set_to_none and m_total == 1:
-        # ZeRO: the gradients grow as the activations go, moment by moment
-        # (_single_step_grads): the first layer's backward starts with the head's gradients
-        # (its weight copy freed) and ends with its own (its activations and weight copies
-        # freed); the last layer's likewise; then the embedding's backward, with only the
-        # ids, the labels, the logits the loop holds and the incoming gradient left; a tied
-        # embedding's two gradients are summed into a third tensor after it, when only the
-        # logits the loop holds are left (as without ZeRO)
+    if rt.grads_set_to_none and single:
+        # the gradients grow as the activations go, moment by moment (_single_step_grads;
+        # under ZeRO-2/3 as chunks): the first layer's backward starts with the head's
+        # gradients (its weight copy freed) and ends with its own (its activations and weight
+        # copies freed); the last layer's likewise; then the embedding's backward, with only
+        # the ids, the labels, the logits the loop holds, the incoming gradient and the other
+        # micro-batches in flight left; a tied embedding's two gradients are summed into a
+        # third tensor after it, when only the logits the loop holds are left
         g_head, g_layer, g_last, before, after = _single_step_grads(
             m, train, t, pp, dp, zero, stage, n_layers, rt)
         own = per_layer + (0 if full else one_copy) if n_layers else 0
@@ -815,7 +811,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
                   (before, act_end - own, held * lg, gathered)]
         if first:
             act_emb = b * _embedding_backward_bytes(rt, mixed, h, T // b, s, last)
-            cands.append((after, act_emb, held * lg, 0))
+            cands.append((after, act_emb + (in_flight - 1) * one_mb, held * lg, 0))
             if tied:  # the sum after the embedding's backward: no activation is left
                 cands.append((before, 0, held * lg, 3 * tied))
     elif rt.optimizer_in_backward:
@@ -834,21 +830,25 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         cands.append((gradients, activations, held * lg, bwd + g_start))
         if tied:
             cands.append((gradients, 0, held * lg, 3 * tied))
-        if rt.eager_blocks and first and not last and m_total > 1:
-            # a pipeline's first stage under 1F1B: a later micro-batch's embedding backward
-            # (its dense gradient beside the accumulated one) while the in_flight − 1
-            # micro-batches forwarded after it are still in flight (an upper bound when
-            # m <= pp − stage); left of its own, the ids and the fp32 gradient received from
-            # the next stage. (ZeRO-2's hook copies the owned chunk, 4·vr·h/dp more, for a
-            # moment: not counted, the split form's activation rows know no dp.)
-            rest = ((in_flight - 1) * (mb + n_kept * per_layer + copies) + 8 * b * s
-                    + 4 * h * T)
-            if n_layers and not learned:
-                rest += 2 * s * hd * D
-            cands.append((gradients, rest, 0, 4 * vr * h))
-    # the gradients an earlier micro-batch left at the forward's moments (none in a step of
-    # one micro-batch that sets them to None)
-    fwd_grads = 0 if rt.grads_set_to_none and m_total == 1 else gradients
+    if shallow:  # the later backwards: one micro-batch fewer in flight, every gradient made
+        cands.append((gradients, activations - one_mb, 0, bwd + g_start))
+    if rt.eager_blocks and first and not last and m_total > 1 and not rt.optimizer_in_backward:
+        # a pipeline's first stage under 1F1B: a later micro-batch's embedding backward
+        # (its dense gradient beside the accumulated one) while the micro-batches forwarded
+        # after it are still in flight (in_flight − 1 of them; one fewer when the second
+        # backward is in the cool-down, m <= pp − stage); left of its own, the ids and the
+        # fp32 gradient received from the next stage. (ZeRO-2's hook copies the owned chunk,
+        # 4·vr·h/dp more, for a moment: not counted, the split form's activation rows know
+        # no dp.)
+        later = in_flight - (2 if shallow else 1)
+        rest = later * (mb + n_kept * per_layer + copies) + 8 * b * s + 4 * h * T
+        if n_layers and not learned:
+            rest += 2 * s * hd * D
+        cands.append((gradients, rest, 0, 4 * vr * h))
+    # the gradients an earlier micro-batch left at the forward's moments (none before the
+    # first backward of a step when they are set to None: in a step of one micro-batch, or
+    # with m <= pp − stage, where every forward comes before it)
+    fwd_grads = 0 if rt.grads_set_to_none and single else gradients
     if full and one_copy and n_layers:
         # autocast keeps every weight copy it makes until the forward leaves it (after the
         # head's matmul), though the recomputed layers keep none for their backward: the end
@@ -969,25 +969,6 @@ def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, 
 
 
 @functools.lru_cache(maxsize=4096)
-def _first_backward_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, stage: int,
-                          n_layers: int, rt: RuntimeProfile) -> tuple[int, int]:
-    """Gradient bytes alive during the only micro-batch's backward under
-    ``grads_set_to_none``: at its first layer (the head's gradients on the last stage and
-    that layer's), and at its end (every gradient of the stage, unsharded: an upper bound of
-    a ZeRO-2/3 shard)."""
-    mixed = train.precision is not Precision.FP32
-    if rt.pure_low_precision:
-        unit = 2 if mixed else 4
-    else:
-        unit = rt.grad_bytes if mixed and not rt.fp32_weights_autocast else 4
-    vocab = rt.padded_vocab(m.vocab_size, tp) * (1 if rt.vocab_parallel else tp)
-    head = (sum(_edge_param_numels(m, tp, 2, 1, 0 if vocab == m.vocab_size else vocab))
-            if stage == pp - 1 else 0)
-    layer = _static_sums(m, tp, 1, 0, 0, 0)[0] if n_layers else 0
-    whole = _static_bytes(m, train, tp, pp, 1, 0, stage, n_layers, rt)[1]
-    return unit * (head + layer), whole
-
-
 @functools.lru_cache(maxsize=4096)
 def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
                        zero: int, stage: int, n_layers: int, rt: RuntimeProfile
@@ -1045,33 +1026,35 @@ StaticTerms = tuple[tuple[int, int, int, tuple[int, ...]], ...]
 gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
 without one, the gradient bytes that do not exist yet during a step of one micro-batch: 0
 unless the runtime sets the gradients to None between steps, and in such a step the
-gradient bytes each kind of moment holds (``GRAD_KINDS``): without ZeRO at the first
-layer's backward and at the backward's end (``_first_backward_grads``), under ZeRO as the
-first layer's backward starts and ends, as the last layer's starts and ends, and after the
-embedding's backward (``_single_step_grads``, which ZeRO-2 shards); zeros unless the
-runtime sets the gradients to None)."""
+gradient bytes each kind of moment holds (``GRAD_KINDS``): as the first layer's backward
+starts and ends, as the last layer's starts and ends, and after the embedding's backward
+(``_single_step_grads``, which ZeRO-2 shards); zeros unless the runtime sets the gradients
+to None)."""
 
 NO_MOMENT = -(1 << 60)
 """A moment that does not exist (so no static bytes added to it make it the peak)."""
 
-GRAD_KINDS = 8
-"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-7 add
-``StaticTerms``' seven single-step gradient figures (``NO_MOMENT`` for the kinds that do not
+GRAD_KINDS = 6
+"""Kinds of a step-of-one-micro-batch moment: 0 adds no gradients, 1-5 add
+``StaticTerms``' five single-step gradient figures (``NO_MOMENT`` for the kinds that do not
 apply)."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
-                              tuple[tuple[int, int, int], ...], int], ...]
+                              tuple[tuple[int, int, int], ...], int,
+                              tuple[tuple[int, int], ...]], ...]
 """Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
 step of one micro-batch, on top of the activations and the static bytes less the gradients
 that do not exist yet, each with which of ``StaticTerms``' single-step gradient figures it
-adds (``GRAD_KINDS``: 0 none; without ZeRO 1 the first layer's backward's, 2 the
-backward's end; under ZeRO 3 and 4 as the first layer's backward starts and ends, 5 and 6
-as the last layer's starts and ends, 7 after the embedding's backward) — empty unless the
+adds (``GRAD_KINDS``: 0 none; 1 and 2 as the first layer's backward starts and ends, 3 and
+4 as the last layer's starts and ends, 5 after the embedding's backward) — empty unless the
 runtime sets the gradients to None, when a step of one micro-batch has the same moments as
-any other; and the constant bytes each micro-batch in flight adds (autocast's weight copies
-under ``fp32_weights_autocast``), which the constant activation bytes include once)."""
+any other; the constant bytes each micro-batch in flight adds (autocast's weight copies
+under ``fp32_weights_autocast``), which the constant activation bytes include once; and the
+moments of the backwards after a stage's first when m <= pp − stage micro-batches (on top
+of one micro-batch fewer in flight and every gradient) — empty unless the runtime sets the
+gradients to None)."""
 
 
 SPLIT_FORM_UNPRICED = ("compiled", "loss_chunks", "optimizer_in_backward",
@@ -1106,12 +1089,9 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
         par, grad, opt, adam = _static_bytes(model, train, tp, pp, dp, zero, stage, n_layers,
                                              runtime)
         single = (0,) * (GRAD_KINDS - 1)
-        if runtime.grads_set_to_none and zero and dp > 1:
-            single = (NO_MOMENT, NO_MOMENT, *_single_step_grads(
-                model, train, tp, pp, dp, zero, stage, n_layers, runtime))
-        elif runtime.grads_set_to_none:
-            single = (*_first_backward_grads(model, train, tp, pp, stage, n_layers, runtime),
-                      *(NO_MOMENT,) * 5)
+        if runtime.grads_set_to_none:
+            single = _single_step_grads(model, train, tp, pp, dp, zero, stage, n_layers,
+                                        runtime)
         out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single))
     return tuple(out)
 
@@ -1221,7 +1201,6 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             head.append((D * lg + (_residual_bytes(rt, D, h, T) if last and not bert else 0),
                          n_layers * one_copy))
         head_copy = copies - (0 if full else n_layers * one_copy) if last else 0  # head's copies
-        at_layer = head_copy if pp > 1 and rt.eager_blocks else 0  # (estimate_stage)
         fwd_end = ((0, (n_layers * one_copy if full else 0) - head_copy + g_start),
                    ) if gathered else ()  # ZeRO-3: the last layer's forward (estimate_stage)
         moments = [(c + held, k + g_start) for c, k in layer_bwd] + head + list(fwd_end)
@@ -1234,42 +1213,45 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         if tied:  # at the embedding's backward, the last: no activation is left
             moments.append((held - c_mb, 3 * tied - c_rot))
         all_moments = tuple(moments)
+        # 1F1B with m <= pp − stage: the backwards after the first (estimate_stage's
+        # ``shallow``), one micro-batch fewer in flight
+        later: tuple[tuple[int, int], ...] = ()
+        if rt.grads_set_to_none and pp - stage > 1:
+            later = tuple((c + held, k + g_start) for c, k in layer_bwd)
+            if rt.eager_blocks and first and not last:
+                later += ((8 * s + 4 * h * T - c_mb, rot + 4 * vr * h - c_rot),)
         alone: tuple[tuple[int, int, int], ...] = ()
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
-            # unsharded (kinds 1, 2) and ZeRO (kinds 3-7) moments: StaticTerms' figures
-            # leave only one set (see estimate_stage)
+            # (see estimate_stage)
             own = (per_layer, 0 if full else one_copy) if n_layers else (0, 0)
             alone = (tuple((c, k, 0) for c, k in head)
                      + tuple((c, k, 0) for c, k in fwd_end)
-                     + tuple((c + held, k - at_layer, 1) for c, k in layer_bwd)
-                     + tuple((c + held - drop, k - left, 2) for c, k in layer_bwd)
-                     + tuple((c + held, k - head_copy + g_start, 3) for c, k in layer_bwd)
-                     + ((held - own[0], -head_copy - own[1] + gathered, 4),)
-                     + tuple((c + held - drop, k - left + g_start, 5) for c, k in layer_bwd)
-                     + ((held - drop - own[0], -left - own[1] + gathered, 6),))
-            if tied:  # the unsharded tied sum: no activation is left (as in ``moments``)
-                alone += ((held - c_mb, 2 * tied - c_rot, 2),)
+                     + tuple((c + held, k - head_copy + g_start, 1) for c, k in layer_bwd)
+                     + ((held - own[0], -head_copy - own[1] + gathered, 2),)
+                     + tuple((c + held - drop, k - left + g_start, 3) for c, k in layer_bwd)
+                     + ((held - drop - own[0], -left - own[1] + gathered, 4),))
             if first:
                 emb = _embedding_backward_bytes(rt, mixed, h, T, s, last) + held - c_mb
-                alone += ((emb, -c_rot, 7),)
+                alone += ((emb, -c_rot, 5),)
                 if tied:  # the sum after the embedding's backward: no activation is left
-                    alone += ((held - c_mb, 3 * tied - c_rot, 6),)
-        out.append((pp - stage, c_mb, c_rot, all_moments, alone, per_flight))
+                    alone += ((held - c_mb, 3 * tied - c_rot, 4),)
+        out.append((pp - stage, c_mb, c_rot, all_moments, alone, per_flight, later))
     return tuple(out)
 
 
 ActivationRows = tuple[tuple[int, dict[int, tuple[int, ...]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
-micro-batch in flight, constant activations plus the largest peak moment, and for a step of
-one micro-batch the same over its moments of each of the ``GRAD_KINDS`` kinds:
-``NO_MOMENT`` where none))."""
+micro-batch in flight, constant activations plus the largest peak moment, the same over the
+moments of the backwards after a stage's first when m <= pp − stage, and for a step of one
+micro-batch the same over its moments of each of the ``GRAD_KINDS`` kinds: ``NO_MOMENT``
+where none))."""
 
 
 def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
     """The parts of ``activation_peaks`` that do not depend on the micro-batches in flight,
     at each size of ``micro_batches``: shared by every data-parallel size."""
     out = []
-    for depth, c_mb, c_rot, moments, first, cp in terms:
+    for depth, c_mb, c_rot, moments, first, cp, later in terms:
         row = {}
         for b in micro_batches:
             extra = max(b * c + k for c, k in moments)
@@ -1278,7 +1260,8 @@ def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> Act
                 alone[0] = c_rot + extra - cp
             for c, k, w in first:
                 alone[w] = max(alone[w], c_rot + b * c + k - cp)
-            row[b] = (b * c_mb + cp, c_rot + extra - cp, *alone)
+            rest_later = c_rot + max(b * c + k for c, k in later) - cp if later else NO_MOMENT
+            row[b] = (b * c_mb + cp, c_rot + extra - cp, rest_later, *alone)
         out.append((depth, row))
     return tuple(out)
 
@@ -1288,9 +1271,11 @@ def activation_peaks(terms: ActivationTerms, per_replica: int,
     """Per candidate stage, the peak bytes on top of the static state (activations, logits,
     working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
     (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``):
-    ``GRAD_KINDS`` figures and whether it is a step of one micro-batch (then on top of the
-    static state less the gradients not made yet, each kind plus its single-step gradients
-    from ``StaticTerms``; else the first figure alone counts)."""
+    the peak beside every gradient, then ``GRAD_KINDS`` peaks of the step's first backward
+    (on top of the static state less the gradients not made yet, each kind plus its
+    single-step gradients from ``StaticTerms``); ``NO_MOMENT`` where none: the former for a
+    step of one micro-batch, the latter for a step whose first backward is not the stage's
+    peak (the gradients not set to None, or m > pp − stage)."""
     return peaks_in_flight(activation_rows(terms, micro_batches), per_replica, micro_batches)
 
 
@@ -1299,19 +1284,19 @@ def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Seque
     """``activation_peaks`` from ``activation_rows`` (which must hold every size of
     ``micro_batches``): 1F1B keeps ``min(m, pp - stage)`` micro-batches in flight, at least
     one."""
-    none = (NO_MOMENT,) * (GRAD_KINDS - 1)
+    none = (NO_MOMENT,) * GRAD_KINDS
     out = []
     for depth, row in rows:
         peaks: list[tuple[int, ...]] = []
         for b in micro_batches:
-            per_mb, rest, *alone = row[b]
+            per_mb, rest, rest_later, *alone = row[b]
             m = per_replica // b
-            in_flight = depth if m > depth else m
             if m <= 1:
-                peaks.append((*(per_mb + a for a in alone), True))
+                peaks.append((NO_MOMENT, *(per_mb + a for a in alone)))
+            elif m <= depth and rest_later != NO_MOMENT:  # estimate_stage's ``shallow``
+                peaks.append(((m - 1) * per_mb + rest_later, *(m * per_mb + a for a in alone)))
             else:
-                peaks.append(((in_flight if in_flight > 1 else 1) * per_mb + rest, *none,
-                              False))
+                peaks.append(((depth if m > depth else m) * per_mb + rest, *none))
         out.append(peaks)
     return tuple(out)
 
@@ -1319,18 +1304,15 @@ def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Seque
 def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, ...]], ...]
                       ) -> list[int]:
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
-    stage the static bytes (less the gradients not made yet in a step of one micro-batch,
-    plus the gradients each of its moments holds) plus the activation peak, or the static
-    bytes plus Adam's temporary, the worst stage."""
+    stage the static bytes plus the larger activation peak (beside every gradient, or at
+    the step's first backward: less the gradients not made yet, plus those each of its
+    moments holds), or the static bytes plus Adam's temporary, the worst stage."""
     out: list[int] | None = None
     for (fixed, adam, grads, single_grads), row in zip(static, peaks, strict=True):
         cur = []
-        for *vals, single in row:
-            if single:
-                v = max(vals[0], *(x + g for x, g in zip(vals[1:], single_grads, strict=True)))
-                v -= grads
-            else:
-                v = vals[0]
+        for beside, *first in row:
+            ends = (x + g for x, g in zip(first[1:], single_grads, strict=True))
+            v = max(beside, max(first[0], *ends) - grads)
             cur.append(max(fixed + v, fixed + adam))
         out = cur if out is None else list(map(max, out, cur))
     assert out is not None

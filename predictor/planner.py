@@ -30,6 +30,7 @@ from predictor.errors import SpecError
 from predictor.gpus import GIB, GpuType, load_gpu_catalog
 from predictor.memory import (
     GRAD_KINDS,
+    NO_MOMENT,
     ActivationRows,
     MemoryBreakdown,
     StaticTerms,
@@ -292,7 +293,7 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     pad = len(sizes)  # the column of a missing micro-batch: no bytes per micro-batch, _NEVER
     width = max(len(layout.mbs) for layout in layouts)
     pairs: dict[tuple[int, int], int] = {}
-    per_mb, rest, depths = [], [], []  # per (tp, pp): [size][recompute][stage]
+    per_mb, rest, later, depths = [], [], [], []  # per (tp, pp): [size][recompute][stage]
     # a step of one micro-batch, by moment kind (GRAD_KINDS), and the gradients kinds 1..
     # add (StaticTerms' single-step figures)
     alone: list[list] = [[] for _ in range(GRAD_KINDS)]
@@ -312,8 +313,11 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
             rest.append([[[row[b][1] for _, row in by_rc] + [_NEVER] * (2 - stages)
                           for by_rc in rows] for b in sizes]
                         + [[[_NEVER, _NEVER]] * len(rows)])
-            for w, kind in enumerate(alone):  # moments adding none, one, both end grads
-                kind.append([[[row[b][2 + w] for _, row in by_rc] + [_NEVER] * (2 - stages)
+            later.append([[[row[b][2] for _, row in by_rc] + [NO_MOMENT] * (2 - stages)
+                           for by_rc in rows] for b in sizes]
+                         + [[[NO_MOMENT, NO_MOMENT]] * len(rows)])
+            for w, kind in enumerate(alone):  # moments adding none, one, ... end grads
+                kind.append([[[row[b][3 + w] for _, row in by_rc] + [_NEVER] * (2 - stages)
                               for by_rc in rows] for b in sizes]
                         + [[[_NEVER, _NEVER]] * len(rows)])
         which.append(q)
@@ -348,8 +352,8 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     # 1F1B keeps min(m, pp - stage) micro-batches in flight, at least one (peaks_in_flight)
     in_flight = np.maximum(np.minimum(np.array(n_mbs)[:, None, :],
                                       np.array(depths)[which][:, :, None]), 1)
-    held = (in_flight[:, :, :, None]
-            * np.array(per_mb, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
+    one = np.array(per_mb, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
+    held = in_flight[:, :, :, None] * one
     # peaks: layout, stage, micro-batch index, recompute -> layout, recompute, stage, index
     peaks = (held + np.array(rest, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
              ).transpose(0, 3, 1, 2)
@@ -357,15 +361,22 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     f = np.array(fixed, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     a = np.array(adam, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     g = np.array(grads, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
-    if g.any():  # a step of one micro-batch runs before the gradients exist
-        single = (np.array(n_mbs) == 1)[:, None, None, :]
+    if g.any():  # a step's first backward runs before the gradients exist
+        n = np.array(n_mbs)[:, None, :]
+        single = (n == 1)[:, None]
+        # 1F1B with m <= pp - stage: the first backward with all m in flight, the later ones
+        # with one fewer beside every gradient (peaks_in_flight)
+        beside = (held - one + np.array(later, dtype=np.int64)[which_a, col_a].transpose(
+            0, 3, 1, 2)).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER]
+        shallow = (((n >= 2) & (n <= np.array(depths)[which][:, :, None]))[:, None]
+                   & (beside > NO_MOMENT // 2))
         first = [(held + np.array(kind, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
                   ).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER] for kind in alone]
         top = first[0]
         for kind, end in zip(first[1:], ends, strict=True):
             top = np.maximum(top, kind + np.array(end, dtype=np.int64)[:, _ZERO_OF_SAVER, :,
                                                                         None])
-        p = np.where(single, top - g, p)
+        p = np.where(single, top - g, np.where(shallow, np.maximum(beside, top - g), p))
     return (f + np.maximum(p, a)).max(axis=2)
 
 

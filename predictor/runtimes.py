@@ -105,7 +105,10 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   after every step, so none exist during the first micro-batch's forward and loss; with one
   micro-batch per step (m = 1) they appear only during its backward (the head's first, then
   one layer at a time as that layer's activations go) and all exist only at its end and at
-  the optimizer step. With m >= 2 every later micro-batch runs beside all of them.
+  the optimizer step. With m >= 2 every later micro-batch runs beside all of them — except
+  that under 1F1B a stage with m <= pp − stage runs every forward, then its first backward
+  with all m micro-batches in flight before any gradient exists, and the later backwards
+  in the cool-down with fewer in flight.
 
 * ``selective_op_sac``: ``recompute: selective`` is torchtitan's per-op selective activation
   checkpointing (``selective_ac_option = "op"``, its Llama configs' default): each block is

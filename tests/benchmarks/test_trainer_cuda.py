@@ -79,15 +79,14 @@ def test_pipeline_stages_and_zero3_ran_on_the_gpu_and_hold() -> None:
         m = plan.global_batch // (plan.dp * plan.micro_batch)
         assert len(r["err_stage_tensors_pct"]) == plan.pp
         for stage, err in enumerate(r["err_stage_tensors_pct"]):
-            assert err >= -2.5, (r["plan"], stage)  # no stage under
-            if m > plan.pp - stage:  # a second backward inside 1F1B's steady phase
-                assert err <= 2.5, (r["plan"], stage)
-            else:
+            assert -2.5 <= err <= 2.5, (r["plan"], stage)
+            if m <= plan.pp - stage:
                 shallow.append(err)
-    # a first stage with m <= pp micro-batches: its first backward (all m in flight) runs
-    # before any gradient exists, every later one with fewer in flight; priced with both
-    # at once, the bound is high by the smaller of the gradients and one micro-batch
-    assert len(shallow) == 2 and all(10.0 < err < 20.0 for err in shallow)
+    # the two first stages with m <= pp micro-batches (their first backward, all m in
+    # flight, runs before any gradient exists; the later ones with fewer in flight) were
+    # +12.5 and +19.6 % when every backward was priced beside every gradient: these rows
+    # found it, so they do not check the change (benchmarks.trainer_memory's CPU plans do)
+    assert len(shallow) == 2 and all(abs(err) < 1.0 for err in shallow)
 
 
 def test_the_allocation_history_replays_to_the_requested_bytes_of_another_run() -> None:
