@@ -15,7 +15,8 @@
   over the plans of what it executes (tp with the vocab-parallel head, dp, pipeline stages,
   ZeRO-1/2/3, micro-batch, recomputation, precision), also split into the plans with and
   without ZeRO (``runtime_zero``, ``runtime_no_zero``), the ZeRO-3 ones (``runtime_zero3``)
-  and the pipelined ones (``runtime_pp``: the worst stage's peak).
+  and the pipelined ones (``runtime_pp``: the worst stage's peak; ``runtime_pp_stages``:
+  every stage against its own measurement).
 * ``runtime_cuda``: the same trainer's peaks measured on a real GPU (``benchmarks.trainer_cuda``
   rows committed under docs/gpu_runs/), priced again by today's predictor.
 """
@@ -361,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         errs = [r["err_pct"] for r in runtime_rows if keep(r)]
         out[key] = real_memory.stats(errs) if errs else None
         out[f"{key}_mape"] = out[key]["mape"] if errs else None
+    # every pipeline stage against its own measurement (the plan's figure is the worst's)
+    stage_errs = [st["err_pct"] for r in runtime_rows for st in r.get("stages", [])]
+    out["runtime_pp_stages"] = real_memory.stats(stage_errs) if stage_errs else None
     print()
     print(runtime_table(runtime_rows))
     rt = out["runtime"]
@@ -371,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         if out[key]:
             print(f"  {what}: n={out[key]['n']}  MAPE {out[key]['mape']:.2f}%  "
                   f"worst {out[key]['worst_pct']:+.2f}%")
+    if out["runtime_pp_stages"]:
+        st = out["runtime_pp_stages"]
+        print(f"  every pipeline stage: n={st['n']}  MAPE {st['mape']:.2f}%  worst "
+              f"{st['worst_pct']:+.2f}%  under 5%: {st['under_5pct']}")
     from benchmarks import trainer_cuda
 
     cuda_rows = trainer_cuda.replay(trainer_cuda.COMMITTED_ROWS)

@@ -16,7 +16,8 @@ which lets one process measure rank 0 of a tp·dp plan (rank 0 holds the largest
 shard). A pipeline plan runs the trainer's own 1F1B schedule (``loop.pipeline_backward``)
 for each stage in turn, its point-to-point exchange faked the same way (a receive allocates
 the tensor a real one fills, a send does nothing), and the measured peak is the worst
-stage's, as ``estimate_memory`` reports it. tp (with the vocabulary split), dp, pp (even and
+stage's, as ``estimate_memory`` reports it (``run`` also prices every stage against its
+own measurement). tp (with the vocabulary split), dp, pp (even and
 uneven splits), ZeRO-1/2/3, micro-batch, recomputation and precision vary.
 """
 
@@ -399,15 +400,26 @@ def run(cases: list[TrainerCase] | None = None, real: bool = False) -> list[dict
     measured by the trainer itself on real tensors (``measure_real_peak``), else its step
     under fake tensors (``measure_trainer_peak``, seconds instead of minutes)."""
     rows = []
-    measure = measure_real_peak if real else measure_trainer_peak
     cases = cases or ALL_CASES
     for i, case in enumerate(cases):
         m, tr, par = case.model, case.train, case.par
-        measured = measure(m, tr, par)
+        stages: list[dict[str, Any]] = []
+        if real:
+            measured = measure_real_peak(m, tr, par)
+        elif par.pp > 1:  # every stage's first rank, each priced with its stage
+            for st in range(par.pp):
+                got = measure_stage_peak(m, tr, par, st)
+                want = estimate_memory(m, tr, par, runtime=FRENZY_CPU, stages=(st,)).tensors
+                stages.append(dict(stage=st, measured=got, predicted=want,
+                                   err_pct=100.0 * (want - got) / got))
+            measured = max(st["measured"] for st in stages)
+        else:
+            measured = measure_trainer_peak(m, tr, par)
         predicted = estimate_memory(m, tr, par, runtime=FRENZY_CPU).tensors
         err = 100.0 * (predicted - measured) / measured
-        log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%", i + 1,
-                 len(cases), case.label(), measured / 2**20, err)
+        log.info("[%d/%d] %s: trainer %.1f MiB, predicted %+.2f%%%s", i + 1,
+                 len(cases), case.label(), measured / 2**20, err,
+                 "".join(f", stage {st['stage']} {st['err_pct']:+.2f}%" for st in stages))
         rows.append(dict(config=case.label(), measured=measured, predicted=predicted,
-                         err_pct=err, zero_stage=par.zero_stage, pp=par.pp))
+                         err_pct=err, zero_stage=par.zero_stage, pp=par.pp, stages=stages))
     return rows
