@@ -837,14 +837,13 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # (its dense gradient beside the accumulated one) while the micro-batches forwarded
         # after it are still in flight (in_flight − 1 of them; one fewer when the second
         # backward is in the cool-down, m <= pp − stage); left of its own, the ids and the
-        # fp32 gradient received from the next stage. (ZeRO-2's hook copies the owned chunk,
-        # 4·vr·h/dp more, for a moment: not counted, the split form's activation rows know
-        # no dp.)
+        # fp32 gradient received from the next stage; under ZeRO-2/3 (the embedding is
+        # handled as stage 2's) the reduce-scatter's chunk of it beside (_embedding_chunk)
         later = in_flight - (2 if shallow else 1)
         rest = later * (mb + n_kept * per_layer + copies) + 8 * b * s + 4 * h * T
         if n_layers and not learned:
             rest += 2 * s * hd * D
-        cands.append((gradients, rest, 0, 4 * vr * h))
+        cands.append((gradients, rest, 0, 4 * vr * h + _embedding_chunk(vr, h, dp, zero)))
     # the gradients an earlier micro-batch left at the forward's moments (none before the
     # first backward of a step when they are set to None: in a step of one micro-batch, or
     # with m <= pp − stage, where every forward comes before it)
@@ -1013,6 +1012,14 @@ def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: 
     return head, head + layer, before - done, before, grads
 
 
+def _embedding_chunk(vr: int, h: int, dp: int, zero: int) -> int:
+    """The built-in trainer's ZeRO-2/3 reduce-scatter output for the token embedding's
+    gradient (fp32, ``ceil(n/dp)`` elements: ``orchestrator.trainer.zero``), alive beside
+    the dense gradient it is reduced from while a later micro-batch's embedding backward
+    is accumulated; 0 without gradient sharding."""
+    return 4 * -(-vr * h // dp) if zero >= 2 and dp > 1 else 0
+
+
 def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s: int,
                               last: bool) -> int:
     """Activation bytes per sequence left at the token embedding's backward: the token ids
@@ -1021,7 +1028,7 @@ def _embedding_backward_bytes(rt: RuntimeProfile, mixed: bool, h: int, T: int, s
     return 8 * s * (2 if last else 1) + h * T * (4 if rt.fp32_stream or not mixed else 2)
 
 
-StaticTerms = tuple[tuple[int, int, int, tuple[int, ...]], ...]
+StaticTerms = tuple[tuple[int, int, int, tuple[int, ...], int], ...]
 """Per candidate stage (the first, and the last when pp > 1): (static bytes — parameters,
 gradients, optimizer states —, the optimizer step's temporary (Adam's sqrt(v)), or -1
 without one, the gradient bytes that do not exist yet during a step of one micro-batch: 0
@@ -1029,7 +1036,9 @@ unless the runtime sets the gradients to None between steps, and in such a step 
 gradient bytes each kind of moment holds (``GRAD_KINDS``): as the first layer's backward
 starts and ends, as the last layer's starts and ends, and after the embedding's backward
 (``_single_step_grads``, which ZeRO-2 shards); zeros unless the runtime sets the gradients
-to None)."""
+to None; and the bytes ZeRO-2/3 adds to a pipeline's first stage at a later micro-batch's
+embedding backward (``_embedding_chunk``, on top of ``activation_peaks``' embedding
+figure))."""
 
 NO_MOMENT = -(1 << 60)
 """A moment that does not exist (so no static bytes added to it make it the peak)."""
@@ -1041,7 +1050,7 @@ apply)."""
 
 ActivationTerms = tuple[tuple[int, int, int, tuple[tuple[int, int], ...],
                               tuple[tuple[int, int, int], ...], int,
-                              tuple[tuple[int, int], ...]], ...]
+                              tuple[tuple[int, int], ...], tuple[int, int] | None], ...]
 """Per candidate stage: (pipeline depth ``pp - stage``, activation bytes per sequence of one
 micro-batch in flight, constant activation bytes, peak moments ``(bytes per sequence,
 constant)`` on top of the activations: logits, the backward working set; and the moments of a
@@ -1054,7 +1063,8 @@ any other; the constant bytes each micro-batch in flight adds (autocast's weight
 under ``fp32_weights_autocast``), which the constant activation bytes include once; and the
 moments of the backwards after a stage's first when m <= pp − stage micro-batches (on top
 of one micro-batch fewer in flight and every gradient) — empty unless the runtime sets the
-gradients to None)."""
+gradients to None; and the first stage's embedding moment alone (one of the moments, to
+which ``StaticTerms``' ZeRO chunk is added), or None)."""
 
 
 SPLIT_FORM_UNPRICED = ("compiled", "loss_chunks", "optimizer_in_backward",
@@ -1092,7 +1102,13 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
         if runtime.grads_set_to_none:
             single = _single_step_grads(model, train, tp, pp, dp, zero, stage, n_layers,
                                         runtime)
-        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single))
+        chunk = 0
+        if runtime.eager_blocks and stage == 0 and pp > 1:
+            vr = -(-runtime.padded_vocab(model.vocab_size, tp)
+                   // (tp if runtime.vocab_parallel else 1))
+            chunk = _embedding_chunk(vr, model.hidden_size, dp, zero)
+        out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single,
+                    chunk))
     return tuple(out)
 
 
@@ -1204,8 +1220,10 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         fwd_end = ((0, (n_layers * one_copy if full else 0) - head_copy + g_start),
                    ) if gathered else ()  # ZeRO-3: the last layer's forward (estimate_stage)
         moments = [(c + held, k + g_start) for c, k in layer_bwd] + head + list(fwd_end)
-        if rt.eager_blocks and first and not last:  # 1F1B's embedding moment (estimate_stage)
-            moments.append((8 * s + 4 * h * T - c_mb, rot + 4 * vr * h - c_rot))
+        emb_moment = None  # 1F1B's embedding moment (estimate_stage), without ZeRO's chunk
+        if rt.eager_blocks and first and not last:
+            emb_moment = (8 * s + 4 * h * T - c_mb, rot + 4 * vr * h - c_rot)
+            moments.append(emb_moment)
         drop = (n_layers - 1) * per_layer if n_layers else 0
         left = copies - (0 if full else one_copy)
         tied = 4 * vr * h if rt.eager_blocks and first and last and (
@@ -1218,8 +1236,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
         later: tuple[tuple[int, int], ...] = ()
         if rt.grads_set_to_none and pp - stage > 1:
             later = tuple((c + held, k + g_start) for c, k in layer_bwd)
-            if rt.eager_blocks and first and not last:
-                later += ((8 * s + 4 * h * T - c_mb, rot + 4 * vr * h - c_rot),)
+            if emb_moment is not None:
+                later += (emb_moment,)
         alone: tuple[tuple[int, int, int], ...] = ()
         if rt.grads_set_to_none:  # (c, k, which end-of-backward gradients: see the type)
             # (see estimate_stage)
@@ -1235,23 +1253,24 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
                 alone += ((emb, -c_rot, 5),)
                 if tied:  # the sum after the embedding's backward: no activation is left
                     alone += ((held - c_mb, 3 * tied - c_rot, 4),)
-        out.append((pp - stage, c_mb, c_rot, all_moments, alone, per_flight, later))
+        out.append((pp - stage, c_mb, c_rot, all_moments, alone, per_flight, later,
+                    emb_moment))
     return tuple(out)
 
 
 ActivationRows = tuple[tuple[int, dict[int, tuple[int, ...]]], ...]
 """Per candidate stage: (pipeline depth, micro-batch size -> (activation bytes of one
 micro-batch in flight, constant activations plus the largest peak moment, the same over the
-moments of the backwards after a stage's first when m <= pp − stage, and for a step of one
-micro-batch the same over its moments of each of the ``GRAD_KINDS`` kinds: ``NO_MOMENT``
-where none))."""
+moments of the backwards after a stage's first when m <= pp − stage, the same for the
+embedding moment alone, and for a step of one micro-batch the same over its moments of each
+of the ``GRAD_KINDS`` kinds: ``NO_MOMENT`` where none))."""
 
 
 def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> ActivationRows:
     """The parts of ``activation_peaks`` that do not depend on the micro-batches in flight,
     at each size of ``micro_batches``: shared by every data-parallel size."""
     out = []
-    for depth, c_mb, c_rot, moments, first, cp, later in terms:
+    for depth, c_mb, c_rot, moments, first, cp, later, emb in terms:
         row = {}
         for b in micro_batches:
             extra = max(b * c + k for c, k in moments)
@@ -1261,7 +1280,8 @@ def activation_rows(terms: ActivationTerms, micro_batches: Sequence[int]) -> Act
             for c, k, w in first:
                 alone[w] = max(alone[w], c_rot + b * c + k - cp)
             rest_later = c_rot + max(b * c + k for c, k in later) - cp if later else NO_MOMENT
-            row[b] = (b * c_mb + cp, c_rot + extra - cp, rest_later, *alone)
+            rest_emb = c_rot + b * emb[0] + emb[1] - cp if emb else NO_MOMENT
+            row[b] = (b * c_mb + cp, c_rot + extra - cp, rest_later, rest_emb, *alone)
         out.append((depth, row))
     return tuple(out)
 
@@ -1271,7 +1291,8 @@ def activation_peaks(terms: ActivationTerms, per_replica: int,
     """Per candidate stage, the peak bytes on top of the static state (activations, logits,
     working set; not Adam's temporary) at each micro-batch size of ``micro_batches``
     (divisors of the ``per_replica`` batch: ``per_replica // b`` micro-batches of ``b``):
-    the peak beside every gradient, then ``GRAD_KINDS`` peaks of the step's first backward
+    the peak beside every gradient, the embedding moment's (to which ``StaticTerms``' ZeRO
+    chunk is added), then ``GRAD_KINDS`` peaks of the step's first backward
     (on top of the static state less the gradients not made yet, each kind plus its
     single-step gradients from ``StaticTerms``); ``NO_MOMENT`` where none: the former for a
     step of one micro-batch, the latter for a step whose first backward is not the stage's
@@ -1289,14 +1310,16 @@ def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Seque
     for depth, row in rows:
         peaks: list[tuple[int, ...]] = []
         for b in micro_batches:
-            per_mb, rest, rest_later, *alone = row[b]
+            per_mb, rest, rest_later, rest_emb, *alone = row[b]
             m = per_replica // b
             if m <= 1:
-                peaks.append((NO_MOMENT, *(per_mb + a for a in alone)))
+                peaks.append((NO_MOMENT, NO_MOMENT, *(per_mb + a for a in alone)))
             elif m <= depth and rest_later != NO_MOMENT:  # estimate_stage's ``shallow``
-                peaks.append(((m - 1) * per_mb + rest_later, *(m * per_mb + a for a in alone)))
+                peaks.append(((m - 1) * per_mb + rest_later, (m - 1) * per_mb + rest_emb,
+                              *(m * per_mb + a for a in alone)))
             else:
-                peaks.append(((depth if m > depth else m) * per_mb + rest, *none))
+                n = depth if m > depth else m
+                peaks.append((n * per_mb + rest, n * per_mb + rest_emb, *none))
         out.append(peaks)
     return tuple(out)
 
@@ -1304,15 +1327,16 @@ def peaks_in_flight(rows: ActivationRows, per_replica: int, micro_batches: Seque
 def peak_tensor_curve(static: StaticTerms, peaks: tuple[list[tuple[int, ...]], ...]
                       ) -> list[int]:
     """``estimate_memory(...).tensors`` at each micro-batch of ``activation_peaks``: per
-    stage the static bytes plus the larger activation peak (beside every gradient, or at
-    the step's first backward: less the gradients not made yet, plus those each of its
-    moments holds), or the static bytes plus Adam's temporary, the worst stage."""
+    stage the static bytes plus the largest activation peak (beside every gradient; the
+    embedding moment with ZeRO's chunk; or at the step's first backward: less the gradients
+    not made yet, plus those each of its moments holds), or the static bytes plus Adam's
+    temporary, the worst stage."""
     out: list[int] | None = None
-    for (fixed, adam, grads, single_grads), row in zip(static, peaks, strict=True):
+    for (fixed, adam, grads, single_grads, chunk), row in zip(static, peaks, strict=True):
         cur = []
-        for beside, *first in row:
+        for beside, emb, *first in row:
             ends = (x + g for x, g in zip(first[1:], single_grads, strict=True))
-            v = max(beside, max(first[0], *ends) - grads)
+            v = max(beside, emb + chunk, max(first[0], *ends) - grads)
             cur.append(max(fixed + v, fixed + adam))
         out = cur if out is None else list(map(max, out, cur))
     assert out is not None

@@ -293,12 +293,12 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     pad = len(sizes)  # the column of a missing micro-batch: no bytes per micro-batch, _NEVER
     width = max(len(layout.mbs) for layout in layouts)
     pairs: dict[tuple[int, int], int] = {}
-    per_mb, rest, later, depths = [], [], [], []  # per (tp, pp): [size][recompute][stage]
+    per_mb, rest, later, emb, depths = [], [], [], [], []  # per (tp, pp): [size][rc][stage]
     # a step of one micro-batch, by moment kind (GRAD_KINDS), and the gradients kinds 1..
     # add (StaticTerms' single-step figures)
     alone: list[list] = [[] for _ in range(GRAD_KINDS)]
     ends: list[list] = [[] for _ in range(GRAD_KINDS - 1)]
-    which, cols, n_mbs, fixed, adam, grads = [], [], [], [], [], []
+    which, cols, n_mbs, fixed, adam, grads, chunks = [], [], [], [], [], [], []
     for layout in layouts:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
         q = pairs.get((tp, pp))
@@ -313,38 +313,42 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
             rest.append([[[row[b][1] for _, row in by_rc] + [_NEVER] * (2 - stages)
                           for by_rc in rows] for b in sizes]
                         + [[[_NEVER, _NEVER]] * len(rows)])
-            later.append([[[row[b][2] for _, row in by_rc] + [NO_MOMENT] * (2 - stages)
-                           for by_rc in rows] for b in sizes]
-                         + [[[NO_MOMENT, NO_MOMENT]] * len(rows)])
+            for i, out in ((2, later), (3, emb)):
+                out.append([[[row[b][i] for _, row in by_rc] + [NO_MOMENT] * (2 - stages)
+                             for by_rc in rows] for b in sizes]
+                           + [[[NO_MOMENT, NO_MOMENT]] * len(rows)])
             for w, kind in enumerate(alone):  # moments adding none, one, ... end grads
-                kind.append([[[row[b][3 + w] for _, row in by_rc] + [_NEVER] * (2 - stages)
+                kind.append([[[row[b][4 + w] for _, row in by_rc] + [_NEVER] * (2 - stages)
                               for by_rc in rows] for b in sizes]
                         + [[[_NEVER, _NEVER]] * len(rows)])
         which.append(q)
         extra = width - len(layout.mbs)
         cols.append([column[b] for b in layout.mbs] + [pad] * extra)
         n_mbs.append([layout.per_replica // b for b in layout.mbs] + [1] * extra)
-        f_z, a_z, g_z = [], [], []
+        f_z, a_z, g_z, c_z = [], [], [], []
         e_z: list[list] = [[] for _ in ends]
         for zero in range(4):
             if zero and (dp == 1 or zero not in runnable):
                 f_z.append((_NEVER, _NEVER))
                 a_z.append((-1, -1))
                 g_z.append((0, 0))
+                c_z.append((0, 0))
                 for e in e_z:
                     e.append((0, 0))
                 continue
             static = table.static_of(tp, pp, dp, zero)
             if len(static) == 1:
-                static = (static[0], (-_NEVER, -1, 0, (0,) * len(ends)))
+                static = (static[0], (-_NEVER, -1, 0, (0,) * len(ends), 0))
             f_z.append((static[0][0], static[1][0]))
             a_z.append((static[0][1], static[1][1]))
             g_z.append((static[0][2], static[1][2]))
+            c_z.append((static[0][4], static[1][4]))
             for i, e in enumerate(e_z):
                 e.append((static[0][3][i], static[1][3][i]))
         fixed.append(f_z)
         adam.append(a_z)
         grads.append(g_z)
+        chunks.append(c_z)
         for e, end in zip(e_z, ends, strict=True):
             end.append(e)
     which_a = np.array(which)[:, None]
@@ -361,15 +365,23 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
     f = np.array(fixed, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     a = np.array(adam, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
     g = np.array(grads, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
+    n = np.array(n_mbs)[:, None, :]
+    single = (n == 1)[:, None]
+
+    def by_saver(x: np.ndarray) -> np.ndarray:  # (layout, stage, index, recompute) rows
+        return x.transpose(0, 3, 1, 2)[:, _RC_OF_SAVER]
+
+    # the first stage's embedding moment with ZeRO's chunk (none in a step of one)
+    e = by_saver(held + np.array(emb, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2))
+    e = np.where(single, NO_MOMENT, e)
     if g.any():  # a step's first backward runs before the gradients exist
-        n = np.array(n_mbs)[:, None, :]
-        single = (n == 1)[:, None]
         # 1F1B with m <= pp - stage: the first backward with all m in flight, the later ones
         # with one fewer beside every gradient (peaks_in_flight)
-        beside = (held - one + np.array(later, dtype=np.int64)[which_a, col_a].transpose(
-            0, 3, 1, 2)).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER]
+        beside = by_saver(held - one + np.array(later, dtype=np.int64)[which_a, col_a].transpose(
+            0, 3, 1, 2))
         shallow = (((n >= 2) & (n <= np.array(depths)[which][:, :, None]))[:, None]
                    & (beside > NO_MOMENT // 2))
+        e = np.where(shallow, e - by_saver(one), e)
         first = [(held + np.array(kind, dtype=np.int64)[which_a, col_a].transpose(0, 3, 1, 2)
                   ).transpose(0, 3, 1, 2)[:, _RC_OF_SAVER] for kind in alone]
         top = first[0]
@@ -377,6 +389,8 @@ def _memory_values(table: _MemoryTable, layouts: list[_Layout]) -> np.ndarray:
             top = np.maximum(top, kind + np.array(end, dtype=np.int64)[:, _ZERO_OF_SAVER, :,
                                                                         None])
         p = np.where(single, top - g, np.where(shallow, np.maximum(beside, top - g), p))
+    c = np.array(chunks, dtype=np.int64)[:, _ZERO_OF_SAVER, :, None]
+    p = np.maximum(p, e + c)
     return (f + np.maximum(p, a)).max(axis=2)
 
 
