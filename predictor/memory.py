@@ -568,7 +568,7 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     k = max(m.num_kv_heads // t, 1) * hd
     f = m.ffn_hidden_size // t
     a = m.num_heads // t
-    vr = -(-rt.padded_vocab(m.vocab_size, t) // (t if rt.vocab_parallel else 1))
+    vr = _vocab_rows(m, t, rt)
     one_layer = (3 if neox else 4) * h * T * D + 2 * (4 * T if rmsnorm else 2 * T * D)
     if selective:
         one_layer += (2 * q + 2 * k) * Tf * D
@@ -1012,6 +1012,11 @@ def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: 
     return head, head + layer, before - done, before, grads
 
 
+def _vocab_rows(m: ModelSpec, tp: int, rt: RuntimeProfile) -> int:
+    """Rows of the (padded) vocabulary one tensor-parallel rank's embedding and head hold."""
+    return -(-rt.padded_vocab(m.vocab_size, tp) // (tp if rt.vocab_parallel else 1))
+
+
 def _embedding_chunk(vr: int, h: int, dp: int, zero: int) -> int:
     """The built-in trainer's ZeRO-2/3 reduce-scatter output for the token embedding's
     gradient (fp32, ``ceil(n/dp)`` elements: ``orchestrator.trainer.zero``), alive beside
@@ -1104,9 +1109,8 @@ def static_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: in
                                         runtime)
         chunk = 0
         if runtime.eager_blocks and stage == 0 and pp > 1:
-            vr = -(-runtime.padded_vocab(model.vocab_size, tp)
-                   // (tp if runtime.vocab_parallel else 1))
-            chunk = _embedding_chunk(vr, model.hidden_size, dp, zero)
+            chunk = _embedding_chunk(_vocab_rows(model, tp, runtime), model.hidden_size, dp,
+                                     zero)
         out.append((par + grad + opt, adam, grad if runtime.grads_set_to_none else 0, single,
                     chunk))
     return tuple(out)
