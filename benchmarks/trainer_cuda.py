@@ -162,6 +162,12 @@ PLANS: list[Plan] = [
     Plan(TINYLLAMA, 1024, 8, micro_batch=2, dp=4, recompute="full", zero=3),
     Plan("gpt2-xl", 1024, 8, micro_batch=4, dp=2, recompute="selective", zero=3),
     Plan("pythia-1.4b", 1024, 4, "fp32", micro_batch=1, dp=2, zero=3),
+    # fp32 ZeRO-3 with pipeline stages, no recomputation: each micro-batch in flight keeps the
+    # gathered weights its forward's matmuls saved (a stage with m <= pp - stage in 50, 52)
+    Plan("gpt2-medium", 1024, 16, "fp32", "adam", micro_batch=2, dp=2, pp=2, zero=3),
+    Plan("gpt2-medium", 1024, 6, "fp32", micro_batch=1, dp=2, pp=3, zero=3),
+    Plan(TINYLLAMA, 1024, 16, "fp32", micro_batch=2, dp=2, pp=2, zero=3),
+    Plan(QWEN2_05B, 1024, 8, "fp32", micro_batch=1, dp=2, pp=4, zero=3),
 ]
 QUICK = [0, 2, 15]
 GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"

@@ -739,9 +739,10 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     # ZeRO-3: the running layer's gathered weights, as its backward starts (less what the
     # forward kept, counted as copies) and ends
     gathered, kept = _gathered_layer(m, t, dp, zero, n_layers, rt, mixed, full)
-    if kept:
+    if kept:  # likewise per micro-batch in flight: each forward gathered its own
         copies, one_copy = n_layers * kept, kept
-        activations += copies
+        activations += in_flight * copies
+        one_mb += copies
     g_start = gathered - kept
 
     # backward working set of the first layer (_backward_working_set)
@@ -1191,14 +1192,15 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
             c_rot += copies
             if full:
                 layer_bwd = [(c, k + one_copy) for c, k in bwd]
-        # autocast's copies are made per micro-batch in flight (estimate_stage): they move
-        # from the constant to each micro-batch in flight (the same sum with one in flight)
-        per_flight = copies
         gathered, kept = _gathered_layer(m, t, 2, 3 if gathers else 0, n_layers, rt, mixed,
                                          full)
         if kept:  # the forward's gathered matrices, kept to the layer's backward
             copies, one_copy = n_layers * kept, kept
             c_rot += copies
+        # autocast's copies and ZeRO-3's kept matrices are made per micro-batch in flight
+        # (estimate_stage): they move from the constant to each micro-batch in flight (the
+        # same sum with one in flight)
+        per_flight = copies
         g_start = gathered - kept
         lg = (0 if rt.classification_head else Tf * vr) if last else 0
         low = _low_precision_logits(rt, mixed, bert)
