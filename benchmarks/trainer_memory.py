@@ -388,6 +388,11 @@ PIPELINE_CASES: list[TrainerCase] = [
     _case(LLAMA_D, 256, 8, micro_batch=2, dp=2, pp=2, zero_stage=3),
     _case(NEOX_D, 256, 6, micro_batch=2, pp=3, recompute="full"),
     _case(QWEN_S, 512, 4, "fp32", "adam", micro_batch=2, pp=2, recompute="selective"),
+    # fp32 ZeRO-3 without recomputation: each micro-batch in flight keeps the gathered
+    # matrices its forward saved (m = 3 <= pp in the second)
+    _case(LLAMA_D, 256, 8, "fp32", "adamw", micro_batch=1, dp=2, pp=3, zero_stage=3),
+    _case(NEOX_D, 256, 6, "fp32", "adamw", micro_batch=1, dp=2, pp=3, zero_stage=3),
+    _case(QWEN_S, 256, 16, "fp32", "adamw", micro_batch=2, tp=2, dp=2, pp=2, zero_stage=3),
 ]
 
 ALL_CASES: list[TrainerCase] = CASES + ZERO_CASES + ZERO3_CASES + PIPELINE_CASES
