@@ -409,7 +409,8 @@ def _gathered_layer(m: ModelSpec, tp: int, dp: int, zero: int, n_layers: int,
     The second is nonzero in an fp32 run without full recomputation only: there an fp32
     matmul saves a view of its weight (``weight.t()``) anyway, so the trainer keeps the
     whole gathered layer until its backward (which reuses it), as autocast's copies are
-    kept in a mixed run. (0, 0) for other runtimes, whose gathered blocks are static
+    kept in a mixed run — and like them once per micro-batch in flight (each forward
+    gathered its own). (0, 0) for other runtimes, whose gathered blocks are static
     (``_static_bytes``), and below ZeRO-3."""
     if not (rt.fp32_weights_autocast and zero >= 3 and dp > 1 and n_layers):
         return 0, 0
