@@ -24,7 +24,8 @@ class Family(StrEnum):
     """Architecture families whose layer structure the predictor and the builder know."""
 
     GPT2 = "gpt2"  # pre-LN decoder, GeLU MLP, learned positions, tied embeddings, biases
-    LLAMA = "llama"  # pre-RMSNorm decoder, SwiGLU MLP, rotary, GQA, no biases (also mistral)
+    LLAMA = "llama"  # pre-RMSNorm decoder, SwiGLU MLP, rotary, GQA, no biases (also mistral,
+    # phi3 and gemma: the same tensors)
     QWEN2 = "qwen2"  # llama layout with q/k/v biases
     QWEN3 = "qwen3"  # llama layout with per-head RMSNorm on Q and K (q_norm, k_norm)
     GPT_NEOX = "gpt_neox"  # parallel-residual decoder, GeLU MLP, rotary, untied output
@@ -38,6 +39,21 @@ DECODER_FAMILIES = frozenset({Family.GPT2, Family.LLAMA, Family.QWEN2, Family.QW
                               Family.GPT_NEOX})
 LLAMA_LAYOUT = frozenset({Family.LLAMA, Family.QWEN2, Family.QWEN3})
 """Families with the llama layer: pre-RMSNorm, SwiGLU MLP, rotary, GQA."""
+
+FAMILY_ALIASES: dict[str, Family] = {
+    "mistral": Family.LLAMA, "phi3": Family.LLAMA, "roberta": Family.BERT,
+    "xlm-roberta": Family.BERT,
+}
+"""Other names a ``family`` may be given by: architectures whose layers are exactly a known
+family's, with the same defaults (untied llama-style heads; bert's encoder and MLM head)."""
+
+_FAMILY_HINTS = {
+    "opt": "OPT is the gpt2 layout with a ReLU MLP: give family gpt2 with activation: "
+           "\"relu\" (ffn_hidden_size: its ffn_dim)",
+    "gemma": "Gemma is the llama layout with tied embeddings: give family llama with "
+             "tie_embeddings: true and head_dim (256)",
+}
+"""Families that are a known one with other defaults: what to give instead."""
 
 
 class Precision(StrEnum):
@@ -120,10 +136,9 @@ class ModelSpec:
         try:
             family = Family(self.family)
         except ValueError:
-            raise SpecError(
-                "family",
-                f"unknown family {self.family!r}; known: {', '.join(f.value for f in Family)}",
-            ) from None
+            family = FAMILY_ALIASES.get(self.family) if isinstance(self.family, str) else None
+            if family is None:
+                raise SpecError("family", _unknown_family(self.family)) from None
         object.__setattr__(self, "family", family)
         for name in ("num_layers", "hidden_size", "num_heads", "vocab_size", "max_seq_len"):
             _positive_int(name, getattr(self, name))
@@ -303,8 +318,12 @@ class ModelSpec:
 
     @staticmethod
     def from_hf_config(config: dict[str, Any], name: str | None = None) -> ModelSpec:
-        """Build from a Hugging Face ``config.json`` (gpt2, llama, mistral, qwen2, qwen3,
-        gpt_neox, bert families; an explicit ``head_dim`` is kept)."""
+        """Build from a Hugging Face ``config.json`` whose ``model_type`` is one of
+        ``HF_MODEL_TYPES``: gpt2, llama, mistral, qwen2, qwen3, gpt_neox, bert, and the
+        types whose layers are exactly a known family's: opt (gpt2 with a ReLU MLP), gemma
+        and phi3 (llama), roberta and xlm-roberta (bert). An explicit ``head_dim`` is kept;
+        other types (mixture-of-experts, gemma2/3, phi, ...) are a ``SpecError`` naming
+        ``config.model_type``."""
         return _from_hf_config(config, name)
 
     def with_(self, **changes: Any) -> ModelSpec:
@@ -343,6 +362,75 @@ def _head_dim(config: dict[str, Any]) -> int:
     return head_dim
 
 
+HF_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "bert", "opt",
+                  "gemma", "phi3", "roberta", "xlm-roberta")
+"""The ``config.json`` ``model_type`` values ``ModelSpec.from_hf_config`` reads, each onto a
+family: opt → gpt2 (ReLU MLP), gemma and phi3 → llama, roberta and xlm-roberta → bert."""
+
+TRAINER_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "bert")
+"""The ``model_type`` values whose architecture the built-in trainer builds and whose weights
+it loads and exports as that type; the other ``HF_MODEL_TYPES`` are priced with the family
+whose tensors they share, but training one on the built-in trainer would train that family's
+model (a ReLU OPT as a GeLU gpt2, a GeGLU Gemma as a SwiGLU llama), so a job needs its own
+entrypoint for them."""
+
+_MOE_MODEL_TYPES = frozenset({
+    "mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3",
+    "phimoe", "dbrx", "jamba", "olmoe", "granitemoe", "granitemoeshared", "jetmoe",
+    "switch_transformers", "nllb-moe", "gpt_oss", "llama4", "llama4_text", "minimax",
+    "ernie4_5_moe", "glm4_moe", "hunyuan_v1_moe", "dots1", "bailing_moe",
+})
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+_NOT_MODELLED = {
+    **dict.fromkeys(
+        ("gemma2", "gemma3", "gemma3_text"),
+        "Gemma 2 and 3 layers are not modelled: sandwich norms (an RMSNorm before and after "
+        "both attention and MLP, four a layer), logit soft-capping (Gemma 2: a second "
+        "logits-sized tensor kept for backward), Gemma 3's Q/K norms and local/global "
+        "attention. Only Gemma 1 (model_type gemma) is"),
+    "phi": "phi (phi-1, phi-1.5, phi-2) is not modelled: attention and MLP run in parallel "
+           "from one LayerNorm, with biased q/k/v and a biased output head (phi3 is)",
+}
+"""Common model types that look like a supported one but are not exactly it: why."""
+
+
+def _unknown_family(family: Any) -> str:
+    known = ", ".join(f.value for f in Family)
+    aliases = ", ".join(f"{a} → {f.value}" for a, f in FAMILY_ALIASES.items())
+    reason = f"unknown family {family!r}; known: {known} (aliases: {aliases})"
+    hint = _FAMILY_HINTS.get(family) if isinstance(family, str) else None
+    if hint:
+        reason += f". {hint}, or pass its config.json as hf_config"
+    return reason
+
+
+def _unsupported_type(model_type: Any, config: dict[str, Any]) -> SpecError:
+    kind = model_type if isinstance(model_type, str) else ""
+    reason = _NOT_MODELLED.get(kind)
+    experts = any(isinstance(config.get(k), int) and not isinstance(config.get(k), bool)
+                  and config[k] > 1 for k in _EXPERT_KEYS)
+    if reason is None and (kind in _MOE_MODEL_TYPES or "moe" in kind or experts):
+        reason = ("a mixture-of-experts model, and mixture-of-experts layers (a router "
+                  "and several expert MLPs a layer) are not modelled")
+    return SpecError(
+        "config.model_type",
+        f"unsupported model_type {model_type!r}{f': {reason}' if reason else ''}; "
+        f"supported: {', '.join(HF_MODEL_TYPES)}",
+    )
+
+
+def _opt_activation(config: dict[str, Any]) -> str:
+    """OPT's ``activation_function`` (OPTConfig's default: relu) as a ``ModelSpec`` one."""
+    act = config.get("activation_function", "relu")
+    known = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu"}
+    if not isinstance(act, str) or act not in known:
+        raise SpecError("config.activation_function",
+                        f"{act!r} is not modelled for opt; one of relu (the default), gelu, "
+                        "gelu_new")
+    return known[act]
+
+
 def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
     if not isinstance(config, dict):
         raise SpecError("config", f"must be a JSON object, got {type(config).__name__}")
@@ -350,7 +438,7 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
     if model_type is None:
         raise SpecError(
             "config.model_type",
-            "missing; one of gpt2, llama, mistral, qwen2, qwen3, gpt_neox, bert is needed",
+            f"missing; one of {', '.join(HF_MODEL_TYPES)} is needed",
         )
     label = name or config.get("_name_or_path") or f"hf-{model_type}"
     if model_type == "gpt2":
@@ -366,7 +454,41 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
             ffn_hidden_size=config.get("n_inner") or 4 * n_embd,
             tie_embeddings=bool(config.get("tie_word_embeddings", True)),
         )
-    if model_type in ("llama", "mistral", "qwen2", "qwen3"):
+    if model_type == "opt":
+        # OPTDecoder: learned positions (2 more rows than max_position_embeddings, the
+        # fairseq offset), pre-LN layers with biased q/k/v/out_proj and fc1/fc2, a final
+        # LayerNorm, lm_head tied to embed_tokens (PretrainedConfig's default): gpt2's layout
+        hidden = _need(config, "hidden_size")
+        proj = config.get("word_embed_proj_dim")  # OPTConfig: None -> hidden_size
+        if proj is not None and proj != hidden:
+            raise SpecError("config.word_embed_proj_dim",
+                            f"{proj!r} != hidden_size {hidden}: the embeddings are {proj!r} "
+                            "wide with project_in / project_out linears (opt-350m), which "
+                            "is not modelled")
+        if not config.get("do_layer_norm_before", True):
+            raise SpecError("config.do_layer_norm_before",
+                            "false (post-LN layers, opt-350m) is not modelled; only pre-LN "
+                            "OPT (true, the default) is")
+        if not config.get("enable_bias", True):
+            raise SpecError("config.enable_bias",
+                            "false (linears without biases) is not modelled; OPT's linears "
+                            "carry biases (true, the default)")
+        return ModelSpec(
+            name=label,
+            family=Family.GPT2,
+            num_layers=_need(config, "num_hidden_layers"),
+            hidden_size=hidden,
+            num_heads=_need(config, "num_attention_heads"),
+            vocab_size=_need(config, "vocab_size"),
+            max_seq_len=_need(config, "max_position_embeddings"),
+            ffn_hidden_size=_need(config, "ffn_dim"),
+            tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+            activation=_opt_activation(config),
+        )
+    if model_type in ("llama", "mistral", "qwen2", "qwen3", "phi3"):
+        # phi3: fused qkv_proj and gate_up_proj hold llama's q/k/v and gate/up parameters,
+        # no biases; Phi3Config: num_key_value_heads None -> heads, tie_word_embeddings
+        # False; partial_rotary_factor < 1 rotates fewer dims, which have no parameters
         heads = _need(config, "num_attention_heads")
         if model_type == "qwen3" and config.get("attention_bias"):
             raise SpecError("config.attention_bias", "true is not supported for qwen3 (biases "
@@ -384,6 +506,29 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
             explicit_head_dim=_head_dim(config),
         )
+    if model_type == "gemma":
+        # Gemma 1: llama's tensors (its GeGLU MLP has SwiGLU's gate/up/down and keeps the
+        # same three f-wide tensors; RMSNorm's 1 + weight is one weight). GemmaConfig's
+        # defaults: head_dim 256, num_key_value_heads 16, tie_word_embeddings True
+        if config.get("attention_bias"):
+            raise SpecError("config.attention_bias", "true is not supported for gemma (biases "
+                            "on q/k/v and o); only the published bias-free layout is")
+        if config.get("use_bidirectional_attention"):
+            raise SpecError("config.use_bidirectional_attention", "true (a bidirectional "
+                            "encoder) is not modelled for gemma; only the causal decoder is")
+        return ModelSpec(
+            name=label,
+            family=Family.LLAMA,
+            num_layers=_need(config, "num_hidden_layers"),
+            hidden_size=_need(config, "hidden_size"),
+            num_heads=_need(config, "num_attention_heads"),
+            num_kv_heads=config.get("num_key_value_heads") or 16,
+            ffn_hidden_size=_need(config, "intermediate_size"),
+            vocab_size=_need(config, "vocab_size"),
+            max_seq_len=_need(config, "max_position_embeddings"),
+            tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+            explicit_head_dim=_head_dim({"head_dim": 256, **config}),
+        )
     if model_type == "gpt_neox":
         return ModelSpec(
             name=label,
@@ -396,7 +541,20 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
             max_seq_len=_need(config, "max_position_embeddings"),
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
         )
-    if model_type == "bert":
+    if model_type in ("bert", "roberta", "xlm-roberta"):
+        # roberta / xlm-roberta: bert's embeddings (token, position, token-type, LayerNorm),
+        # post-LN encoder and MLM head (dense + LayerNorm, decoder tied, output bias);
+        # RobertaConfig keeps BertConfig's type_vocab_size default 2 (published configs: 1)
+        if model_type != "bert":
+            position = config.get("position_embedding_type", "absolute")
+            if position != "absolute":
+                raise SpecError("config.position_embedding_type",
+                                f"{position!r} (per-layer distance embeddings) is not "
+                                f"modelled for {model_type}; only 'absolute' (the default) is")
+            if config.get("add_cross_attention"):
+                raise SpecError("config.add_cross_attention",
+                                f"true (a cross-attention block a layer) is not modelled for "
+                                f"{model_type}")
         return ModelSpec(
             name=label,
             family=Family.BERT,
@@ -409,11 +567,7 @@ def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:
             type_vocab_size=config.get("type_vocab_size", 2),
             tie_embeddings=True,
         )
-    raise SpecError(
-        "config.model_type",
-        f"unsupported model_type {model_type!r}; supported: gpt2, llama, mistral, qwen2, "
-        "qwen3, gpt_neox, bert",
-    )
+    raise _unsupported_type(model_type, config)
 
 
 def _gpt2(name: str, layers: int, hidden: int, heads: int, seq: int = 1024) -> ModelSpec:

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from orchestrator.trainer.model import Numerics
-from predictor.spec import LLAMA_LAYOUT, Family, ModelSpec
+from predictor.spec import LLAMA_LAYOUT, TRAINER_MODEL_TYPES, Family, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +323,9 @@ def spec_from_folder(folder: str | Path) -> tuple[ModelSpec, Numerics]:
     """The model of a Hugging Face folder as the trainer builds it."""
     config = read_config(folder)
     spec = ModelSpec.from_hf_config(config, name=Path(folder).name or None)
+    if config.get("model_type") not in TRAINER_MODEL_TYPES:
+        raise ValueError(f"config.model_type={config.get('model_type')!r}: the built-in "
+                         f"trainer loads {', '.join(TRAINER_MODEL_TYPES)} checkpoints only")
     return spec, numerics_from_config(config, spec)
 
 

@@ -149,6 +149,7 @@ def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
             model = ModelSpec.from_name(body.model or "")
         elif source == "hf_config":
             model = ModelSpec.from_hf_config(body.hf_config or {}, name=body.name)
+            _check_builtin_type(body)
         else:
             assert body.dimensions is not None
             model = ModelSpec.from_dict(body.dimensions.model_dump())
@@ -165,6 +166,22 @@ def resolve_specs(body: JobCreate) -> tuple[ModelSpec, TrainingSpec, str]:
     except (TypeError, ValueError) as exc:  # a config.json value of the wrong type
         raise ApiError(422, source, str(exc)) from None
     return model, train, source
+
+
+def _check_builtin_type(body: JobCreate) -> None:
+    """``SpecError`` naming ``config.model_type`` when the built-in trainer would run the job
+    (no entrypoint) and it does not build that architecture (``TRAINER_MODEL_TYPES``)."""
+    from predictor.spec import TRAINER_MODEL_TYPES
+
+    model_type = (body.hf_config or {}).get("model_type")
+    if body.entrypoint or model_type in TRAINER_MODEL_TYPES:
+        return
+    raise SpecError(
+        "config.model_type",
+        f"{model_type!r} is priced with the layers it shares with a known family, but the "
+        f"built-in trainer builds {', '.join(TRAINER_MODEL_TYPES)} only: give an entrypoint "
+        "(and its runtime) to train it with your own code, or price it with POST /v1/memory",
+    )
 
 
 def _check_limits(model: ModelSpec, train: TrainingSpec, source: str) -> None:

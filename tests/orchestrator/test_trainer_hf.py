@@ -210,3 +210,19 @@ def test_init_from_shards_the_weights_over_tensor_parallel_ranks(tmp_path: Path)
     want = load_folder(tmp_path / "hf", got)
     assert set(saved) == set(want)
     assert all(torch.equal(saved[k], want[k]) for k in want)
+
+
+def test_a_folder_of_a_type_the_trainer_does_not_build_is_refused_by_name(
+        tmp_path: Path) -> None:
+    # microsoft/Phi-3-mini's layers are llama's tensors (priced as llama), but its weights
+    # are fused (qkv_proj, gate_up_proj): the trainer loads and exports llama names only
+    import json
+
+    folder = tmp_path / "phi3"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "phi3", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+        "max_position_embeddings": 64}))
+    with pytest.raises(ValueError, match=r"config.model_type='phi3'.*gpt2, llama"):
+        spec_from_folder(folder)

@@ -275,3 +275,302 @@ def test_qwen3_family_traits() -> None:
     with pytest.raises(SpecError) as exc:
         ModelSpec("q", Family.QWEN3, 2, 64, 4, 100, 64)  # SwiGLU: ffn must be given
     assert exc.value.field == "ffn_hidden_size"
+
+
+# -- other Hugging Face model types mapped onto the known families ------------------------
+
+OPT_1_3B = {  # facebook/opt-1.3b config.json (the keys that size the model)
+    "_name_or_path": "facebook/opt-1.3b", "architectures": ["OPTForCausalLM"],
+    "model_type": "opt", "activation_function": "relu", "do_layer_norm_before": True,
+    "ffn_dim": 8192, "hidden_size": 2048, "max_position_embeddings": 2048,
+    "num_attention_heads": 32, "num_hidden_layers": 24, "vocab_size": 50272,
+    "word_embed_proj_dim": 2048, "torch_dtype": "float16",
+}
+GEMMA_2B = {  # google/gemma-2b config.json (no tie_word_embeddings: GemmaConfig's True)
+    "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "head_dim": 256,
+    "hidden_act": "gelu", "hidden_size": 2048, "intermediate_size": 16384,
+    "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 18,
+    "num_key_value_heads": 1, "rms_norm_eps": 1e-06, "vocab_size": 256000,
+}
+GEMMA_7B = {**GEMMA_2B, "hidden_size": 3072, "intermediate_size": 24576,  # google/gemma-7b
+            "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 16}
+PHI3_MINI = {  # microsoft/Phi-3-mini-4k-instruct config.json
+    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_act": "silu",
+    "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 4096,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "rope_scaling": None, "sliding_window": 2047,
+    "tie_word_embeddings": False, "vocab_size": 32064,
+}
+PHI4_MINI = {  # microsoft/Phi-4-mini-instruct config.json: GQA, tied, 3/4 rotary
+    **PHI3_MINI, "num_attention_heads": 24, "num_key_value_heads": 8, "vocab_size": 200064,
+    "max_position_embeddings": 131072, "partial_rotary_factor": 0.75,
+    "sliding_window": 262144, "tie_word_embeddings": True,
+}
+ROBERTA_BASE = {  # FacebookAI/roberta-base config.json
+    "architectures": ["RobertaForMaskedLM"], "model_type": "roberta", "hidden_act": "gelu",
+    "hidden_size": 768, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 514, "num_attention_heads": 12, "num_hidden_layers": 12,
+    "type_vocab_size": 1, "vocab_size": 50265,
+}
+XLM_ROBERTA_BASE = {**ROBERTA_BASE, "model_type": "xlm-roberta", "vocab_size": 250002,
+                    "architectures": ["XLMRobertaForMaskedLM"]}  # FacebookAI/xlm-roberta-base
+
+
+def test_opt_1_3b_is_gpt2_with_a_relu_mlp() -> None:
+    """facebook/opt-1.3b: 1,315,758,080 parameters (OPTForCausalLM). By hand, per layer:
+    q/k/v/out_proj 4 x (2048² + 2048) = 16,785,408; fc1 + fc2 2 x 2048 x 8192 + 8192 + 2048
+    = 33,564,672; two LayerNorms 2 x 2 x 2048 = 8,192 -> 50,358,272, x 24 = 1,208,598,528.
+    Tokens 50,272 x 2048 = 102,957,056 (lm_head tied); positions 2048 x 2048 = 4,194,304;
+    final LayerNorm 4,096: 1,315,753,984. OPT's learned positions have 2 more rows (the
+    fairseq offset: Embedding(2050, 2048)), 4,096 parameters the spec leaves out."""
+    m = ModelSpec.from_hf_config(OPT_1_3B)
+    assert m.family is Family.GPT2 and m.activation == "relu" and not m.swiglu
+    assert m.mlp_kept == 1 and m.tie_embeddings and m.linear_bias and m.qkv_bias
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.ffn_hidden_size) == (24, 2048, 32, 8192)
+    assert (m.vocab_size, m.max_seq_len, m.name) == (50272, 2048, "facebook/opt-1.3b")
+    assert m.layer_params() == 50_358_272
+    assert m.num_params() == 1_315_753_984 == 1_315_758_080 - 2 * 2048
+    # OPTConfig's default activation is relu; gelu / gelu_new are the gpt2 MLP
+    default = {k: v for k, v in OPT_1_3B.items() if k != "activation_function"}
+    assert ModelSpec.from_hf_config(default) == m
+    for act in ("gelu", "gelu_new"):
+        assert ModelSpec.from_hf_config({**OPT_1_3B, "activation_function": act}).activation \
+            == "gelu"
+    # a config written without word_embed_proj_dim (OPTConfig: hidden_size) is the same
+    assert ModelSpec.from_hf_config({**default, "word_embed_proj_dim": None}) == m
+    untied = ModelSpec.from_hf_config({**OPT_1_3B, "tie_word_embeddings": False})
+    assert untied.num_params() - m.num_params() == 50272 * 2048
+
+
+def test_opt_125m_by_hand() -> None:
+    """facebook/opt-125m: 125,239,296 (OPTForCausalLM). 12 layers of 768 (ffn 3072): per
+    layer 4 x (768² + 768) + 2 x 768 x 3072 + 3072 + 768 + 4 x 768 = 7,087,872, x 12 =
+    85,054,464; tokens 50,272 x 768 = 38,608,896; positions 2048 x 768 = 1,572,864; final
+    LayerNorm 1,536: 125,237,760, the published count less the 2 offset rows (1,536)."""
+    m = ModelSpec.from_hf_config({**OPT_1_3B, "hidden_size": 768, "ffn_dim": 3072,
+                                  "num_attention_heads": 12, "num_hidden_layers": 12,
+                                  "word_embed_proj_dim": 768})
+    assert m.num_params() == 125_237_760 == 125_239_296 - 2 * 768
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"word_embed_proj_dim": 512, "hidden_size": 1024, "ffn_dim": 4096,  # opt-350m
+      "num_attention_heads": 16, "do_layer_norm_before": False}, "config.word_embed_proj_dim"),
+    ({"do_layer_norm_before": False}, "config.do_layer_norm_before"),
+    ({"enable_bias": False}, "config.enable_bias"),
+    ({"activation_function": "silu"}, "config.activation_function"),
+    ({"activation_function": ["relu"]}, "config.activation_function"),
+    ({"ffn_dim": None}, "config.ffn_dim"),
+])
+def test_opt_layouts_that_are_not_gpt2_are_refused(change: dict, field: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config({**OPT_1_3B, **change})
+    assert exc.value.field == field
+
+
+def test_gemma_is_llama_with_tied_embeddings() -> None:
+    """google/gemma-2b: 2,506,172,416 parameters. Per layer: q 2048 x (8 x 256) = 4,194,304;
+    k and v 2048 x 256 = 524,288 each (one kv head); o 4,194,304; GeGLU gate/up/down
+    3 x 2048 x 16384 = 100,663,296; two RMSNorms 4,096 -> 110,104,576, x 18 =
+    1,981,882,368. Embedding 256,000 x 2048 = 524,288,000 (tied); final norm 2,048:
+    2,506,172,416, exactly.
+    google/gemma-7b: 8,537,680,896. head_dim 256 x 16 heads = 4096 != hidden 3072, so the
+    explicit width is kept. Per layer: q, k, v 3072 x 4096 and o 4096 x 3072 = 4 x
+    12,582,912; 3 x 3072 x 24576 = 226,492,416; norms 6,144 -> 276,830,208, x 28 =
+    7,751,245,824; embedding 256,000 x 3072 = 786,432,000; final norm 3,072: 8,537,680,896."""
+    m = ModelSpec.from_hf_config(GEMMA_2B)
+    assert m.family is Family.LLAMA and m.swiglu and m.rmsnorm and m.tie_embeddings
+    assert (m.num_heads, m.num_kv_heads, m.head_dim, m.explicit_head_dim) == (8, 1, 256, 0)
+    assert (m.ffn_hidden_size, m.vocab_size, m.max_seq_len) == (16384, 256000, 8192)
+    assert m.layer_params() == 110_104_576
+    assert m.num_params() == 2_506_172_416
+    big = ModelSpec.from_hf_config(GEMMA_7B)
+    assert (big.explicit_head_dim, big.attn_hidden, big.kv_hidden) == (256, 4096, 4096)
+    assert big.layer_params() == 276_830_208
+    assert big.num_params() == 8_537_680_896
+    # GemmaConfig's defaults: head_dim 256, num_key_value_heads 16, tied embeddings
+    bare = {k: v for k, v in GEMMA_7B.items() if k not in ("head_dim", "num_key_value_heads")}
+    assert ModelSpec.from_hf_config(bare) == big
+    untied = ModelSpec.from_hf_config({**GEMMA_2B, "tie_word_embeddings": False})
+    assert untied.num_params() - m.num_params() == 256000 * 2048
+
+
+@pytest.mark.parametrize("config, field, says", [
+    ({**GEMMA_2B, "attention_bias": True}, "config.attention_bias", "gemma"),
+    ({**GEMMA_2B, "use_bidirectional_attention": True}, "config.use_bidirectional_attention",
+     "causal"),
+    ({**GEMMA_2B, "model_type": "gemma2"}, "config.model_type", "soft-capping"),
+    ({**GEMMA_2B, "model_type": "gemma3_text"}, "config.model_type", "sandwich norms"),
+    ({**GEMMA_2B, "model_type": "gemma3"}, "config.model_type", "Gemma 2 and 3"),
+])
+def test_gemma_variants_that_are_not_llama_are_refused(config: dict, field: str,
+                                                       says: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config(config)
+    assert exc.value.field == field and says in exc.value.reason
+
+
+def test_phi3_is_llama() -> None:
+    """microsoft/Phi-3-mini-4k-instruct: 3,821,079,552 parameters. The fused qkv_proj
+    3072 x 9216 = 28,311,552 and gate_up_proj are llama's q/k/v and gate/up: per layer
+    28,311,552 + o 9,437,184 + 3 x 3072 x 8192 = 75,497,472 + norms 6,144 = 113,252,352,
+    x 32 = 3,624,075,264; embedding and the untied lm_head 2 x 32,064 x 3072 = 197,001,216;
+    final norm 3,072: 3,821,079,552, exactly.
+    microsoft/Phi-4-mini-instruct: 3,836,021,760. 24 heads of 128, 8 kv heads, tied, and
+    partial_rotary_factor 0.75 (rotary has no parameters): per layer q 3072 x 3072 =
+    9,437,184, k and v 3072 x 1024 = 3,145,728 each, o 9,437,184, MLP 75,497,472, norms
+    6,144 -> 100,669,440, x 32 = 3,221,422,080; embedding 200,064 x 3072 = 614,596,608;
+    final norm 3,072: 3,836,021,760."""
+    m = ModelSpec.from_hf_config(PHI3_MINI)
+    assert m.family is Family.LLAMA and m.swiglu and not m.tie_embeddings and not m.qkv_bias
+    assert (m.num_heads, m.num_kv_heads, m.head_dim) == (32, 32, 96)
+    assert m.layer_params() == 113_252_352
+    assert m.num_params() == 3_821_079_552
+    # Phi3Config: num_key_value_heads None -> num_attention_heads, untied by default
+    bare = {k: v for k, v in PHI3_MINI.items()
+            if k not in ("num_key_value_heads", "tie_word_embeddings")}
+    assert ModelSpec.from_hf_config(bare) == m
+    phi4 = ModelSpec.from_hf_config(PHI4_MINI)
+    assert (phi4.num_heads, phi4.num_kv_heads, phi4.head_dim) == (24, 8, 128)
+    assert phi4.tie_embeddings and phi4.layer_params() == 100_669_440
+    assert phi4.num_params() == 3_836_021_760
+
+
+def test_phi_2_is_not_phi3() -> None:
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config({"model_type": "phi", "hidden_size": 2560,
+                                  "num_hidden_layers": 32, "num_attention_heads": 32,
+                                  "intermediate_size": 10240, "vocab_size": 51200,
+                                  "max_position_embeddings": 2048})
+    assert exc.value.field == "config.model_type" and "parallel" in exc.value.reason
+
+
+def test_roberta_is_bert() -> None:
+    """FacebookAI/roberta-base (RobertaForMaskedLM): its safetensors hold 124,697,433
+    parameters (and the 514 int64 position ids). Per layer, bert's: 4 x (768² + 768) +
+    2 x 768 + (768 x 3072 + 3072) + (3072 x 768 + 768) + 2 x 768 = 7,087,872, x 12 =
+    85,054,464; embeddings 50,265 x 768 = 38,603,520 + positions 514 x 768 = 394,752 +
+    one token type 768 + LayerNorm 1,536 = 39,000,576; MLM head dense 768² + 768,
+    LayerNorm 1,536, output bias 50,265 = 642,393 (decoder tied): 124,697,433, exactly
+    (RobertaModel with its pooler instead of the head: 124,645,632).
+    FacebookAI/xlm-roberta-base: 278,295,186 (the same with 250,002 tokens)."""
+    m = ModelSpec.from_hf_config(ROBERTA_BASE)
+    assert m.family is Family.BERT and not m.causal and m.learned_positions
+    assert (m.type_vocab_size, m.max_seq_len, m.vocab_size) == (1, 514, 50265)
+    assert m.layer_params() == 7_087_872
+    assert m.embedding_params() == 39_000_576 and m.head_params() == 642_393
+    assert m.num_params() == 124_697_433
+    x = ModelSpec.from_hf_config(XLM_ROBERTA_BASE)
+    assert x.family is Family.BERT and x.num_params() == 278_295_186
+    # RobertaConfig keeps BertConfig's type_vocab_size default, 2
+    bare = {k: v for k, v in ROBERTA_BASE.items() if k != "type_vocab_size"}
+    assert ModelSpec.from_hf_config(bare).num_params() == m.num_params() + 768
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"position_embedding_type": "relative_key"}, "config.position_embedding_type"),
+    ({"add_cross_attention": True}, "config.add_cross_attention"),
+    ({"intermediate_size": None}, "config.intermediate_size"),
+])
+def test_roberta_layouts_that_are_not_bert_are_refused(change: dict, field: str) -> None:
+    for base in (ROBERTA_BASE, XLM_ROBERTA_BASE):
+        with pytest.raises(SpecError) as exc:
+            ModelSpec.from_hf_config({**base, **change})
+        assert exc.value.field == field
+
+
+@pytest.mark.parametrize("config", [
+    {**HF_CONFIGS["mistral"], "model_type": "mixtral", "num_local_experts": 8,
+     "num_experts_per_tok": 2},
+    {**HF_CONFIGS["qwen2"], "model_type": "qwen2_moe", "num_experts": 60},
+    {"model_type": "deepseek_v2", "n_routed_experts": 160},
+    {"model_type": "deepseek_v3"},
+    {"model_type": "some_new_moe"},
+    {"model_type": "brand_new", "num_local_experts": 4},
+])
+def test_mixture_of_experts_is_refused_and_says_so(config: dict) -> None:
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config(config)
+    assert exc.value.field == "config.model_type"
+    assert "mixture-of-experts" in exc.value.reason and "not modelled" in exc.value.reason
+
+
+@pytest.mark.parametrize("model_type", ["t5", "mixtral", "gemma2", "phi", 7, ["llama"]])
+def test_unsupported_types_list_every_supported_one(model_type) -> None:
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config({"model_type": model_type})
+    assert exc.value.field == "config.model_type"
+    for supported in ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "bert", "opt",
+                      "gemma", "phi3", "roberta", "xlm-roberta"):
+        assert supported in exc.value.reason
+    with pytest.raises(SpecError) as exc:
+        ModelSpec.from_hf_config({"hidden_size": 768})
+    assert exc.value.field == "config.model_type" and "xlm-roberta" in exc.value.reason
+
+
+def test_family_aliases_are_the_same_spec() -> None:
+    dims = dict(name="x", num_layers=2, hidden_size=256, num_heads=8, vocab_size=1000,
+                max_seq_len=512)
+    llama = ModelSpec(**dims, family="llama", ffn_hidden_size=688, tie_embeddings=False)
+    for alias in ("mistral", "phi3"):
+        m = ModelSpec(**dims, family=alias, ffn_hidden_size=688, tie_embeddings=False)
+        assert m.family is Family.LLAMA and m == llama and hash(m) == hash(llama)
+    bert = ModelSpec(**dims, family="bert", type_vocab_size=1)
+    for alias in ("roberta", "xlm-roberta"):
+        m = ModelSpec.from_dict({**dims, "family": alias, "type_vocab_size": 1})
+        assert m.family is Family.BERT and m == bert and hash(m) == hash(bert)
+    # the aliased dims of a config are the config's spec
+    phi = ModelSpec(name="hf-phi3", family="phi3", num_layers=32, hidden_size=3072,
+                    num_heads=32, vocab_size=32064, max_seq_len=4096, ffn_hidden_size=8192,
+                    tie_embeddings=False)
+    assert phi == ModelSpec.from_hf_config(PHI3_MINI)
+
+
+@pytest.mark.parametrize("family, says", [
+    ("opt", 'activation: "relu"'), ("gemma", "tie_embeddings: true"),
+    ("gemma2", "known:"), ("Llama", "known:"),
+])
+def test_families_that_are_not_aliases_say_what_to_give(family: str, says: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        ModelSpec(name="x", family=family, num_layers=2, hidden_size=256, num_heads=8,
+                  vocab_size=1000, max_seq_len=512, ffn_hidden_size=688)
+    assert exc.value.field == "family" and says in exc.value.reason
+    if family in ("opt", "gemma"):
+        assert "hf_config" in exc.value.reason
+        assert ("gpt2" if family == "opt" else "llama") in exc.value.reason.split(". ")[-1]
+
+
+def test_frenzy_memory_prices_an_opt_config() -> None:
+    """``frenzy memory --spec`` with ``hf_config``: OPT-1.3B is priced as the gpt2 layout
+    with a ReLU MLP (one f-wide tensor kept per MLP, where GeLU keeps two), its weights as
+    the 1,315,753,984 parameters in fp32 (the built-in trainer's, whole at tp = dp = 1);
+    the same dims by hand price the same; unknown spec keys are still errors."""
+    from predictor.memory_spec import memory_report
+
+    plan = {"global_batch": 8, "seq_len": 2048, "tp": 1, "dp": 1, "micro_batch": 1,
+            "precision": "bf16", "runtime": "frenzy"}
+    by_config = memory_report({"hf_config": OPT_1_3B, **plan})
+    assert by_config["tensors_bytes"] > 0
+    assert by_config["breakdown"]["parameters"] == 4 * 1_315_753_984
+    dims = {"family": "gpt2", "num_layers": 24, "hidden_size": 2048, "num_heads": 32,
+            "ffn_hidden_size": 8192, "vocab_size": 50272, "max_seq_len": 2048,
+            "activation": "relu", "name": "facebook/opt-1.3b"}
+    by_hand = memory_report({"model": dims, **plan})
+    assert by_hand["tensors_bytes"] == by_config["tensors_bytes"]
+    gelu = memory_report({"hf_config": {**OPT_1_3B, "activation_function": "gelu"}, **plan})
+    assert gelu["tensors_bytes"] > by_config["tensors_bytes"]
+    # dims with an alias family price like the family's
+    phi = {"family": "phi3", "num_layers": 32, "hidden_size": 3072, "num_heads": 32,
+           "ffn_hidden_size": 8192, "vocab_size": 32064, "max_seq_len": 4096,
+           "tie_embeddings": False}
+    assert memory_report({"model": phi, **plan})["tensors_bytes"] == memory_report(
+        {"hf_config": PHI3_MINI, **plan})["tensors_bytes"]
+    with pytest.raises(SpecError) as exc:
+        memory_report({"hf_config": OPT_1_3B, **plan, "hf_confg": {}})
+    assert exc.value.field == "hf_confg"
+    with pytest.raises(SpecError) as exc:
+        memory_report({"model": {**dims, "ffn_dim": 8192}, **plan})
+    assert exc.value.field == "model.ffn_dim"
+    with pytest.raises(SpecError) as exc:
+        memory_report({"hf_config": {**OPT_1_3B, "do_layer_norm_before": False}, **plan})
+    assert exc.value.field == "hf_config.do_layer_norm_before"

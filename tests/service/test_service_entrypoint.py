@@ -131,3 +131,32 @@ def test_a_link_to_a_folder_is_followed_when_checking(tmp_path: Path) -> None:
         p.chmod(0o755)
     with pytest.raises(ValueError, match=r"lib/key is a file not readable by every user"):
         check_shippable(code)
+
+
+# facebook/opt-125m's config.json (the fields the predictor reads): the gpt2 layout with a
+# ReLU MLP, which the built-in trainer does not build
+OPT_125M = {"model_type": "opt", "hidden_size": 768, "num_hidden_layers": 12,
+            "num_attention_heads": 12, "ffn_dim": 3072, "vocab_size": 50272,
+            "max_position_embeddings": 2048, "activation_function": "relu",
+            "word_embed_proj_dim": 768, "do_layer_norm_before": True}
+
+
+def test_a_model_type_the_builtin_trainer_does_not_build_needs_an_entrypoint(env: Env) -> None:
+    # priced as gpt2 with a ReLU MLP; the built-in trainer would train a GeLU gpt2 instead
+    # (and export it as one), so without an entrypoint the job is refused and nothing kept
+    r = _post(env, model=None, hf_config=OPT_125M,
+              training={"global_batch": 8, "seq_len": 512, "steps": 10})
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0]
+    assert err["field"] == "hf_config.model_type"
+    assert "'opt'" in err["message"] and "entrypoint" in err["message"]
+    assert env.runner.submitted == [] and env.count("jobs") == 0
+    # with its own script it runs as the user's code: accepted, priced with the ReLU MLP
+    r = _post(env, model=None, hf_config=OPT_125M, entrypoint="python3 train.py",
+              working_dir=str(EXAMPLE), training={"global_batch": 8, "seq_len": 512,
+                                                  "steps": 10})
+    assert r.status_code == 201, r.text
+    with env.factory() as s:
+        view = stored_view(s.get(Job, r.json()["id"]))
+    assert not isinstance(view, str), view
+    assert view.model.family.value == "gpt2" and view.model.activation == "relu"
