@@ -13,15 +13,15 @@ def test_the_committed_gpu_rows_cover_the_plans() -> None:
     assert {r["plan"] for r in rows} == {p.label() for p in PLANS}
     assert all(r["device_name"] == "NVIDIA H200" for r in rows)
     # several ranks on the one GPU: tensor parallelism and data parallelism measured
-    assert {r["world"] for r in rows} == {1, 2, 4}
+    assert {r["world"] for r in rows} == {1, 2, 4, 6, 8}
 
 
 def test_tensor_peaks_hold_on_the_gpu_and_no_plan_that_fits_would_run_out() -> None:
     rows = replay(ROWS)
     s = summary(rows)
-    # max_memory_allocated of 49 plans (73 rows with repeats): within 2 % on average and
+    # max_memory_allocated of 53 plans (77 rows with repeats): within 2 % on average and
     # never under by more than the allocator's rounding of blocks (below)
-    assert s["tensors"]["n"] == 73 and s["tensors"]["mape"] <= 2.0
+    assert s["tensors"]["n"] == 77 and s["tensors"]["mape"] <= 2.0
     assert min(r["err_tensors_pct"] for r in rows) >= -4.0
     # the device figure (nvidia-smi) plus the planner's margin covers every measured run
     assert s["oom_after_margin"] == 0
@@ -36,10 +36,12 @@ def test_rmsnorm_models_are_priced_with_cudas_fused_kernel() -> None:
 
 
 PIPELINE_ZERO3 = "trainer_cuda_h200_pp_zero3.jsonl"
+ZERO3_PP_FP32 = "trainer_cuda_h200_zero3_pp_fp32.jsonl"
 
 
 def test_zero_and_the_vocabulary_split_ran_on_the_gpu_and_hold() -> None:
-    rows = [r for r in replay(ROWS) if r.get("vocab_parallel") and r["source"] != PIPELINE_ZERO3]
+    rows = [r for r in replay(ROWS) if r.get("vocab_parallel")
+            and r["source"] not in (PIPELINE_ZERO3, ZERO3_PP_FP32)]
     zero = [r for r in rows if " zero" in r["plan"]]
     split = [r for r in rows if "tp1dp" not in r["plan"]]
     assert len(zero) >= 8 and {" zero1", " zero2"} <= {r["plan"][-6:] for r in zero}
@@ -127,3 +129,22 @@ def test_peak_contents_replays_a_history_by_hand() -> None:
     assert out["groups"][0] == {"site": "trainer/model.py:7 forward", "block_bytes": 100,
                                 "count": 1, "bytes": 100}
     assert out["freed_not_completed"] == [out["groups"][0]]
+
+
+def test_fp32_zero3_pipeline_stages_ran_on_the_gpu_and_hold() -> None:
+    # four plans priced before they first ran (fourth device session), each micro-batch in
+    # flight keeping the gathered matrices its forward saved: all 11 stages within
+    # -1.2 … +3.2 % (the count of once per stage read 6-19 % under on every stage with more
+    # than one micro-batch in flight)
+    by_label = {p.label(): p for p in PLANS}
+    rows = [r for r in replay(ROWS) if r["source"] == ZERO3_PP_FP32]
+    assert len(rows) == 4
+    stages = 0
+    for r in rows:
+        plan = by_label[r["plan"]]
+        assert (plan.precision, plan.zero, plan.recompute) == ("fp32", 3, "none")
+        assert len(r["err_stage_tensors_pct"]) == plan.pp > 1
+        for err in r["err_stage_tensors_pct"]:
+            assert -2.0 <= err <= 3.5, r["plan"]
+        stages += plan.pp
+    assert stages == 11
