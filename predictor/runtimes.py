@@ -487,6 +487,13 @@ RUNTIME_ALIASES: dict[str, str] = {
     "megatron-deepspeed": "deepspeed",  # Megatron's model code run by DeepSpeed's engine
     "torchtitan": "fsdp2",
     "hf": "hf-trainer", "huggingface": "hf-trainer", "transformers": "hf-trainer",
+    # fine-tuning tools that run a Hugging Face model through transformers' Trainer (or,
+    # accelerate, its own loop over the model's forward and loss)
+    "accelerate": "hf-trainer", "trl": "hf-trainer", "ms-swift": "hf-trainer",
+    "swift": "hf-trainer", "llama-factory": "hf-trainer", "llamafactory": "hf-trainer",
+    "axolotl": "hf-trainer", "lightning": "hf-trainer", "pytorch-lightning": "hf-trainer",
+    "nemo": "megatron",  # NeMo's language models are Megatron Core's
+    "deepspeed-chat": "deepspeed",  # DeepSpeed's engine around a Hugging Face model
     "colossal-ai": "colossalai",
 }
 """Other names of the profiles, as frameworks and papers write them. Plain ``fsdp`` (FSDP1's

@@ -153,6 +153,9 @@ def test_unknown_runtime_and_override_name_what_fits() -> None:
     ("Megatron-LM", "megatron"), ("megatron_core", "megatron"), ("torchtitan", "fsdp2"),
     ("Megatron-DeepSpeed", "deepspeed"), ("HF Trainer", "hf-trainer"),
     ("transformers", "hf-trainer"), ("Colossal-AI", "colossalai"), ("DeepSpeed", "deepspeed"),
+    ("accelerate", "hf-trainer"), ("TRL", "hf-trainer"), ("ms-swift", "hf-trainer"),
+    ("LLaMA-Factory", "hf-trainer"), ("axolotl", "hf-trainer"), ("PyTorch Lightning", "hf-trainer"),
+    ("NeMo", "megatron"), ("DeepSpeed-Chat", "deepspeed"),
 ])
 def test_runtime_aliases_name_their_profile(written: str, profile: str) -> None:
     assert get_runtime(written).name == profile
