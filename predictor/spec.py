@@ -642,6 +642,51 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
 }
 
 
+PRECISION_ALIASES: dict[str, str] = {
+    "bfloat16": "bf16", "bf16-mixed": "bf16", "float16": "fp16", "half": "fp16",
+    "fp16-mixed": "fp16", "16-mixed": "fp16", "16": "fp16", "float32": "fp32",
+    "float": "fp32", "32": "fp32", "32-true": "fp32", "fp32-true": "fp32",
+}
+"""Precisions as frameworks write them (torch dtypes, Lightning's ``bf16-mixed``): the mixed
+modes; Lightning's ``bf16-true`` / ``16-true`` (no fp32 master) are not one of them."""
+
+OPTIMIZER_ALIASES: dict[str, str] = {
+    "adamw-torch": "adamw", "adamw-torch-fused": "adamw", "adamw-hf": "adamw",
+    "adamw-apex-fused": "adamw", "fusedadam": "adamw", "hybridadam": "adamw",
+    "adamw-bnb-8bit": "adamw8bit", "adamw-8bit": "adamw8bit", "adam-8bit": "adam8bit",
+    "paged-adamw-8bit": "paged_adamw8bit", "paged-adam-8bit": "paged_adam8bit",
+}
+"""Optimizers as transformers' ``optim`` names and the frameworks' classes spell them
+(``torch.optim.AdamW``, DeepSpeed's ``FusedAdam`` and ColossalAI's ``HybridAdam``, both in
+their default decoupled-weight-decay mode; bitsandbytes' 8-bit ones)."""
+
+RECOMPUTE_ALIASES: dict[str, str] = {
+    "true": "full", "false": "none", "off": "none", "no": "none",
+    "gradient-checkpointing": "full", "activation-checkpointing": "full", "full-ac": "full",
+    "selective-ac": "selective", "sac": "selective",
+}
+"""Recomputation as users write it: ``true`` / gradient checkpointing is every layer's
+(``full``)."""
+
+_PURE_HINT = ("; Lightning's *-true precisions keep no fp32 master: give bf16 or fp16 with "
+              "runtime_options {\"pure_low_precision\": true}")
+_ENUM_VALUES = frozenset(e.value for enum in (Precision, Optimizer, Recompute) for e in enum)
+
+
+def _alias(value: Any, aliases: dict[str, str]) -> Any:
+    """``value`` through ``aliases`` (case-insensitive; ``_``, spaces and a module prefix
+    such as ``torch.optim.`` ignored), or its own enum spelling; unchanged otherwise."""
+    if isinstance(value, (bool, int)):  # JSON true / Lightning's precision=16
+        value = str(value)
+    if not isinstance(value, str):
+        return value
+    key = "-".join(value.strip().lower().rsplit(".", 1)[-1].replace("_", " ").split())
+    if key in aliases:
+        return aliases[key]
+    own = key.replace("-", "_")
+    return own if own in _ENUM_VALUES else value
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingSpec:
     """How the user wants the model trained.
@@ -664,13 +709,17 @@ class TrainingSpec:
     def __post_init__(self) -> None:
         _positive_int("global_batch", self.global_batch)
         _positive_int("seq_len", self.seq_len)
-        for attr, enum in (("precision", Precision), ("optimizer", Optimizer)):
+        for attr, enum, aliases in (("precision", Precision, PRECISION_ALIASES),
+                                    ("optimizer", Optimizer, OPTIMIZER_ALIASES)):
             value = getattr(self, attr)
             try:
-                object.__setattr__(self, attr, enum(value))
+                object.__setattr__(self, attr, enum(_alias(value, aliases)))
             except ValueError:
+                hint = _PURE_HINT if attr == "precision" and str(value).lower().endswith(
+                    "-true") else ""
                 raise SpecError(
-                    attr, f"unknown {attr} {value!r}; one of {', '.join(e.value for e in enum)}"
+                    attr, f"unknown {attr} {value!r}; one of "
+                    f"{', '.join(e.value for e in enum)}{hint}"
                 ) from None
         if self.steps is not None:
             _positive_int("steps", self.steps)
@@ -723,7 +772,8 @@ class ParallelConfig:
         for name in ("tp", "pp", "dp", "micro_batch"):
             _positive_int(name, getattr(self, name))
         try:
-            object.__setattr__(self, "recompute", Recompute(self.recompute))
+            object.__setattr__(self, "recompute", Recompute(_alias(self.recompute,
+                                                                   RECOMPUTE_ALIASES)))
         except ValueError:
             raise SpecError(
                 "recompute",

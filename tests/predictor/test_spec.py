@@ -574,3 +574,39 @@ def test_frenzy_memory_prices_an_opt_config() -> None:
     with pytest.raises(SpecError) as exc:
         memory_report({"hf_config": {**OPT_1_3B, "do_layer_norm_before": False}, **plan})
     assert exc.value.field == "hf_config.do_layer_norm_before"
+
+
+@pytest.mark.parametrize(("field", "written", "canonical"), [
+    ("precision", "bfloat16", "bf16"), ("precision", "bf16-mixed", "bf16"),
+    ("precision", "16-mixed", "fp16"), ("precision", 16, "fp16"), ("precision", "float32", "fp32"),
+    ("precision", "BF16", "bf16"),
+    ("optimizer", "torch.optim.AdamW", "adamw"), ("optimizer", "adamw_torch_fused", "adamw"),
+    ("optimizer", "FusedAdam", "adamw"), ("optimizer", "paged_adamw_8bit", "paged_adamw8bit"),
+    ("optimizer", "adamw_bnb_8bit", "adamw8bit"), ("optimizer", "Adam", "adam"),
+    ("optimizer", "torch.optim.SGD", "sgd"),
+])
+def test_precisions_and_optimizers_as_frameworks_write_them(field: str, written: object,
+                                                            canonical: str) -> None:
+    train = TrainingSpec(global_batch=8, seq_len=64, **{field: written})
+    assert getattr(train, field).value == canonical
+
+
+@pytest.mark.parametrize(("written", "canonical"), [
+    (True, "full"), (False, "none"), ("gradient_checkpointing", "full"), ("Selective", "selective"),
+    ("off", "none"),
+])
+def test_recompute_as_users_write_it(written: object, canonical: str) -> None:
+    assert ParallelConfig(recompute=written).recompute.value == canonical  # type: ignore[arg-type]
+
+
+def test_unknown_spellings_still_name_the_field() -> None:
+    for field, value in (("precision", "bf16-true"), ("precision", "fp8"), ("optimizer", "lion")):
+        with pytest.raises(SpecError) as exc:
+            TrainingSpec(global_batch=8, seq_len=64, **{field: value})
+        assert exc.value.field == field
+    with pytest.raises(SpecError) as exc:
+        TrainingSpec(global_batch=8, seq_len=64, precision="bf16-true")
+    assert "pure_low_precision" in exc.value.reason  # pure bf16: a runtime option, not a mode
+    with pytest.raises(SpecError) as exc:
+        ParallelConfig(recompute="sometimes")  # type: ignore[arg-type]
+    assert exc.value.field == "recompute"
