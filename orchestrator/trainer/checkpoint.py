@@ -266,8 +266,10 @@ def load(root: str | Path, job_id: str, model: nn.Module,
         if not entry:
             continue
         full_p = ckpt["model"][n]
-        state = {k: (local(n, v).to(p.device)
-                     if isinstance(v, torch.Tensor) and v.shape == full_p.shape else v)
+        # every state tensor on the parameter's device, the step count too: the fused
+        # optimizers keep it there, and refuse a CPU one beside CUDA parameters
+        state = {k: ((local(n, v) if v.shape == full_p.shape else v).to(p.device)
+                     if isinstance(v, torch.Tensor) else v)
                  for k, v in entry.items()}
         if isinstance(optimizer, ZeroOptimizer):
             optimizer.load_full_state(p, state)  # this dp rank's chunk

@@ -151,3 +151,24 @@ def test_a_group_of_every_rank_is_the_default_group(tmp_path: Path) -> None:
     # every GPU); a group of fewer ranks is its own
     assert run_local(_cfg(tmp_path, "dp", tp=1, dp=2), fn=_world_groups) == [(False, True)] * 2
     assert run_local(_cfg(tmp_path, "tp", tp=2, dp=1), fn=_world_groups) == [(True, False)] * 2
+
+
+def test_a_resumed_optimizer_keeps_every_state_tensor_on_the_parameters_device(
+        tmp_path: Path) -> None:
+    # On a GPU the fused optimizers keep each parameter's step count on its device and
+    # refuse a CPU one (found resuming on an H200: "state_steps is on cpu"). Here the
+    # checkpoint is CPU's and the resumed model lives on the meta device, which stands in
+    # for another device: every state tensor, the 0-d step included, must follow it.
+    from orchestrator.trainer.loop import train
+
+    cfg = _cfg(tmp_path, "dev", total_steps=1, checkpoint_every=1)
+    train(cfg, 0)
+    layout = build_layout(0, 1, 1, 1)
+    with torch.device("meta"):
+        model = ParallelTransformer(TINY, layout)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    assert ckpt.load(cfg.checkpoint_dir, cfg.job_id, model, opt, layout) == 1
+    states = [opt.state[p] for p in model.parameters()]
+    assert states and all("step" in s and s["step"].dim() == 0 for s in states)
+    assert {v.device.type for s in states for v in s.values() if isinstance(v, torch.Tensor)} \
+        == {"meta"}
