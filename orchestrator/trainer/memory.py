@@ -37,9 +37,10 @@ class RankOutOfMemory(torch.OutOfMemoryError):
     Ray backend reads both from the failed task."""
 
     def __init__(self, held_bytes: int, cap_bytes: int, cuda: bool = False) -> None:
+        held = ("the caching allocator had reserved" if cuda else "live tensors reached")
         where = "CUDA" if cuda else "emulated GPU"
-        super().__init__(f"out of memory ({where}): live tensors reached {held_bytes:,} "
-                         f"bytes, the cap is {cap_bytes:,} bytes")
+        super().__init__(f"out of memory ({where}): {held} {held_bytes:,} bytes, the cap is "
+                         f"{cap_bytes:,} bytes")
         self.held_bytes = held_bytes
         self.cap_bytes = cap_bytes
         self.cuda = cuda
