@@ -172,3 +172,13 @@ def test_a_resumed_optimizer_keeps_every_state_tensor_on_the_parameters_device(
     assert states and all("step" in s and s["step"].dim() == 0 for s in states)
     assert {v.device.type for s in states for v in s.values() if isinstance(v, torch.Tensor)} \
         == {"meta"}
+
+
+def test_an_mlp_activation_the_trainer_does_not_run_is_refused_by_name(tmp_path: Path) -> None:
+    # the predictor prices a ReLU MLP (OPT's) with one f-wide tensor kept, GeLU with two: a
+    # ReLU spec trained as GeLU would hold more than it was priced for
+    from orchestrator.trainer.model import check_supported
+
+    with pytest.raises(ValueError, match="activation=relu: the built-in trainer runs the gpt2 MLP"):
+        check_supported(replace(TINY, activation="relu"), tp=1)
+    check_supported(replace(TINY, activation="gelu"), tp=1)  # its own: fine
