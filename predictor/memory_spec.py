@@ -160,6 +160,9 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
     why = runtime.unsupported_optimizer(train.optimizer.value)
     if why:
         raise SpecError("optimizer", why)
+    why = runtime.unsupported_activation(model)
+    if why:
+        raise SpecError("activation", why)
     _check_memory_flags(runtime, model, train, par)
 
     vstages = spec.get("virtual_stages", 1)

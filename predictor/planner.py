@@ -517,6 +517,9 @@ def plan_job(
     why = profile.unsupported_optimizer(train.optimizer.value)
     if why:
         raise SpecError("optimizer", why)
+    why = profile.unsupported_activation(model)
+    if why:
+        raise SpecError("activation", why)
     if not 0 <= margin < 1:
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
     if max_gpus < 1:

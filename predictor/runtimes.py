@@ -187,6 +187,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from predictor.errors import SpecError
+from predictor.spec import LLAMA_LAYOUT, ModelSpec
 
 STAGE_SPLITS = ("first_heavier", "even", "last_lighter")
 SHARDING = ("zero", "fsdp2", "megatron_fsdp")
@@ -194,7 +195,7 @@ ZERO_STAGES = (0, 1, 2, 3)
 OPTIMIZERS = ("adam", "adamw", "sgd", "adam8bit", "adamw8bit", "paged_adam8bit",
               "paged_adamw8bit", "adafactor")
 """``predictor.spec.Optimizer``'s values (spec.py imports nothing from here)."""
-EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers", "pp_when_needed")
+EXECUTION_FIELDS = ("max_pp", "zero_stages", "optimizers", "pp_when_needed", "own_mlp_only")
 """Fields that say which plans a runtime runs, not what they cost: not per-job overrides (a
 job cannot make a trainer execute ZeRO or pipeline stages by asking)."""
 
@@ -248,6 +249,7 @@ class RuntimeProfile:
     max_pp: int = 0  # the deepest pipeline the runtime executes (0: any)
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
     optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
+    own_mlp_only: bool = False  # it builds each family's own MLP (no ReLU gpt2, as OPT's)
     # the planner searches pipelines (pp > 1) only when no single-stage plan fits any GPU
     # type it plans for: every (tp, pp) pair costs the search a memory table of its own
     pp_when_needed: bool = False
@@ -292,11 +294,22 @@ class RuntimeProfile:
                 "choose one of those, or name a runtime that runs it (e.g. hf-trainer, "
                 "torchtune)")
 
+    def unsupported_activation(self, model: ModelSpec) -> str | None:
+        """Why this runtime cannot build ``model``'s MLP (naming what would fit), or None."""
+        if not self.own_mlp_only or not model.activation:
+            return None
+        own = "swiglu" if model.family in LLAMA_LAYOUT else "gelu"
+        if model.activation == own:
+            return None
+        return (f"{model.activation}: runtime {self.name} builds the {model.family.value} "
+                f"MLP ({own}) only; name a runtime that runs the model's own code (e.g. "
+                "hf-trainer), or give an entrypoint")
+
     def unrestricted(self) -> RuntimeProfile:
         """The same memory terms over the planner's whole space (every pp and ZeRO stage):
         for hypothetical jobs that no real trainer runs, such as the simulator's traces."""
         return replace(self, max_pp=0, zero_stages=ZERO_STAGES, optimizers=OPTIMIZERS,
-                       pp_when_needed=False)
+                       pp_when_needed=False, own_mlp_only=False)
 
     def with_overrides(self, **changes: Any) -> RuntimeProfile:
         """The profile with per-job overrides (``dropout``: both dropouts at once)."""
@@ -397,6 +410,7 @@ FRENZY = RuntimeProfile(
     # ZeRO-1/2/3, recompute
     max_pp=0, zero_stages=(0, 1, 2, 3), pp_when_needed=True,
     optimizers=("adam", "adamw", "sgd"),  # orchestrator.trainer.loop._make_optimizer
+    own_mlp_only=True,  # orchestrator.trainer.model.check_supported
 )
 FRENZY_CPU = replace(FRENZY, cpu_rmsnorm=True)
 """The built-in trainer on the CPU (the emulated cluster, the fake-tensor measurement)."""

@@ -482,3 +482,20 @@ def test_deepspeed_zero3_keeps_the_last_layers_within_its_reuse_distance() -> No
     assert params(0) - params(2 * 2 * lay) == 0  # two layers either way
     assert params(2 * 5 * lay + 1) - params(0) == 2 * 3 * lay  # five kept: three more, fp16
     assert params(10**12) - params(0) == 2 * 10 * lay  # at most every layer
+
+
+def test_the_builtin_trainer_plans_only_the_mlp_it_builds() -> None:
+    # a ReLU gpt2 (OPT's MLP) is priced for runtimes that run the model's own code, not for
+    # the built-in trainer (which builds gpt2's GeLU MLP): the planner refuses by the field,
+    # and the simulator's unrestricted variant, which plans hypothetical jobs, does not
+    relu = ModelSpec(name="opt-like", family="gpt2", num_layers=2, hidden_size=64,
+                     num_heads=4, vocab_size=256, max_seq_len=64, activation="relu")
+    train = TrainingSpec(global_batch=8, seq_len=64)
+    gpus = [get_gpu("A100-80G")]
+    with pytest.raises(SpecError) as e:
+        plan_job(relu, train, gpus, max_gpus=1)
+    assert e.value.field == "activation" and "gelu" in e.value.reason
+    assert plan_job(relu, train, gpus, max_gpus=1, runtime="hf-trainer").plans
+    assert plan_job(relu, train, gpus, max_gpus=1, runtime=FRENZY.unrestricted()).plans
+    own = relu.with_(activation="gelu")
+    assert plan_job(own, train, gpus, max_gpus=1).plans
