@@ -535,6 +535,8 @@ class RayBackend:
             why = FRENZY.unsupported(par.pp, par.zero_stage)
             if why is None and job.train is not None:
                 why = FRENZY.unsupported_optimizer(job.train.optimizer.value)
+            if why is None and job.model is not None:
+                why = FRENZY.unsupported_activation(job.model)
             if why is not None:
                 raise ValueError(f"the built-in trainer cannot run this plan: {why}, or give "
                                  "an entrypoint")
