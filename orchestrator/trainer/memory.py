@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +33,11 @@ class RankOutOfMemory(torch.OutOfMemoryError):
     """A rank ran out of memory: its live tensors passed the emulated GPU's cap (CPU), or
     CUDA's allocator failed (``cuda``). ``held_bytes`` is what the rank held when it failed
     (a lower bound of what the plan needs; on CUDA the allocator's reserve, cuBLAS
-    workspaces included, or the tensors it held plus the request that failed, whichever is
-    larger: ``rank_oom``), ``cap_bytes`` what it could hold. It survives pickling, so the
+    workspaces included), ``cap_bytes`` what it could hold. It survives pickling, so the
     Ray backend reads both from the failed task."""
 
     def __init__(self, held_bytes: int, cap_bytes: int, cuda: bool = False) -> None:
-        held = ("the step needed at least" if cuda else "live tensors reached")
+        held = ("the caching allocator had reserved" if cuda else "live tensors reached")
         where = "CUDA" if cuda else "emulated GPU"
         super().__init__(f"out of memory ({where}): {held} {held_bytes:,} bytes, the cap is "
                          f"{cap_bytes:,} bytes")
@@ -51,29 +49,14 @@ class RankOutOfMemory(torch.OutOfMemoryError):
         return (type(self), (self.held_bytes, self.cap_bytes, self.cuda))
 
 
-_REQUEST = re.compile(r"Tried to allocate ([0-9.]+) (bytes|KiB|MiB|GiB|TiB)")
-_UNIT = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-"""c10's ``format_size``: bytes below 1 KiB, else two decimals of KiB, MiB or GiB."""
-
-
-def requested_bytes(message: str) -> int:
-    """The request CUDA's caching allocator could not serve, from its out-of-memory message
-    ("Tried to allocate 2.00 GiB. GPU 0 has ..."; 0 when the message does not say)."""
-    m = _REQUEST.search(message)
-    return int(float(m.group(1)) * _UNIT[m.group(2)]) if m else 0
-
-
 def rank_oom(error: torch.OutOfMemoryError, device: torch.device) -> RankOutOfMemory:
-    """``error`` as a ``RankOutOfMemory`` (CUDA: the larger of the allocator's reserve when
-    it failed and the tensors it held then plus the request it could not serve — what the
-    step needed at least —, and the device's capacity)."""
+    """``error`` as a ``RankOutOfMemory`` (CUDA: the allocator's reserve when it failed and
+    the device's capacity)."""
     if isinstance(error, RankOutOfMemory):
         return error
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
-        needed = int(torch.cuda.memory_allocated(device)) + requested_bytes(str(error))
-        held = max(int(torch.cuda.max_memory_reserved(device)), needed)
-        return RankOutOfMemory(held, int(total), True)
+        return RankOutOfMemory(int(torch.cuda.max_memory_reserved(device)), int(total), True)
     return RankOutOfMemory(0, 0)
 
 

@@ -56,17 +56,3 @@ def torch_oom() -> type[BaseException]:
     import torch
 
     return torch.OutOfMemoryError
-
-
-def test_the_failed_request_is_read_from_cudas_message() -> None:
-    # c10's CUDACachingAllocator: "CUDA out of memory. Tried to allocate <format_size>. GPU
-    # ..." — format_size writes bytes below 1 KiB, else two decimals of KiB / MiB / GiB
-    from orchestrator.trainer.memory import requested_bytes
-
-    msg = ("CUDA out of memory. Tried to allocate 1.53 GiB. GPU 0 has a total capacity of "
-           "139.81 GiB of which 120.12 GiB is free. Of the allocated memory 14.20 GiB is "
-           "allocated by PyTorch")
-    assert requested_bytes(msg) == int(1.53 * 2**30)
-    assert requested_bytes("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0") == 20 << 20
-    assert requested_bytes("CUDA out of memory. Tried to allocate 512 bytes. GPU 0") == 512
-    assert requested_bytes("out of memory (emulated GPU): live tensors reached 1 bytes") == 0
