@@ -36,6 +36,14 @@ MODEL = "gpt2-medium"
 SEQ, BATCH, STEPS = 1024, 16, 4
 
 
+def gpu_bytes(cap: int) -> int:
+    """The emulated GPU's memory: ``cap`` bytes of allocator room and the H200's CUDA
+    context outside it."""
+    from predictor.gpus import get_gpu
+
+    return cap + get_gpu("H200").cuda_context_bytes
+
+
 def _plans(cap: int, under: float) -> tuple[Any, ...]:
     """The job's single-GPU plans on an H200 of ``cap`` bytes of allocator room (plus the
     context outside it), as the under-predicting model prices them: the planner's plans for
@@ -49,7 +57,7 @@ def _plans(cap: int, under: float) -> tuple[Any, ...]:
 
     h200 = get_gpu("H200")
     model, train = ModelSpec.from_name(MODEL), TrainingSpec(global_batch=BATCH, seq_len=SEQ)
-    limit = cap + h200.cuda_context_bytes
+    limit = gpu_bytes(cap)
     found: dict[str, Any] = {}
     for size in (limit / (1.0 - under), limit, limit * (1.0 - under)):
         gpu = dataclasses.replace(h200, memory_bytes=int(size))
@@ -119,10 +127,7 @@ def run(cap_gib: float, under: float) -> dict[str, Any]:
     plans = _plans(cap, under)
     assert plans, "no plan seems to fit: raise --cap-gib"
     job = JobView(id="cuda-oom", submit_time=0.0, plans=plans, total_steps=STEPS)
-    from predictor.gpus import get_gpu
-
-    node_memory = cap + get_gpu("H200").cuda_context_bytes
-    state = ClusterState((Node("gpu0", "H200", node_memory, 1, 1, "nvlink"),))
+    state = ClusterState((Node("gpu0", "H200", gpu_bytes(cap), 1, 1, "nvlink"),))
     with tempfile.TemporaryDirectory(prefix="frz-cuda-oom-") as tmp:
         first = _run(plans[0], tmp)
         assert first["oom"], f"{first['plan']} did not run out of memory under {cap_gib} GiB"

@@ -187,7 +187,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from predictor.errors import SpecError
-from predictor.spec import LLAMA_LAYOUT, ModelSpec
+from predictor.spec import ModelSpec
 
 STAGE_SPLITS = ("first_heavier", "even", "last_lighter")
 SHARDING = ("zero", "fsdp2", "megatron_fsdp")
@@ -296,10 +296,8 @@ class RuntimeProfile:
 
     def unsupported_activation(self, model: ModelSpec) -> str | None:
         """Why this runtime cannot build ``model``'s MLP (naming what would fit), or None."""
-        if not self.own_mlp_only or not model.activation:
-            return None
-        own = "swiglu" if model.family in LLAMA_LAYOUT else "gelu"
-        if model.activation == own:
+        own = model.own_activation
+        if not self.own_mlp_only or model.activation in ("", own):
             return None
         return (f"{model.activation}: runtime {self.name} builds the {model.family.value} "
                 f"MLP ({own}) only; name a runtime that runs the model's own code (e.g. "

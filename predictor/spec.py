@@ -207,10 +207,14 @@ class ModelSpec:
         return self.family is Family.QWEN3
 
     @property
+    def own_activation(self) -> str:
+        """The family's own MLP activation (what ``activation`` "" means): SwiGLU for the
+        llama layout, GeLU otherwise."""
+        return "swiglu" if self.family in LLAMA_LAYOUT else "gelu"
+
+    @property
     def swiglu(self) -> bool:
-        if self.activation:
-            return self.activation == "swiglu"
-        return self.family in LLAMA_LAYOUT
+        return (self.activation or self.own_activation) == "swiglu"
 
     @property
     def mlp_kept(self) -> int:

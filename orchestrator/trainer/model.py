@@ -53,7 +53,7 @@ from orchestrator.trainer.parallel import (
 )
 from predictor.memory import stage_layer_counts
 from predictor.runtimes import FRENZY
-from predictor.spec import LLAMA_LAYOUT, Family, ModelSpec, Recompute
+from predictor.spec import Family, ModelSpec, Recompute
 
 
 def check_supported(spec: ModelSpec, tp: int, pp: int = 1) -> None:
@@ -62,10 +62,9 @@ def check_supported(spec: ModelSpec, tp: int, pp: int = 1) -> None:
     if spec.num_layers < pp:
         raise ValueError(f"pp={pp} exceeds num_layers={spec.num_layers} (each pipeline stage "
                          "holds at least one layer)")
-    own = "swiglu" if spec.family in LLAMA_LAYOUT else "gelu"
-    if spec.activation and spec.activation != own:
+    if spec.activation not in ("", spec.own_activation):
         raise ValueError(f"activation={spec.activation}: the built-in trainer runs the "
-                         f"{spec.family.value} MLP ({own}) only")
+                         f"{spec.family.value} MLP ({spec.own_activation}) only")
     for what, n in (("num_heads", spec.num_heads), ("num_kv_heads", spec.num_kv_heads),
                     ("ffn_hidden_size", spec.ffn_hidden_size)):
         if n % tp:
