@@ -719,7 +719,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         n_kept = min(n_layers, OFFLOAD_STASH if full else 1)
         if first:
             mb -= 8 * b * s  # the token ids go to the CPU too
-    activations = in_flight * (mb + n_kept * per_layer)
+    one_mb = mb + n_kept * per_layer  # what each micro-batch in flight holds
+    activations = in_flight * one_mb
     if virtual_stages > 1 and pp > 1 and chunks is not None:
         kept = interleaved_layers_in_flight(tuple(chunks[stage]), pp, stage, m_total)
         activations = in_flight * mb + kept * per_layer
@@ -730,7 +731,6 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     if n_layers and not learned:
         activations += 2 * s * hd * D  # rotary cos/sin tables
     copies = one_copy = 0
-    one_mb = mb + n_kept * per_layer  # what each micro-batch in flight holds
     if rt.fp32_stream and rt.fp32_weights_autocast and mixed:
         copies, one_copy = _autocast_copies(m, t, pp, stage, n_layers, D, rt, full)
         # each micro-batch in flight keeps the copies its own forward made (autocast's
@@ -842,7 +842,7 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
         # fp32 gradient received from the next stage; under ZeRO-2/3 (the embedding is
         # handled as stage 2's) the reduce-scatter's chunk of it beside (_embedding_chunk)
         later = in_flight - (2 if shallow else 1)
-        rest = later * (mb + n_kept * per_layer + copies) + 8 * b * s + 4 * h * T
+        rest = later * one_mb + 8 * b * s + 4 * h * T  # one_mb: its weight copies included
         if n_layers and not learned:
             rest += 2 * s * hd * D
         cands.append((gradients, rest, 0, 4 * vr * h + _embedding_chunk(vr, h, dp, zero)))
