@@ -113,6 +113,19 @@ def _context_parallel_share(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "seq_len": s // cp, "dp": dp * cp, "global_batch": batch * cp}
 
 
+FUSED_OPTIMIZERS = frozenset({"adamw_torch_fused", "fusedadam", "adamw_apex_fused"})
+"""Optimizer spellings of fused Adam kernels (torch ``fused=True``, apex / DeepSpeed
+``FusedAdam``): they update in place, with no foreach temporary (``optimizer_fused``)."""
+
+
+def _fused_optimizer(name: Any) -> bool:
+    """Whether the spec's ``optimizer`` spelling names a fused Adam kernel."""
+    if not isinstance(name, str):
+        return False
+    key = name.strip().lower().rsplit(".", 1)[-1].replace("-", "_")
+    return key in FUSED_OPTIMIZERS
+
+
 def parse_memory_spec(spec: Any) -> MemoryRequest:
     """Validate one spec object; ``SpecError`` names the first bad field."""
     if not isinstance(spec, dict):
@@ -143,7 +156,9 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
     par.check(model, train, explicit_split=spec.get("layers_per_stage") is not None
               or any(spec.get(k) is True for k in SPLIT_FIELDS))
 
-    runtime = get_runtime(spec.get("runtime", DEFAULT_RUNTIME))
+    # a runtime that runs the model's own code keeps the dropouts its config sets; an
+    # explicit ``dropout`` or ``runtime_options`` below still wins
+    runtime = get_runtime(spec.get("runtime", DEFAULT_RUNTIME)).for_model(model)
     options = spec.get("runtime_options") or {}
     if not isinstance(options, dict):
         raise SpecError("runtime_options", "must be an object of profile fields")
@@ -155,6 +170,8 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
             raise SpecError("dropout", f"a probability in [0, 1), got {p!r}")
         options = {"hidden_dropout": p > 0, "attention_dropout": p > 0, **options}
+    if _fused_optimizer(spec.get("optimizer")):
+        options = {"optimizer_fused": True, **options}
     if options:
         runtime = runtime.with_overrides(**options)
     why = runtime.unsupported_optimizer(train.optimizer.value)

@@ -511,7 +511,7 @@ def plan_job(
     timed, and so chosen, on it; None times them on each GPU type's usual servers
     (``GpuType.inter_node_bw_gbs``, e.g. a DGX A100's 200 GB/s), which is only right on
     such a cluster."""
-    profile = get_runtime(runtime)
+    profile = get_runtime(runtime).for_model(model)
     step_runtime = profile.name if profile.name in RUNTIME_STEP_PROFILES else DEFAULT_RUNTIME
     train.check_against(model)
     why = profile.unsupported_optimizer(train.optimizer.value)

@@ -250,6 +250,9 @@ class RuntimeProfile:
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
     optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
     own_mlp_only: bool = False  # it builds each family's own MLP (no ReLU gpt2, as OPT's)
+    # it runs the model's own code, so a Hugging Face config's dropouts hold: a mask is kept
+    # only where the config sets a probability > 0 (``for_model``)
+    model_dropout: bool = False
     # the planner searches pipelines (pp > 1) only when no single-stage plan fits any GPU
     # type it plans for: every (tp, pp) pair costs the search a memory table of its own
     pp_when_needed: bool = False
@@ -302,6 +305,19 @@ class RuntimeProfile:
         return (f"{model.activation}: runtime {self.name} builds the {model.family.value} "
                 f"MLP ({own}) only; name a runtime that runs the model's own code (e.g. "
                 "hf-trainer), or give an entrypoint")
+
+    def for_model(self, model: ModelSpec) -> RuntimeProfile:
+        """The profile for ``model``: under ``model_dropout``, the dropouts its Hugging Face
+        config sets (a probability of 0 keeps no mask; a model not built from a config keeps
+        the profile's); the result no longer consults the model, so applying it twice is
+        the same as once."""
+        if not self.model_dropout:
+            return self
+        hidden, attention = model.config_hidden_dropout, model.config_attention_dropout
+        return replace(self, model_dropout=False,
+                       hidden_dropout=self.hidden_dropout if hidden is None else hidden > 0,
+                       attention_dropout=(self.attention_dropout if attention is None
+                                          else attention > 0))
 
     def unrestricted(self) -> RuntimeProfile:
         """The same memory terms over the planner's whole space (every pp and ZeRO stage):
@@ -461,7 +477,7 @@ HF_TRAINER = RuntimeProfile(
         "softmax), loss on the shifted logits with an fp32 log_softmax, torch foreach "
         "AdamW, torch DDP buckets on several GPUs"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
-    ddp_grad_buckets=True, optimizer_foreach=True, softmax_fp32=True,
+    ddp_grad_buckets=True, optimizer_foreach=True, softmax_fp32=True, model_dropout=True,
 )
 
 TORCHTUNE = RuntimeProfile(
@@ -479,6 +495,7 @@ COLOSSALAI = RuntimeProfile(
         "Face model: HF dropout and loss, HybridAdam (multi-tensor, no temporaries) fp32 "
         "master and states"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
+    model_dropout=True,
 )
 
 RUNTIMES: dict[str, RuntimeProfile] = {

@@ -126,6 +126,13 @@ class ModelSpec:
     type_vocab_size: int = 0  # bert token-type embeddings
     activation: str = ""  # MLP activation: "" = the family's (gelu / swiglu), or one of ACTIVATIONS
     explicit_head_dim: int = 0  # one head's width; 0: hidden_size / num_heads
+    # the dropouts a Hugging Face config.json sets, as its model code applies them (None:
+    # not from a config): residual-branch / embedding dropout and attention-probability
+    # dropout. A runtime that runs the model's own code keeps masks only where they are > 0
+    # (``RuntimeProfile.for_model``, which carries them into the profile, so the model's
+    # identity, equality and hash, stays its architecture)
+    config_hidden_dropout: float | None = field(default=None, compare=False)
+    config_attention_dropout: float | None = field(default=None, compare=False)
 
     def __hash__(self) -> int:
         # cached (outside the fields, so asdict/replace never see it): the predictor's lookup
@@ -328,7 +335,9 @@ class ModelSpec:
         and phi3 (llama), roberta and xlm-roberta (bert). An explicit ``head_dim`` is kept;
         other types (mixture-of-experts, gemma2/3, phi, ...) are a ``SpecError`` naming
         ``config.model_type``."""
-        return _from_hf_config(config, name)
+        model = _from_hf_config(config, name)
+        hidden, attention = _config_dropout(config)
+        return replace(model, config_hidden_dropout=hidden, config_attention_dropout=attention)
 
     def with_(self, **changes: Any) -> ModelSpec:
         return replace(self, **changes)
@@ -433,6 +442,42 @@ def _opt_activation(config: dict[str, Any]) -> str:
                         f"{act!r} is not modelled for opt; one of relu (the default), gelu, "
                         "gelu_new")
     return known[act]
+
+
+# Per model_type, the config fields of the dropouts its modeling code applies, each with the
+# config class's default (transformers 5): residual-branch and embedding dropouts, then the
+# attention-probability dropout. Llama-layout models have no hidden dropout at all.
+_Fields = tuple[tuple[str, float], ...]
+_HF_DROPOUT_FIELDS: dict[str, tuple[_Fields, _Fields]] = {
+    "gpt2": ((("resid_pdrop", 0.1), ("embd_pdrop", 0.1)), (("attn_pdrop", 0.1),)),
+    "opt": ((("dropout", 0.1),), (("attention_dropout", 0.0),)),
+    "gpt_neox": ((("hidden_dropout", 0.0),), (("attention_dropout", 0.0),)),
+    "bert": ((("hidden_dropout_prob", 0.1),), (("attention_probs_dropout_prob", 0.1),)),
+    "phi3": ((("resid_pdrop", 0.0), ("embd_pdrop", 0.0)), (("attention_dropout", 0.0),)),
+    **{t: ((), (("attention_dropout", 0.0),))
+       for t in ("llama", "mistral", "qwen2", "qwen3", "gemma")},
+}
+_HF_DROPOUT_FIELDS["roberta"] = _HF_DROPOUT_FIELDS["xlm-roberta"] = _HF_DROPOUT_FIELDS["bert"]
+
+
+def _config_dropout(config: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The largest hidden and attention dropout probability ``config`` sets (the config
+    class's default where a field is absent), or None for a type not listed."""
+    fields_ = _HF_DROPOUT_FIELDS.get(config.get("model_type", ""))
+    if fields_ is None:
+        return None, None
+    out: list[float] = []
+    for group in fields_:
+        p = 0.0
+        for key, default in group:
+            value = config.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not 0 <= value < 1:
+                raise SpecError(f"config.{key}", f"a dropout probability in [0, 1), got "
+                                f"{value!r}")
+            p = max(p, float(value))
+        out.append(p)
+    return out[0], out[1]
 
 
 def _from_hf_config(config: dict[str, Any], name: str | None) -> ModelSpec:

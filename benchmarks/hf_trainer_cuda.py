@@ -1,0 +1,290 @@
+"""Hugging Face's Trainer on a real GPU: measured peak memory against the ``hf-trainer`` profile.
+
+    python -m benchmarks.hf_trainer_cuda --predict [--json]        # the predictions alone
+    python -m benchmarks.hf_trainer_cuda [--plans 0,3] [--out FILE.jsonl] [--json]   # on CUDA
+    python -m benchmarks.hf_trainer_cuda --replay docs/gpu_runs/hf_trainer_h200.jsonl [--json]
+
+The ground truth here is code this project did not write: each plan is one ``frenzy memory``
+spec (a Hugging Face ``config.json`` object, the training config, ``runtime: hf-trainer``), and
+on the GPU it runs ``transformers.Trainer`` on the model ``AutoModelForCausalLM.from_config``
+builds from that same config (random weights, fp32 parameters as ``from_config`` makes them,
+the default attention implementation, synthetic token ids as inputs and labels) for
+``STEPS`` optimizer steps: ``bf16=True`` for bf16 plans, ``gradient_checkpointing`` for
+``recompute: full``, the spec's ``optimizer`` as ``optim``, ``micro_batch`` per device and
+``global_batch / micro_batch`` accumulation steps.
+
+Measured over the whole run (peak statistics reset once the model is built):
+``torch.cuda.max_memory_allocated`` (tensors), ``max_memory_reserved`` (the allocator's
+segments), and ``device``: the process's use outside the allocator (``mem_get_info`` used
+minus reserved, at the end, while the cache still holds its segments) plus the reserved peak.
+Step time (``step_time_s``, recorded, not predicted: the step-time model has no
+``hf-trainer`` profile) is the median over steps 3 on (synchronised at each step's end).
+Plans run one after the other in this process, the cache emptied between them.
+
+A plan whose device figure exceeds the prediction divided by ``1 − FIT_MARGIN`` would run
+out of memory on a GPU the planner had just filled: the summary's ``oom_after_margin``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from benchmarks.trainer_cuda import _errors, summary, table
+
+log = logging.getLogger("benchmarks.hf_trainer_cuda")
+GIB = 1 << 30
+STEPS = 6
+
+# config.json objects as the Hub publishes them (the fields that size the model)
+GPT2 = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+        "vocab_size": 50257, "n_positions": 1024}
+GPT2_MEDIUM = {**GPT2, "n_layer": 24, "n_embd": 1024, "n_head": 16}
+OPT_125M = {"model_type": "opt", "num_hidden_layers": 12, "hidden_size": 768,
+            "num_attention_heads": 12, "ffn_dim": 3072, "vocab_size": 50272,
+            "max_position_embeddings": 2048, "word_embed_proj_dim": 768,
+            "do_layer_norm_before": True, "activation_function": "relu", "dropout": 0.1,
+            "attention_dropout": 0.0}
+QWEN2_05B = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896,
+             "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
+             "vocab_size": 151936, "max_position_embeddings": 32768,
+             "tie_word_embeddings": True}
+QWEN3_06B = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+             "intermediate_size": 3072, "vocab_size": 151936,
+             "max_position_embeddings": 40960, "tie_word_embeddings": True}
+TINYLLAMA = {"model_type": "llama", "num_hidden_layers": 22, "hidden_size": 2048,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 5632,
+             "vocab_size": 32000, "max_position_embeddings": 2048,
+             "tie_word_embeddings": False}
+GEMMA_2B = {"model_type": "gemma", "num_hidden_layers": 18, "hidden_size": 2048,
+            "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+            "intermediate_size": 16384, "vocab_size": 256000,
+            "max_position_embeddings": 8192, "hidden_activation": "gelu_pytorch_tanh"}
+PHI3_MINI = {"model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
+             "num_attention_heads": 32, "num_key_value_heads": 32,
+             "intermediate_size": 8192, "vocab_size": 32064,
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+
+
+def _plan(cfg: dict[str, Any], seq_len: int, micro_batch: int, precision: str = "bf16",
+          recompute: str = "none", optimizer: str = "adamw_torch", accumulate: int = 1
+          ) -> dict[str, Any]:
+    return {"hf_config": cfg, "global_batch": micro_batch * accumulate, "seq_len": seq_len,
+            "micro_batch": micro_batch, "precision": precision, "recompute": recompute,
+            "optimizer": optimizer, "runtime": "hf-trainer", "gpu": "H200"}
+
+
+PLANS: list[dict[str, Any]] = [
+    _plan(GPT2, 1024, 8),
+    _plan(GPT2, 1024, 8, recompute="full"),
+    _plan(GPT2, 1024, 4, precision="fp32"),
+    _plan(GPT2_MEDIUM, 1024, 8),
+    _plan(GPT2_MEDIUM, 1024, 8, recompute="full", accumulate=2),
+    _plan(OPT_125M, 2048, 4),
+    _plan(QWEN2_05B, 2048, 4),
+    _plan(QWEN2_05B, 2048, 8, recompute="full"),
+    _plan(QWEN2_05B, 1024, 4, precision="fp32"),
+    _plan(QWEN3_06B, 2048, 4),
+    _plan(QWEN3_06B, 2048, 8, recompute="full", optimizer="adamw_torch_fused"),
+    _plan(TINYLLAMA, 2048, 4),
+    _plan(TINYLLAMA, 2048, 16, recompute="full"),
+    _plan(TINYLLAMA, 2048, 2, optimizer="adamw_torch_fused"),
+    _plan(GEMMA_2B, 1024, 4),
+    _plan(GEMMA_2B, 2048, 4, recompute="full"),
+    _plan(PHI3_MINI, 2048, 1),
+    _plan(PHI3_MINI, 4096, 2, recompute="full"),
+]
+QUICK = [0, 6, 11]
+
+
+def label(spec: dict[str, Any]) -> str:
+    cfg = spec["hf_config"]
+    size = cfg.get("hidden_size", cfg.get("n_embd"))
+    layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
+    return (f"{cfg['model_type']} L{layers} h{size} s{spec['seq_len']} "
+            f"B{spec['global_batch']} mb{spec['micro_batch']} {spec['precision']} "
+            f"rc={spec['recompute']} {spec['optimizer']}")
+
+
+def predict(spec: dict[str, Any]) -> dict[str, Any]:
+    """What ``frenzy memory`` says for ``spec`` (the step-time model has no ``hf-trainer``
+    profile: the measured step time is recorded, not predicted)."""
+    from predictor.memory_spec import memory_report
+
+    mem = memory_report(spec)
+    return {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"],
+            "device": mem["device_bytes"], "breakdown": mem["breakdown"]}
+
+
+def hf_model(spec: dict[str, Any], device: str | torch.device) -> Any:
+    """The model ``transformers`` builds from the spec's config, on ``device``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = dict(spec["hf_config"])
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config)
+
+
+class _Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Random token ids of one length, as inputs and labels (the model shifts them)."""
+
+    def __init__(self, n: int, seq_len: int, vocab: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, seq_len), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def measure(spec: dict[str, Any], steps: int = STEPS) -> dict[str, Any]:
+    """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    model = hf_model(spec, "cuda")
+    vocab = model.config.vocab_size
+    accumulate = spec["global_batch"] // spec["micro_batch"]
+    data = _Tokens(spec["global_batch"] * steps, spec["seq_len"], vocab)
+    ends: list[float] = []
+
+    class Clock(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            torch.cuda.synchronize()
+            ends.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=spec["micro_batch"],
+            gradient_accumulation_steps=accumulate, max_steps=steps,
+            bf16=spec["precision"] == "bf16", gradient_checkpointing=spec["recompute"] == "full",
+            optim=spec["optimizer"], learning_rate=1e-5, report_to="none",
+            save_strategy="no", logging_strategy="no", disable_tqdm=True,
+            dataloader_num_workers=0, seed=0)
+        trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Clock()])
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        trainer.train()
+        out: dict[str, Any] = {"alloc": torch.cuda.max_memory_allocated(),
+                               "reserved": torch.cuda.max_memory_reserved()}
+        free, total = torch.cuda.mem_get_info()
+        out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved()
+        out["device"] = out["outside_allocator"] + out["reserved"]
+        out["params"] = sum(p.numel() for p in model.parameters())
+        out["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+    times = [b - a for a, b in zip([start, *ends], ends, strict=False)]
+    if len(times) > 2:
+        out["step_time_s"] = statistics.median(times[2:])  # not "step_s": not predicted
+    del trainer, model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+def run(plans: list[dict[str, Any]], out_path: str | None) -> list[dict[str, Any]]:
+    import transformers
+
+    rows = []
+    device = torch.cuda.get_device_name(0)
+    for i, spec in enumerate(plans):
+        pred = predict(spec)
+        t0 = time.perf_counter()
+        base = {"plan": label(spec), "spec": spec, "device_name": device, "gpu": spec["gpu"],
+                "world": 1, "transformers": transformers.__version__,
+                "torch": torch.__version__}
+        try:
+            meas = measure(spec)
+        except Exception as exc:  # one failed plan is a row, not the end
+            log.exception("[%d/%d] %s failed", i + 1, len(plans), label(spec))
+            row = {**base, "error": repr(exc)[:400]}
+            gc.collect()
+            torch.cuda.empty_cache()
+        else:
+            row = {**base, "measured": meas, "predicted": pred, **_errors(pred, meas),
+                   "seconds": round(time.perf_counter() - t0, 1)}
+            log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), device %.2f GiB (%+.1f %%)",
+                     i + 1, len(plans), label(spec), meas["alloc"] / GIB,
+                     row["err_tensors_pct"], meas["device"] / GIB, row["err_device_pct"])
+        rows.append(row)
+        if out_path:
+            with open(out_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return rows
+
+
+def replay(paths: list[str]) -> list[dict[str, Any]]:
+    """Measured rows of earlier runs priced by today's predictor (no GPU needed)."""
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                old = json.loads(line)
+                if "error" in old:
+                    continue
+                pred = predict(old["spec"])
+                rows.append({**{k: old[k] for k in ("plan", "spec", "device_name", "gpu",
+                                                    "world", "measured")},
+                             "predicted": pred, **_errors(pred, old["measured"]),
+                             "source": os.path.basename(path)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    ap.add_argument("--quick", action="store_true", help=f"only plans {QUICK}")
+    ap.add_argument("--plans", help="comma-separated plan indices (default: all)")
+    ap.add_argument("--out", help="append each plan's row to this JSON-lines file")
+    ap.add_argument("--predict", action="store_true",
+                    help="print each plan's prediction only (no GPU needed)")
+    ap.add_argument("--replay", nargs="+", metavar="FILE.jsonl",
+                    help="price the rows of earlier runs again (no GPU needed)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    plans = PLANS
+    if args.quick:
+        plans = [PLANS[i] for i in QUICK]
+    if args.plans:
+        plans = [PLANS[int(i)] for i in args.plans.split(",")]
+    if args.predict:
+        preds = [{"plan": label(s), **{k: v for k, v in predict(s).items()
+                                       if k != "breakdown"}} for s in plans]
+        for p in preds:
+            print(f"{p['plan']:<70} tensors {p['tensors'] / GIB:7.2f} GiB  reserved "
+                  f"{p['reserved'] / GIB:7.2f}  device {p['device'] / GIB:7.2f}")
+        if args.json:
+            print(json.dumps({"plans": preds}))
+        return 0
+    if args.replay:
+        rows = replay(args.replay)
+    else:
+        if not torch.cuda.is_available():
+            log.error("no CUDA device: this benchmark measures a GPU (--predict and "
+                      "--replay need none)")
+            return 2
+        rows = run(plans, args.out)
+    print(table(rows))
+    s = summary(rows)
+    print(json.dumps(s, indent=2))
+    if args.json:
+        print(json.dumps(s))
+    return 0 if s["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
