@@ -151,8 +151,21 @@ class _Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def measure(spec: dict[str, Any], steps: int = STEPS) -> dict[str, Any]:
-    """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device."""
+def _hf_site(frames: list[dict[str, Any]]) -> str:
+    """The innermost frame of transformers' or torch's Python code in an allocation's stack
+    (the modeling line that made the tensor, or the autograd / optimizer call)."""
+    for f in frames:
+        name = f.get("filename", "")
+        for root in ("/transformers/", "/torch/"):
+            if root in name and not name.endswith(("/memory.py", "/_tensor.py")):
+                return f"{root.strip('/')}:{name.split(root)[-1]}:{f.get('line')} {f.get('name')}"
+    return frames[0].get("name", "?") if frames else "?"
+
+
+def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
+            ) -> dict[str, Any]:
+    """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device; with
+    ``contents``, the allocator's history too, and what was allocated at the peak."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     gc.collect()
@@ -178,8 +191,15 @@ def measure(spec: dict[str, Any], steps: int = STEPS) -> dict[str, Any]:
             dataloader_num_workers=0, seed=0)
         trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Clock()])
         torch.cuda.reset_peak_memory_stats()
+        if contents:
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000)
         start = time.perf_counter()
         trainer.train()
+        if contents:
+            from benchmarks.trainer_cuda import peak_contents
+
+            snap = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
         out: dict[str, Any] = {"alloc": torch.cuda.max_memory_allocated(),
                                "reserved": torch.cuda.max_memory_reserved()}
         free, total = torch.cuda.mem_get_info()
@@ -187,6 +207,8 @@ def measure(spec: dict[str, Any], steps: int = STEPS) -> dict[str, Any]:
         out["device"] = out["outside_allocator"] + out["reserved"]
         out["params"] = sum(p.numel() for p in model.parameters())
         out["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+        if contents:
+            out["peak_contents"] = peak_contents(snap, site=_hf_site)
     times = [b - a for a, b in zip([start, *ends], ends, strict=False)]
     if len(times) > 2:
         out["step_time_s"] = statistics.median(times[2:])  # not "step_s": not predicted
@@ -196,7 +218,8 @@ def measure(spec: dict[str, Any], steps: int = STEPS) -> dict[str, Any]:
     return out
 
 
-def run(plans: list[dict[str, Any]], out_path: str | None) -> list[dict[str, Any]]:
+def run(plans: list[dict[str, Any]], out_path: str | None, contents: bool = False
+        ) -> list[dict[str, Any]]:
     import transformers
 
     rows = []
@@ -208,7 +231,7 @@ def run(plans: list[dict[str, Any]], out_path: str | None) -> list[dict[str, Any
                 "world": 1, "transformers": transformers.__version__,
                 "torch": torch.__version__}
         try:
-            meas = measure(spec)
+            meas = measure(spec, contents=contents)
         except Exception as exc:  # one failed plan is a row, not the end
             log.exception("[%d/%d] %s failed", i + 1, len(plans), label(spec))
             row = {**base, "error": repr(exc)[:400]}
@@ -250,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help=f"only plans {QUICK}")
     ap.add_argument("--plans", help="comma-separated plan indices (default: all)")
     ap.add_argument("--out", help="append each plan's row to this JSON-lines file")
+    ap.add_argument("--contents", action="store_true",
+                    help="record the allocator's history: what was allocated at the peak")
     ap.add_argument("--predict", action="store_true",
                     help="print each plan's prediction only (no GPU needed)")
     ap.add_argument("--replay", nargs="+", metavar="FILE.jsonl",
@@ -277,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("no CUDA device: this benchmark measures a GPU (--predict and "
                       "--replay need none)")
             return 2
-        rows = run(plans, args.out)
+        rows = run(plans, args.out, args.contents)
     print(table(rows))
     s = summary(rows)
     print(json.dumps(s, indent=2))

@@ -42,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -219,7 +220,8 @@ def _site(frames: list[dict[str, Any]]) -> str:
     return frames[0].get("name", "?") if frames else "?"
 
 
-def peak_contents(snapshot: dict[str, Any], top: int = 40) -> dict[str, Any]:
+def peak_contents(snapshot: dict[str, Any], top: int = 40,
+                  site: Callable[[list[dict[str, Any]]], str] = _site) -> dict[str, Any]:
     """What was allocated at the tensor peak of a ``torch.cuda.memory._snapshot()`` whose
     history was recorded from the start: the device trace replayed twice, a block counting
     from its ``alloc`` to its ``free_completed`` (as ``max_memory_allocated`` counts it: a
@@ -235,7 +237,7 @@ def peak_contents(snapshot: dict[str, Any], top: int = 40) -> dict[str, Any]:
         pending: set[int] = set()
         for ev in (snapshot.get("device_traces") or [[]])[0]:
             if ev["action"] == "alloc":
-                live[ev["addr"]] = (ev["size"], _site(ev.get("frames", [])))
+                live[ev["addr"]] = (ev["size"], site(ev.get("frames", [])))
                 requested.discard(ev["addr"])
                 cur += ev["size"]
                 if cur > peak:
