@@ -211,7 +211,6 @@ class HasPolicy:
         exchange_gain: float | None = 0.1,
         widen_min_saving_s: float | None = 0.0,
         minimal_undo: bool = True,
-        long_saving_s: float | None = None,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -254,9 +253,6 @@ class HasPolicy:
         self.widen_min_saving_s = (min_saving_s if widen_min_saving_s is None
                                    else widen_min_saving_s)
         self.minimal_undo = minimal_undo
-        if long_saving_s is not None and not long_saving_s > 0.0:
-            raise ValueError(f"long_saving_s must be None or > 0, got {long_saving_s!r}")
-        self.long_saving_s = long_saving_s
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -793,11 +789,6 @@ class HasPolicy:
         cur = rj.allocation.plan
         index = self._plans.get(rj.job)
         limit = cur.job_time_s * (1.0 - self.min_gain)
-        rem = rj.job.remaining_fraction
-        if self.long_saving_s is not None and rem > 0.0:
-            # a plan that saves ``long_saving_s`` of the remaining work; the remaining
-            # fraction only falls, so the cached count stays a superset of what qualifies
-            limit = max(limit, cur.job_time_s - self.long_saving_s / rem)
         if wide:
             faster, mins = index.any_faster_than(limit)
         else:
@@ -840,11 +831,8 @@ class HasPolicy:
                     continue
                 placed = self.perf.placed_plan(job, plan, placement, state)
                 new_left = job.remaining_steps * placed.step_time_s + self.restart_cost_s
-                saving = left - new_left
-                if (new_left <= left * (1.0 - self.min_gain)
-                        or (self.long_saving_s is not None
-                            and saving >= self.long_saving_s)) and \
-                        saving > self.restart_cost_s:
+                if new_left <= left * (1.0 - self.min_gain) and \
+                        left - new_left > self.restart_cost_s:
                     best = (new_left, placed, placement)
                     break
             if best is None:
