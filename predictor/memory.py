@@ -132,6 +132,16 @@ def effective_flags(train: TrainingSpec, par: ParallelConfig) -> tuple[bool, boo
     return sp, par.flash_attention and train.flash_attention
 
 
+def _runs_fused_attention(m: ModelSpec, rt: RuntimeProfile, mixed: bool, flash: bool
+                          ) -> bool:
+    """Whether the attention runs a fused kernel that keeps no score matrix. Under
+    ``sdpa_dispatch`` (torch's ``scaled_dot_product_attention`` picking its backend, as
+    Hugging Face models call it) an fp32 run has no flash kernel and the memory-efficient
+    one takes no grouped K/V (``enable_gqa``), so a GQA model's fp32 attention runs the
+    math path: explicit softmax, K and V repeated to every head."""
+    return flash and not (rt.sdpa_dispatch and not mixed and m.num_kv_heads != m.num_heads)
+
+
 def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
     """K/V heads per tensor-parallel rank (replicated when tp > kv heads, as Megatron does)."""
     return max(model.num_kv_heads // tp, 1)
@@ -591,8 +601,10 @@ def _layer_counts(m: ModelSpec, t: int, s: int, T: int, Tf: int, D: int, selecti
     one_layer += m.mlp_kept * f * Tf * D
     if rt.hidden_dropout:
         one_layer += 2 * h * T  # two residual-branch dropout masks (1 byte each)
+    if rt.gelu_composite:  # NewGELUActivation's chain (predictor.runtimes)
+        one_layer += 12 * f * Tf
     if rt.eager_blocks:
-        if flash and not selective and k != q:
+        if flash and not selective and k != q and rt.repeat_kv:
             one_layer += 2 * (q - k) * Tf * D  # K and V repeated to every head
         if m.swiglu:
             one_layer += f * Tf * D  # SiLU's output besides gate, up and the product
@@ -658,8 +670,8 @@ def estimate_stage(model: ModelSpec, train: TrainingSpec, par: ParallelConfig, s
     m, t, dp, zero, pp = model, par.tp, par.dp, par.zero_stage, par.pp
     rt = runtime
     sp = t > 1 and par.sequence_parallel and train.sequence_parallel and rt.sequence_parallel
-    flash = par.flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
+    flash = _runs_fused_attention(m, rt, mixed, par.flash_attention and train.flash_attention)
     D = 2 if mixed else 4
     first, last = stage == 0, stage == pp - 1
     traits = _traits(m)
@@ -1138,8 +1150,8 @@ def activation_terms(model: ModelSpec, train: TrainingSpec, tp: int, pp: int,
     m = model
     t = tp
     sp = t > 1 and sequence_parallel and train.sequence_parallel and runtime.sequence_parallel
-    flash = flash_attention and train.flash_attention
     mixed = train.precision is not Precision.FP32
+    flash = _runs_fused_attention(m, runtime, mixed, flash_attention and train.flash_attention)
     D = 2 if mixed else 4
     traits = _traits(m)
     swiglu, rmsnorm, bert, _, learned = traits

@@ -250,9 +250,12 @@ class RuntimeProfile:
     zero_stages: tuple[int, ...] = ZERO_STAGES  # the ZeRO stages it executes (always 0)
     optimizers: tuple[str, ...] = OPTIMIZERS  # the optimizers it runs
     own_mlp_only: bool = False  # it builds each family's own MLP (no ReLU gpt2, as OPT's)
-    # it runs the model's own code, so a Hugging Face config's dropouts hold: a mask is kept
-    # only where the config sets a probability > 0 (``for_model``)
-    model_dropout: bool = False
+    # it runs the model's own (Hugging Face) code, so a config's dropouts and activation
+    # implementation hold (``for_model`` turns them into the fields above and below)
+    model_code: bool = False
+    gelu_composite: bool = False  # NewGELUActivation: 12 bytes per f-wide element more
+    repeat_kv: bool = True  # eager_blocks under GQA: K/V repeated (False: sdpa's enable_gqa)
+    sdpa_dispatch: bool = False  # torch sdpa picks the kernel: fp32 GQA runs the math path
     # the planner searches pipelines (pp > 1) only when no single-stage plan fits any GPU
     # type it plans for: every (tp, pp) pair costs the search a memory table of its own
     pp_when_needed: bool = False
@@ -307,17 +310,18 @@ class RuntimeProfile:
                 "hf-trainer), or give an entrypoint")
 
     def for_model(self, model: ModelSpec) -> RuntimeProfile:
-        """The profile for ``model``: under ``model_dropout``, the dropouts its Hugging Face
+        """The profile for ``model``: under ``model_code``, the dropouts its Hugging Face
         config sets (a probability of 0 keeps no mask; a model not built from a config keeps
-        the profile's); the result no longer consults the model, so applying it twice is
-        the same as once."""
-        if not self.model_dropout:
+        the profile's) and its GeLU's implementation (``gelu_composite``); the result no
+        longer consults the model, so applying it twice is the same as once."""
+        if not self.model_code:
             return self
         hidden, attention = model.config_hidden_dropout, model.config_attention_dropout
-        return replace(self, model_dropout=False,
+        return replace(self, model_code=False,
                        hidden_dropout=self.hidden_dropout if hidden is None else hidden > 0,
                        attention_dropout=(self.attention_dropout if attention is None
-                                          else attention > 0))
+                                          else attention > 0),
+                       gelu_composite=self.gelu_composite or model.config_gelu_composite)
 
     def unrestricted(self) -> RuntimeProfile:
         """The same memory terms over the planner's whole space (every pp and ZeRO stage):
@@ -331,6 +335,9 @@ class RuntimeProfile:
         if dropout is not None:
             changes.setdefault("hidden_dropout", bool(dropout))
             changes.setdefault("attention_dropout", bool(dropout))
+        if changes.get("pure_low_precision"):  # a model loaded in bf16: no autocast over fp32
+            changes.setdefault("fp32_weights_autocast", False)
+            changes.setdefault("fp32_stream", False)
         known = [f.name for f in fields(self)
                  if f.name not in ("name", "description", *EXECUTION_FIELDS)]
         for key, value in changes.items():
@@ -477,7 +484,9 @@ HF_TRAINER = RuntimeProfile(
         "softmax), loss on the shifted logits with an fp32 log_softmax, torch foreach "
         "AdamW, torch DDP buckets on several GPUs"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
-    ddp_grad_buckets=True, optimizer_foreach=True, softmax_fp32=True, model_dropout=True,
+    ddp_grad_buckets=True, optimizer_foreach=True, softmax_fp32=True, model_code=True,
+    fp32_weights_autocast=True, fp32_stream=True, eager_blocks=True, cpu_rmsnorm=True,
+    repeat_kv=False, grads_set_to_none=True, sdpa_dispatch=True,
 )
 
 TORCHTUNE = RuntimeProfile(
@@ -495,7 +504,7 @@ COLOSSALAI = RuntimeProfile(
         "Face model: HF dropout and loss, HybridAdam (multi-tensor, no temporaries) fp32 "
         "master and states"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
-    model_dropout=True,
+    model_code=True,
 )
 
 RUNTIMES: dict[str, RuntimeProfile] = {

@@ -133,6 +133,9 @@ class ModelSpec:
     # identity, equality and hash, stays its architecture)
     config_hidden_dropout: float | None = field(default=None, compare=False)
     config_attention_dropout: float | None = field(default=None, compare=False)
+    # the config's MLP activation is transformers' NewGELUActivation (gpt2's "gelu_new"),
+    # a chain of element-wise ops rather than one fused GeLU kernel
+    config_gelu_composite: bool = field(default=False, compare=False)
 
     def __hash__(self) -> int:
         # cached (outside the fields, so asdict/replace never see it): the predictor's lookup
@@ -337,7 +340,10 @@ class ModelSpec:
         ``config.model_type``."""
         model = _from_hf_config(config, name)
         hidden, attention = _config_dropout(config)
-        return replace(model, config_hidden_dropout=hidden, config_attention_dropout=attention)
+        composite = (config.get("model_type") == "gpt2"
+                     and config.get("activation_function", "gelu_new") in COMPOSITE_GELUS)
+        return replace(model, config_hidden_dropout=hidden, config_attention_dropout=attention,
+                       config_gelu_composite=composite)
 
     def with_(self, **changes: Any) -> ModelSpec:
         return replace(self, **changes)
@@ -443,6 +449,10 @@ def _opt_activation(config: dict[str, Any]) -> str:
                         "gelu_new")
     return known[act]
 
+
+COMPOSITE_GELUS = ("gelu_new",)
+"""transformers' ``activation_function`` names built from element-wise ops (``ACT2FN``:
+NewGELUActivation), not one fused kernel as ``gelu`` and ``gelu_pytorch_tanh`` are."""
 
 # Per model_type, the config fields of the dropouts its modeling code applies, each with the
 # config class's default (transformers 5): residual-branch and embedding dropouts, then the

@@ -75,9 +75,13 @@ def test_8bit_adam_states_of_a_model_by_hand() -> None:
     assert states == 429_376
     out = memory_report(_spec(optimizer="adam8bit"))  # torchtune: bf16 weights, no master
     assert out["breakdown"]["optimizer_states"] == states
-    # mixed precision with an fp32 master (hf-trainer): 4 bytes per parameter on top
-    mixed = memory_report(_spec(optimizer="adamw8bit", runtime="hf-trainer", dropout=0.0))
+    # mixed precision with an fp32 master (deepspeed: bf16 weights beside it): 4 bytes per
+    # parameter on top; under hf-trainer the fp32 weights are the master (autocast)
+    mixed = memory_report(_spec(optimizer="adamw8bit", runtime="deepspeed", dropout=0.0))
     assert mixed["breakdown"]["optimizer_states"] == 4 * N + states
+    hf = memory_report(_spec(optimizer="adamw8bit", runtime="hf-trainer", dropout=0.0))
+    assert hf["breakdown"]["optimizer_states"] == states
+    assert hf["breakdown"]["parameters"] == 4 * N
 
 
 def test_adafactor_states_and_step_temporary_of_a_model_by_hand() -> None:
