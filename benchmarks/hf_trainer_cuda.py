@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -310,6 +311,27 @@ def replay(paths: list[str]) -> list[dict[str, Any]]:
                              "predicted": pred, **_errors(pred, old["measured"]),
                              "source": os.path.basename(path)})
     return rows
+
+
+GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
+COMMITTED_ROWS = [str(GPU_RUNS / "hf_trainer_h200.jsonl"),
+                  str(GPU_RUNS / "hf_trainer_h200_holdout.jsonl")]
+"""The measured rows: the first run (the tuning plans) and the held-out run. (The
+``--contents`` rerun of four tuning plans, ``hf_trainer_h200_contents.jsonl``, repeats
+their peaks and is not counted twice.)"""
+
+
+def committed_summary() -> dict[str, Any]:
+    """``summary`` of the committed rows priced by today's predictor, per split."""
+    rows = replay([p for p in COMMITTED_ROWS if os.path.exists(p)])
+    tuning = {label(PLANS[i]) for i in TUNING}
+    out = {}
+    for split, keep in (("tuning", lambda r: r["plan"] in tuning),
+                        ("holdout", lambda r: r["plan"] not in tuning)):
+        chosen = [r for r in rows if keep(r)]
+        if chosen:
+            out[split] = summary(chosen)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,10 @@
   every stage against its own measurement).
 * ``runtime_cuda``: the same trainer's peaks measured on a real GPU (``benchmarks.trainer_cuda``
   rows committed under docs/gpu_runs/), priced again by today's predictor.
+* ``hf_trainer_cuda``: Hugging Face's ``transformers.Trainer`` on a real GPU against the
+  ``hf-trainer`` profile (``benchmarks.hf_trainer_cuda`` rows under docs/gpu_runs/), split
+  into the plans the profile's terms were found on (``tuning``) and the plans measured once
+  after they were committed (``holdout``).
 """
 
 from __future__ import annotations
@@ -392,6 +396,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{cuda['tensors']['mape']:.2f}%  worst {cuda['tensors']['worst']:+.1f}%  "
               f"device MAPE {cuda['device']['mape']:.1f}%  OOM after the margin: "
               f"{cuda['oom_after_margin']}")
+    from benchmarks import hf_trainer_cuda
+
+    hf = hf_trainer_cuda.committed_summary()
+    if hf:
+        out["hf_trainer_cuda"] = hf
+        for split in ("tuning", "holdout"):
+            if split in hf:
+                t = hf[split]["tensors"]
+                out[f"hf_trainer_cuda_{split}_mape"] = t["mape"]
+                out[f"hf_trainer_cuda_{split}_n"] = t["n"]
+                print(f"Hugging Face Trainer on a real GPU ({hf[split]['device_name']}, "
+                      f"{split} plans, docs/trainer_cuda.md): n={t['n']}  tensors MAPE "
+                      f"{t['mape']:.2f}%  worst {t['worst']:+.1f}%  under 5%: "
+                      f"{t['under_5pct']}  device MAPE {hf[split]['device']['mape']:.1f}%  "
+                      f"OOM after the margin: {hf[split]['oom_after_margin']}")
     if args.json:
         print(json.dumps({**out, "rows": rows, "real_rows": real_rows,
                           "runtime_rows": runtime_rows}))
