@@ -79,11 +79,12 @@ PHI3_MINI = {"model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
 
 
 def _plan(cfg: dict[str, Any], seq_len: int, micro_batch: int, precision: str = "bf16",
-          recompute: str = "none", optimizer: str = "adamw_torch", accumulate: int = 1
-          ) -> dict[str, Any]:
-    return {"hf_config": cfg, "global_batch": micro_batch * accumulate, "seq_len": seq_len,
-            "micro_batch": micro_batch, "precision": precision, "recompute": recompute,
-            "optimizer": optimizer, "runtime": "hf-trainer", "gpu": "H200"}
+          recompute: str = "none", optimizer: str = "adamw_torch", accumulate: int = 1,
+          dp: int = 1) -> dict[str, Any]:
+    return {"hf_config": cfg, "global_batch": micro_batch * accumulate * dp,
+            "seq_len": seq_len, "micro_batch": micro_batch, "precision": precision,
+            "recompute": recompute, "optimizer": optimizer, "runtime": "hf-trainer",
+            "gpu": "H200", **({"dp": dp} if dp > 1 else {})}
 
 
 PLANS: list[dict[str, Any]] = [
@@ -151,6 +152,15 @@ PLANS += [
     _plan(OPT_125M, 2048, 4, precision="fp32"),
 ]
 HOLDOUT = range(18, len(PLANS))
+# data parallel: torch DDP over gloo, two ranks sharing the one GPU (rank 0 measured),
+# added with the profile unchanged since the held-out run and measured once
+PLANS += [
+    _plan(GPT2, 1024, 8, dp=2),
+    _plan(QWEN2_05B, 2048, 4, dp=2),
+    _plan(TINYLLAMA, 2048, 2, dp=2, recompute="full"),
+    _plan(GPT2_MEDIUM, 1024, 4, dp=2, accumulate=2),
+]
+DATA_PARALLEL = range(33, len(PLANS))
 QUICK = [0, 6, 11]
 
 
@@ -158,8 +168,9 @@ def label(spec: dict[str, Any]) -> str:
     cfg = spec["hf_config"]
     size = cfg.get("hidden_size", cfg.get("n_embd"))
     layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
+    dp = f" dp{spec['dp']}" if spec.get("dp", 1) > 1 else ""
     return (f"{cfg['model_type']} L{layers} h{size} s{spec['seq_len']} "
-            f"B{spec['global_batch']} mb{spec['micro_batch']} {spec['precision']} "
+            f"B{spec['global_batch']} mb{spec['micro_batch']}{dp} {spec['precision']} "
             f"rc={spec['recompute']} {spec['optimizer']}")
 
 
@@ -212,13 +223,16 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
             ) -> dict[str, Any]:
     """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device; with
     ``contents``, the allocator's history too, and what was allocated at the peak."""
+    dp = spec.get("dp", 1)
+    if dp > 1 and "RANK" not in os.environ:
+        return _measure_ddp(spec, steps)
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     gc.collect()
     torch.cuda.empty_cache()
     model = hf_model(spec, "cuda")
     vocab = model.config.vocab_size
-    accumulate = spec["global_batch"] // spec["micro_batch"]
+    accumulate = spec["global_batch"] // (spec["micro_batch"] * dp)
     data = _Tokens(spec["global_batch"] * steps, spec["seq_len"], vocab)
     ends: list[float] = []
 
@@ -234,7 +248,8 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
             bf16=spec["precision"] == "bf16", gradient_checkpointing=spec["recompute"] == "full",
             optim=spec["optimizer"], learning_rate=1e-5, report_to="none",
             save_strategy="no", logging_strategy="no", disable_tqdm=True,
-            dataloader_num_workers=0, seed=0)
+            dataloader_num_workers=0, seed=0,
+            **({"ddp_backend": "gloo"} if dp > 1 else {}))
         trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Clock()])
         torch.cuda.reset_peak_memory_stats()
         if contents:
@@ -262,6 +277,39 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
     gc.collect()
     torch.cuda.empty_cache()
     return out
+
+
+def _ddp_rank(rank: int, spec: dict[str, Any], steps: int, port: int, out: str) -> None:
+    """One data-parallel rank of ``_measure_ddp`` (a spawned process)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(spec["dp"]), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    got = measure(spec, steps)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(got, f)
+
+
+def _measure_ddp(spec: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``spec``'s ``dp`` ranks as processes sharing this one GPU (each sees it as its local
+    device 0; torch DDP over gloo, since NCCL refuses two ranks on one device): rank 0's
+    tensor and reserved peaks. Its device figure is not the plan's (the device's use counts
+    every rank) and is dropped."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank0.json")
+        mp.start_processes(_ddp_rank, args=(spec, steps, port, out), nprocs=spec["dp"],
+                           start_method="spawn")
+        with open(out) as f:
+            got = json.load(f)
+    for key in ("device", "outside_allocator", "step_time_s"):
+        got.pop(key, None)
+    return got
 
 
 def run(plans: list[dict[str, Any]], out_path: str | None, contents: bool = False

@@ -401,7 +401,13 @@ def _static_bytes(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int, 
     if rt.fp32_weights_autocast and mixed and adam >= 0 and not rt.fp32_stream:
         adam -= D * n_full  # after the backward autocast's weight copies are gone
     if rt.ddp_grad_buckets and dp > 1 and zero == 0:
-        gradients += gradients  # DDP's flat buckets beside param.grad
+        # DDP's flat buckets beside param.grad, allocated with the wrapper and kept: with
+        # the gradients set to None between steps they are there before any gradient is,
+        # so they count with the weights (which are always there too)
+        if rt.grads_set_to_none:
+            parameters += gradients
+        else:
+            gradients += gradients
     if rt.optimizer_offload:  # fp32 master, states and grad partitions live on the CPU
         optimizer_states, adam = 0, -1
         if mixed and not rt.pure_low_precision:

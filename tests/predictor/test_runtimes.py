@@ -96,7 +96,14 @@ def test_ddp_buckets_and_classification_head() -> None:
     rt = get_runtime("hf-trainer").with_overrides(optimizer_foreach=False)
     par = ParallelConfig(dp=2, micro_batch=1)
     mem = estimate_memory(LLAMA, _train(), par, runtime=rt)
-    assert mem.gradients == 2 * 4 * LLAMA.num_params()  # param.grad + DDP's buckets
+    one = estimate_memory(LLAMA, _train(), ParallelConfig(micro_batch=1), runtime=rt)
+    # DDP's fp32 buckets beside param.grad: with the gradients set to None between steps
+    # (the Trainer's zero_grad) they persist with the weights: 4 bytes per parameter more
+    n = LLAMA.num_params()
+    assert mem.parameters - one.parameters == 4 * n
+    kept = get_runtime("hf-trainer").with_overrides(optimizer_foreach=False,
+                                                    grads_set_to_none=False)
+    assert estimate_memory(LLAMA, _train(), par, runtime=kept).gradients == 2 * 4 * n
     cls = estimate_memory(LLAMA, _train(), par,
                           runtime=rt.with_overrides(classification_head=True))
     assert cls.logits == 0
