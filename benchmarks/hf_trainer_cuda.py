@@ -334,9 +334,9 @@ def run(plans: list[dict[str, Any]], out_path: str | None, contents: bool = Fals
         else:
             row = {**base, "measured": meas, "predicted": pred, **_errors(pred, meas),
                    "seconds": round(time.perf_counter() - t0, 1)}
-            log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), device %.2f GiB (%+.1f %%)",
+            log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), reserved %.2f GiB (%+.1f %%)",
                      i + 1, len(plans), label(spec), meas["alloc"] / GIB,
-                     row["err_tensors_pct"], meas["device"] / GIB, row["err_device_pct"])
+                     row["err_tensors_pct"], meas["reserved"] / GIB, row["err_reserved_pct"])
         rows.append(row)
         if out_path:
             with open(out_path, "a") as f:
