@@ -93,14 +93,34 @@ def test_the_committed_gpu_rows_hold_on_the_held_out_plans() -> None:
     # Hugging Face terms were found on the first 18 plans and committed before the other 15
     # ran; both within 2.5 % on average, none under by more than 5 %, and no held-out plan
     # the planner just fits (device figure / (1 - margin)) would have run out of memory
-    from benchmarks.hf_trainer_cuda import COMMITTED_ROWS, HOLDOUT, TUNING, committed_summary
+    from benchmarks.hf_trainer_cuda import (
+        COMMITTED_ROWS,
+        DATA_PARALLEL,
+        HOLDOUT,
+        TUNING,
+        committed_summary,
+    )
 
-    assert len(TUNING) == 18 and len(HOLDOUT) == 15
+    assert len(TUNING) == 18 and len(HOLDOUT) == 15 and len(DATA_PARALLEL) == 4
     got = committed_summary()
-    for split, n in (("tuning", 18), ("holdout", 15)):
+    for split, n in (("tuning", 18), ("holdout", 19), ("data_parallel", 4)):
         s = got[split]
         assert s["device_name"] == "NVIDIA H200" and s["failed"] == 0
         assert s["tensors"]["n"] == n
         assert s["tensors"]["mape"] <= 2.5 and s["tensors"]["under_5pct"] == 0, split
     assert got["holdout"]["oom_after_margin"] == 0
-    assert len(COMMITTED_ROWS) == 2
+    assert len(COMMITTED_ROWS) == 3
+
+
+def test_ddp_buckets_were_measured_as_priced() -> None:
+    # gpt2 at micro-batch 8: rank 0 of torch DDP (dp 2) held 4 bytes per parameter more than
+    # the one-process run at its peak (the fp32 buckets beside param.grad, there from the
+    # wrapper's construction): 13,812,635,648 - 13,309,875,200 = 502,760,448 bytes
+    # measured, against 4 x 124,439,808 = 497,759,232 (5 MB, 1.0 %, more)
+    from benchmarks.hf_trainer_cuda import COMMITTED_ROWS, replay
+
+    rows = {r["plan"]: r for r in replay(COMMITTED_ROWS[::2])}
+    one = rows[label(PLANS[0])]["measured"]["alloc"]
+    two = rows[label(PLANS[33])]["measured"]["alloc"]
+    assert abs((two - one) - 4 * 124_439_808) < 0.02 * 4 * 124_439_808
+    assert predict(PLANS[33])["tensors"] - predict(PLANS[0])["tensors"] == 4 * 124_439_808
