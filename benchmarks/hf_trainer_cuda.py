@@ -161,6 +161,14 @@ PLANS += [
     _plan(GPT2_MEDIUM, 1024, 4, dp=2, accumulate=2),
 ]
 DATA_PARALLEL = range(33, len(PLANS))
+# PyTorch Lightning running the same models (the predictor reads "lightning" as hf-trainer),
+# added with the profile unchanged since the data-parallel run and measured once
+PLANS += [
+    {**_plan(GPT2, 1024, 8), "runtime": "lightning"},
+    {**_plan(QWEN2_05B, 2048, 4), "runtime": "lightning"},
+    {**_plan(TINYLLAMA, 2048, 4, recompute="full"), "runtime": "lightning"},
+]
+LIGHTNING = range(37, len(PLANS))
 QUICK = [0, 6, 11]
 
 
@@ -169,6 +177,7 @@ def label(spec: dict[str, Any]) -> str:
     size = cfg.get("hidden_size", cfg.get("n_embd"))
     layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
     dp = f" dp{spec['dp']}" if spec.get("dp", 1) > 1 else ""
+    dp += " lightning" if spec["runtime"] == "lightning" else ""
     return (f"{cfg['model_type']} L{layers} h{size} s{spec['seq_len']} "
             f"B{spec['global_batch']} mb{spec['micro_batch']}{dp} {spec['precision']} "
             f"rc={spec['recompute']} {spec['optimizer']}")
@@ -226,6 +235,8 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
     dp = spec.get("dp", 1)
     if dp > 1 and "RANK" not in os.environ:
         return _measure_ddp(spec, steps)
+    if spec["runtime"] == "lightning":
+        return _measure_lightning(spec, steps)
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     gc.collect()
@@ -273,6 +284,54 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
     times = [b - a for a, b in zip([start, *ends], ends, strict=False)]
     if len(times) > 2:
         out["step_time_s"] = statistics.median(times[2:])  # not "step_s": not predicted
+    del trainer, model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+def _measure_lightning(spec: dict[str, Any], steps: int) -> dict[str, Any]:
+    """The same model under PyTorch Lightning (``runtime: lightning``, which the predictor
+    reads as ``hf-trainer``): a LightningModule whose step returns the model's loss,
+    ``torch.optim.AdamW`` (foreach) from ``configure_optimizers``, ``precision`` as
+    Lightning spells it, the model's gradient checkpointing for ``recompute: full``."""
+    import lightning as L
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    model = hf_model(spec, "cuda")
+    if spec["recompute"] == "full":
+        model.gradient_checkpointing_enable()
+    model.train()
+
+    class Module(L.LightningModule):  # type: ignore[misc]
+        def __init__(self, net: Any) -> None:
+            super().__init__()
+            self.model = net
+
+        def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
+            return self.model(**batch).loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=1e-5)
+
+    accumulate = spec["global_batch"] // spec["micro_batch"]
+    data = torch.utils.data.DataLoader(
+        _Tokens(spec["global_batch"] * steps, spec["seq_len"], model.config.vocab_size),
+        batch_size=spec["micro_batch"])
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=steps,
+                        precision="bf16-mixed" if spec["precision"] == "bf16" else "32-true",
+                        accumulate_grad_batches=accumulate, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    torch.cuda.reset_peak_memory_stats()
+    trainer.fit(Module(model), data)
+    out: dict[str, Any] = {"alloc": torch.cuda.max_memory_allocated(),
+                           "reserved": torch.cuda.max_memory_reserved()}
+    free, total = torch.cuda.mem_get_info()
+    out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved()
+    out["device"] = out["outside_allocator"] + out["reserved"]
+    out["params"] = sum(p.numel() for p in model.parameters())
     del trainer, model
     gc.collect()
     torch.cuda.empty_cache()
