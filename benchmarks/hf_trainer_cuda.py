@@ -423,24 +423,28 @@ def replay(paths: list[str]) -> list[dict[str, Any]]:
 GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
 COMMITTED_ROWS = [str(GPU_RUNS / "hf_trainer_h200.jsonl"),
                   str(GPU_RUNS / "hf_trainer_h200_holdout.jsonl"),
-                  str(GPU_RUNS / "hf_trainer_h200_dp.jsonl")]
-"""The measured rows: the first run (the tuning plans), the held-out run and the
-data-parallel run (held out too: its predictions were committed before it ran). (The
+                  str(GPU_RUNS / "hf_trainer_h200_dp.jsonl"),
+                  str(GPU_RUNS / "hf_trainer_h200_lightning.jsonl")]
+"""The measured rows: the first run (the tuning plans), the held-out run, the
+data-parallel run and the Lightning run (held out too: their predictions were committed
+before they ran). (The
 ``--contents`` rerun of four tuning plans, ``hf_trainer_h200_contents.jsonl``, repeats
 their peaks and is not counted twice.)"""
 
 
 def committed_summary() -> dict[str, Any]:
     """``summary`` of the committed rows priced by today's predictor, per split: the tuning
-    plans, the held-out ones (every later plan, data-parallel ones included) and the
-    data-parallel ones alone."""
+    plans, the held-out Trainer plans (data-parallel ones included), the data-parallel
+    ones alone and the Lightning ones."""
     rows = replay([p for p in COMMITTED_ROWS if os.path.exists(p)])
     tuning = {label(PLANS[i]) for i in TUNING}
     parallel = {label(PLANS[i]) for i in DATA_PARALLEL}
+    lightning = {label(PLANS[i]) for i in LIGHTNING}
     out = {}
     for split, keep in (("tuning", lambda r: r["plan"] in tuning),
-                        ("holdout", lambda r: r["plan"] not in tuning),
-                        ("data_parallel", lambda r: r["plan"] in parallel)):
+                        ("holdout", lambda r: r["plan"] not in tuning | lightning),
+                        ("data_parallel", lambda r: r["plan"] in parallel),
+                        ("lightning", lambda r: r["plan"] in lightning)):
         chosen = [r for r in rows if keep(r)]
         if chosen:
             out[split] = summary(chosen)

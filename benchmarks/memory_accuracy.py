@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     hf = hf_trainer_cuda.committed_summary()
     if hf:
         out["hf_trainer_cuda"] = hf
-        for split in ("tuning", "holdout"):
+        for split in ("tuning", "holdout", "lightning"):
             if split in hf:
                 t = hf[split]["tensors"]
                 out[f"hf_trainer_cuda_{split}_mape"] = t["mape"]

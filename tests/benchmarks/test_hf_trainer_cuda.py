@@ -97,19 +97,24 @@ def test_the_committed_gpu_rows_hold_on_the_held_out_plans() -> None:
         COMMITTED_ROWS,
         DATA_PARALLEL,
         HOLDOUT,
+        LIGHTNING,
         TUNING,
         committed_summary,
     )
 
     assert len(TUNING) == 18 and len(HOLDOUT) == 15 and len(DATA_PARALLEL) == 4
+    assert len(LIGHTNING) == 3
     got = committed_summary()
-    for split, n in (("tuning", 18), ("holdout", 19), ("data_parallel", 4)):
+    for split, n in (("tuning", 18), ("holdout", 19), ("data_parallel", 4), ("lightning", 3)):
         s = got[split]
         assert s["device_name"] == "NVIDIA H200" and s["failed"] == 0
         assert s["tensors"]["n"] == n
         assert s["tensors"]["mape"] <= 2.5 and s["tensors"]["under_5pct"] == 0, split
     assert got["holdout"]["oom_after_margin"] == 0
-    assert len(COMMITTED_ROWS) == 3
+    # Lightning's TinyLlama with full recomputation reserved 25.9 GiB for 20.6 allocated,
+    # 13.4 % above the profile's reserve: at the margin's edge (docs/trainer_cuda.md)
+    assert got["lightning"]["oom_after_margin"] == 1
+    assert len(COMMITTED_ROWS) == 4
 
 
 def test_ddp_buckets_were_measured_as_priced() -> None:
