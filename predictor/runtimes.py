@@ -19,9 +19,10 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   backward. Built-in trainer and Megatron: the bf16 logits plus one fp32 copy forward (6),
   the gradient (2) backward; Megatron's vocab-parallel cross entropy also makes a
   contiguous transposed copy (8 forward) and keeps the fp32 softmax (6 backward). Hugging
-  Face causal-LM heads under autocast keep the half logits and their shifted copy and save
-  ``log_softmax``'s fp32 output (8 forward; 12 backward: the saved output, its gradient
-  and the input gradient); a half model without autocast (DeepSpeed fp16) does all three
+  Face causal-LM heads under autocast keep the half logits, ``logits.float()`` and save
+  ``log_softmax``'s fp32 output (8 counted forward, a moment that is not the peak in any
+  measured run; 12 backward: the saved output, its gradient and the input gradient,
+  measured on an H200, docs/trainer_cuda.md); a half model without autocast (DeepSpeed fp16) does all three
   in 2 bytes (6); torchtune up-casts and deletes before backward (8 forward, 12 backward).
 * vocabulary padding: Megatron pads V to a multiple of 128·tp (``--make-vocab-size-divisible-by``).
 * sharding: ``zero`` (DeepSpeed / Megatron distributed optimizer: bf16 parameters plus fp32
@@ -96,7 +97,19 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
 * ``cpu_rmsnorm``: RMSNorm runs as torch's composite ops, as on the CPU (the emulated
   cluster), which keep the normalised input; on CUDA torch's fused RMSNorm kernel keeps the
   input and the statistics only (measured on an H200: docs/trainer_cuda.md). The ``frenzy``
-  profile prices the GPU; ``FRENZY_CPU`` the same trainer on the CPU.
+  profile prices the GPU; ``FRENZY_CPU`` the same trainer on the CPU. Hugging Face's
+  RMSNorm is written as composite ops, so ``hf-trainer`` keeps it on every device.
+* ``model_code``: the runtime runs the model's own (Hugging Face) code, so what its
+  ``config.json`` sets holds (``RuntimeProfile.for_model``): its dropouts (a mask only
+  where a probability is > 0; ``ModelSpec.config_hidden_dropout``) and gpt2's ``gelu_new``
+  (``gelu_composite``: transformers' NewGELUActivation, element-wise ops with ``pow`` on
+  autocast's fp32 list, keeps three fp32 f-wide tensors, a half one and the half input of
+  the next linear: 12 bytes per f-wide element more than a fused GeLU, in fp32 runs too).
+* ``repeat_kv``: under ``eager_blocks`` a GQA model's K and V are repeated to every head
+  before the attention kernel (the built-in model); Hugging Face models call sdpa with
+  ``enable_gqa`` instead (false). ``sdpa_dispatch``: sdpa picks the kernel: an fp32 run has
+  no flash kernel and the memory-efficient one takes no ``enable_gqa``, so a GQA model's
+  fp32 attention runs the math path (explicit fp32 softmax, K and V repeated).
 * ``optimizer_fused``: fused optimizer kernels (torch's ``fused=True``, the built-in trainer's
   on every device) update in place and make no temporary at the step (torch's foreach path
   would take sqrt(v), or for ``Adam``'s L2 / ``SGD``'s decay a gradient copy, of every
@@ -479,10 +492,12 @@ FSDP2 = RuntimeProfile(
 HF_TRAINER = RuntimeProfile(
     name="hf-trainer",
     description=(
-        "Hugging Face Trainer / accelerate (also ms-swift, Lightning DDP): model dropout as "
-        "configured, eager or flash attention per the model under autocast (fp32 "
-        "softmax), loss on the shifted logits with an fp32 log_softmax, torch foreach "
-        "AdamW, torch DDP buckets on several GPUs"),
+        "Hugging Face Trainer / accelerate (also ms-swift, Lightning DDP): the model's own "
+        "code with its config's dropouts, autocast over fp32 weights (the master; an fp32 "
+        "residual stream, composite RMSNorm, half copies cast per linear), sdpa attention "
+        "(math path for fp32 GQA), loss on logits.float() with an fp32 log_softmax, torch "
+        "foreach AdamW, gradients set to None after each step, torch DDP buckets on "
+        "several GPUs"),
     hidden_dropout=True, attention_dropout=True, logits_fwd_bytes=8, logits_bwd_bytes=12,
     ddp_grad_buckets=True, optimizer_foreach=True, softmax_fp32=True, model_code=True,
     fp32_weights_autocast=True, fp32_stream=True, eager_blocks=True, cpu_rmsnorm=True,
