@@ -22,8 +22,9 @@ a = heads per rank, s = sequence, f = ffn width per rank, V = vocabulary rows pe
   Face causal-LM heads under autocast keep the half logits, ``logits.float()`` and save
   ``log_softmax``'s fp32 output (8 counted forward, a moment that is not the peak in any
   measured run; 12 backward: the saved output, its gradient and the input gradient,
-  measured on an H200, docs/trainer_cuda.md); a half model without autocast (DeepSpeed fp16) does all three
-  in 2 bytes (6); torchtune up-casts and deletes before backward (8 forward, 12 backward).
+  measured on an H200, docs/trainer_cuda.md); a half model without autocast (DeepSpeed
+  fp16) does all three in 2 bytes (6); torchtune up-casts and deletes before backward (8
+  forward, 12 backward).
 * vocabulary padding: Megatron pads V to a multiple of 128·tp (``--make-vocab-size-divisible-by``).
 * sharding: ``zero`` (DeepSpeed / Megatron distributed optimizer: bf16 parameters plus fp32
   master shard), or ``fsdp2`` (fp32 sharded parameters are the master; the bf16 unsharded
