@@ -195,7 +195,10 @@ def _hf_docs(r: dict[str, str]) -> tuple[dict[str, Any] | None, str, tuple[str, 
                 recompute="full" if r["recompute"].startswith("full") else "none",
                 flash_attention=False, zero_stage=0, stage="last",
                 runtime_options={"classification_head": True,
-                                 "optimizer_foreach": False})  # adamw_hf: a per-tensor loop
+                                 "optimizer_foreach": False,  # adamw_hf: a per-tensor loop
+                                 # torch ~1.10 (January 2022): zero_grad() kept the
+                                 # gradients, zeroed (set_to_none became the default in 2.0)
+                                 "grads_set_to_none": False})
     return spec, "", tags
 
 
@@ -242,7 +245,8 @@ def _colossal_lightning(r: dict[str, str]
     if strategy == "deepspeed_zero3":  # Lightning's DeepSpeedStrategy defaults
         spec["runtime_options"] = {"reduce_bucket_elems": 200_000_000, "overlap_comm": True}
     if strategy == "ddp_amp":  # torch 1.12-era Adam: per-tensor loop (foreach off by default)
-        spec["runtime_options"] = {"optimizer_foreach": False}
+        # and zero_grad() keeping the gradients, zeroed (set_to_none became the default in 2.0)
+        spec["runtime_options"] = {"optimizer_foreach": False, "grads_set_to_none": False}
     if strategy == "colossalai_gemini_cuda":  # Gemini runs the model in fp16, no autocast
         spec["runtime_options"] = {"logits_fwd_bytes": 6, "logits_bwd_bytes": 6}
     return spec, "", ()
