@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.trainer_cuda import _errors, summary, table
+from benchmarks.trainer_cuda import _errors, report, summary
 
 log = logging.getLogger("benchmarks.hf_trainer_cuda")
 GIB = 1 << 30
@@ -56,26 +56,22 @@ OPT_125M = {"model_type": "opt", "num_hidden_layers": 12, "hidden_size": 768,
             "max_position_embeddings": 2048, "word_embed_proj_dim": 768,
             "do_layer_norm_before": True, "activation_function": "relu", "dropout": 0.1,
             "attention_dropout": 0.0}
-QWEN2_05B = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896,
-             "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
-             "vocab_size": 151936, "max_position_embeddings": 32768,
-             "tie_word_embeddings": True}
-QWEN3_06B = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-             "intermediate_size": 3072, "vocab_size": 151936,
-             "max_position_embeddings": 40960, "tie_word_embeddings": True}
-TINYLLAMA = {"model_type": "llama", "num_hidden_layers": 22, "hidden_size": 2048,
-             "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 5632,
-             "vocab_size": 32000, "max_position_embeddings": 2048,
-             "tie_word_embeddings": False}
-GEMMA_2B = {"model_type": "gemma", "num_hidden_layers": 18, "hidden_size": 2048,
-            "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
-            "intermediate_size": 16384, "vocab_size": 256000,
-            "max_position_embeddings": 8192, "hidden_activation": "gelu_pytorch_tanh"}
-PHI3_MINI = {"model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
-             "num_attention_heads": 32, "num_key_value_heads": 32,
-             "intermediate_size": 8192, "vocab_size": 32064,
-             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+def _decoder(model_type: str, layers: int, hidden: int, heads: int, kv_heads: int,
+             ffn: int, vocab: int, positions: int, **extra: Any) -> dict[str, Any]:
+    """A llama-layout ``config.json`` object (llama, qwen2, qwen3, gemma, phi3)."""
+    return {"model_type": model_type, "num_hidden_layers": layers, "hidden_size": hidden,
+            "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+            "intermediate_size": ffn, "vocab_size": vocab,
+            "max_position_embeddings": positions, **extra}
+
+
+QWEN2_05B = _decoder("qwen2", 24, 896, 14, 2, 4864, 151936, 32768, tie_word_embeddings=True)
+QWEN3_06B = _decoder("qwen3", 28, 1024, 16, 8, 3072, 151936, 40960, head_dim=128,
+                     tie_word_embeddings=True)
+TINYLLAMA = _decoder("llama", 22, 2048, 32, 4, 5632, 32000, 2048, tie_word_embeddings=False)
+GEMMA_2B = _decoder("gemma", 18, 2048, 8, 1, 16384, 256000, 8192, head_dim=256,
+                    hidden_activation="gelu_pytorch_tanh")
+PHI3_MINI = _decoder("phi3", 32, 3072, 32, 32, 8192, 32064, 4096, tie_word_embeddings=False)
 
 
 def _plan(cfg: dict[str, Any], seq_len: int, micro_batch: int, precision: str = "bf16",
@@ -112,27 +108,17 @@ TUNING = range(18)
 looked at to find them (docs/trainer_cuda.md). The plans after them were added with those
 terms committed, and measured once: the held-out check."""
 
-LLAMA32_1B = {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
-              "intermediate_size": 8192, "vocab_size": 128256,
-              "max_position_embeddings": 131072, "tie_word_embeddings": True}
-SMOLLM2_360M = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 960,
-                "num_attention_heads": 15, "num_key_value_heads": 5, "intermediate_size": 2560,
-                "vocab_size": 49152, "max_position_embeddings": 8192,
-                "tie_word_embeddings": True}
+LLAMA32_1B = _decoder("llama", 16, 2048, 32, 8, 8192, 128256, 131072, head_dim=64,
+                      tie_word_embeddings=True)
+SMOLLM2_360M = _decoder("llama", 32, 960, 15, 5, 2560, 49152, 8192, tie_word_embeddings=True)
 PYTHIA_410M = {"model_type": "gpt_neox", "num_hidden_layers": 24, "hidden_size": 1024,
                "num_attention_heads": 16, "intermediate_size": 4096, "vocab_size": 50304,
                "max_position_embeddings": 2048, "rotary_pct": 0.25,
                "use_parallel_residual": True, "tie_word_embeddings": False}
 GPT2_LARGE = {**GPT2, "n_layer": 36, "n_embd": 1280, "n_head": 20}
-QWEN25_15B = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 1536,
-              "num_attention_heads": 12, "num_key_value_heads": 2, "intermediate_size": 8960,
-              "vocab_size": 151936, "max_position_embeddings": 32768,
-              "tie_word_embeddings": True}
-QWEN3_17B = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 2048,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-             "intermediate_size": 6144, "vocab_size": 151936,
-             "max_position_embeddings": 40960, "tie_word_embeddings": True}
+QWEN25_15B = _decoder("qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, tie_word_embeddings=True)
+QWEN3_17B = _decoder("qwen3", 28, 2048, 16, 8, 6144, 151936, 40960, head_dim=128,
+                     tie_word_embeddings=True)
 
 PLANS += [
     _plan(LLAMA32_1B, 2048, 4),
@@ -487,12 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                       "--replay need none)")
             return 2
         rows = run(plans, args.out, args.contents)
-    print(table(rows))
-    s = summary(rows)
-    print(json.dumps(s, indent=2))
-    if args.json:
-        print(json.dumps(s))
-    return 0 if s["failed"] == 0 else 1
+    return report(rows, args.json)
 
 
 if __name__ == "__main__":

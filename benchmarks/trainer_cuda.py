@@ -487,13 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if args.replay:
-        rows = replay(args.replay, args.gpu)
-        print(table(rows))
-        s = summary(rows)
-        print(json.dumps(s, indent=2))
-        if args.json:
-            print(json.dumps(s))
-        return 0
+        return report(replay(args.replay, args.gpu), args.json)  # (a replay has no failures)
     plans = PLANS
     if args.quick:
         plans = [PLANS[i] for i in QUICK]
@@ -503,11 +497,16 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("no CUDA device: the plans run on the CPU (tensor peaks only, step times "
                     "of the CPU)")
         plans = [replace(p, global_batch=p.micro_batch * p.dp, seq_len=64) for p in plans]
-    rows = run(plans, args.gpu, args.out)
+    return report(run(plans, args.gpu, args.out), args.json)
+
+
+def report(rows: list[dict[str, Any]], as_json: bool) -> int:
+    """Print ``rows``' table and summary (``as_json``: the summary again as the last line);
+    the exit status: 1 when a plan failed."""
     print(table(rows))
     s = summary(rows)
     print(json.dumps(s, indent=2))
-    if args.json:
+    if as_json:
         print(json.dumps(s))
     return 0 if s["failed"] == 0 else 1
 
