@@ -11,7 +11,9 @@ builds from that same config (random weights, fp32 parameters as ``from_config``
 the default attention implementation, synthetic token ids as inputs and labels) for
 ``STEPS`` optimizer steps: ``bf16=True`` for bf16 plans, ``gradient_checkpointing`` for
 ``recompute: full``, the spec's ``optimizer`` as ``optim``, ``micro_batch`` per device and
-``global_batch / micro_batch`` accumulation steps.
+``global_batch / (micro_batch · dp)`` accumulation steps. A plan with ``dp`` > 1 runs as that
+many processes sharing the one GPU (torch DDP over gloo; rank 0 measured, no device
+figure); a plan with ``runtime: lightning`` runs the same model under PyTorch Lightning.
 
 Measured over the whole run (peak statistics reset once the model is built):
 ``torch.cuda.max_memory_allocated`` (tensors), ``max_memory_reserved`` (the allocator's
@@ -216,7 +218,8 @@ def _hf_site(frames: list[dict[str, Any]]) -> str:
 
 def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
             ) -> dict[str, Any]:
-    """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device; with
+    """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device (its ``dp``
+    ranks through ``_measure_ddp``; Lightning for ``runtime: lightning``); with
     ``contents``, the allocator's history too, and what was allocated at the peak."""
     dp = spec.get("dp", 1)
     if dp > 1 and "RANK" not in os.environ:
