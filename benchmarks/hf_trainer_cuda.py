@@ -157,6 +157,17 @@ PLANS += [
     {**_plan(TINYLLAMA, 2048, 4, recompute="full"), "runtime": "lightning"},
 ]
 LIGHTNING = range(37, len(PLANS))
+# more held-out Trainer plans: fp16 AMP (GradScaler), transformers' Adafactor, 8k tokens,
+# fp32 GQA attention of another model, added with the profile unchanged and measured once
+PLANS += [
+    _plan(TINYLLAMA, 2048, 4, precision="fp16"),
+    _plan(QWEN2_05B, 2048, 4, optimizer="adafactor"),
+    _plan(QWEN2_05B, 8192, 1, recompute="full"),
+    _plan(QWEN3_06B, 2048, 1, precision="fp32"),
+    _plan(GPT2_MEDIUM, 1024, 4, precision="fp16", accumulate=4),
+    _plan(LLAMA32_1B, 4096, 2, recompute="full", optimizer="adamw_torch_fused"),
+]
+MORE = range(40, len(PLANS))
 QUICK = [0, 6, 11]
 
 
@@ -245,7 +256,8 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
         args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=spec["micro_batch"],
             gradient_accumulation_steps=accumulate, max_steps=steps,
-            bf16=spec["precision"] == "bf16", gradient_checkpointing=spec["recompute"] == "full",
+            bf16=spec["precision"] == "bf16", fp16=spec["precision"] == "fp16",
+            gradient_checkpointing=spec["recompute"] == "full",
             optim=spec["optimizer"], learning_rate=1e-5, report_to="none",
             save_strategy="no", logging_strategy="no", disable_tqdm=True,
             dataloader_num_workers=0, seed=0,
@@ -413,7 +425,8 @@ GPU_RUNS = Path(__file__).parents[1] / "docs" / "gpu_runs"
 COMMITTED_ROWS = [str(GPU_RUNS / "hf_trainer_h200.jsonl"),
                   str(GPU_RUNS / "hf_trainer_h200_holdout.jsonl"),
                   str(GPU_RUNS / "hf_trainer_h200_dp.jsonl"),
-                  str(GPU_RUNS / "hf_trainer_h200_lightning.jsonl")]
+                  str(GPU_RUNS / "hf_trainer_h200_lightning.jsonl"),
+                  str(GPU_RUNS / "hf_trainer_h200_more.jsonl")]
 """The measured rows: the first run (the tuning plans), the held-out run, the
 data-parallel run and the Lightning run (held out too: their predictions were committed
 before they ran). (The
