@@ -11,8 +11,6 @@ from benchmarks.hf_trainer_cuda import PLANS, hf_model, label, main, predict
 from predictor.memory_spec import memory_report, parse_memory_spec
 from predictor.spec import ModelSpec
 
-GIB = 1 << 30
-
 
 def _configs() -> list[dict]:
     seen: dict[str, dict] = {}
