@@ -85,7 +85,15 @@ def _plan(cfg: dict[str, Any], seq_len: int, micro_batch: int, precision: str = 
             "gpu": "H200", **({"dp": dp} if dp > 1 else {})}
 
 
-PLANS: list[dict[str, Any]] = [
+def _added(plans: list[dict[str, Any]]) -> range:
+    """Append ``plans`` to ``PLANS``; their indices there."""
+    start = len(PLANS)
+    PLANS.extend(plans)
+    return range(start, len(PLANS))
+
+
+PLANS: list[dict[str, Any]] = []
+TUNING = _added([
     _plan(GPT2, 1024, 8),
     _plan(GPT2, 1024, 8, recompute="full"),
     _plan(GPT2, 1024, 4, precision="fp32"),
@@ -104,8 +112,7 @@ PLANS: list[dict[str, Any]] = [
     _plan(GEMMA_2B, 2048, 4, recompute="full"),
     _plan(PHI3_MINI, 2048, 1),
     _plan(PHI3_MINI, 4096, 2, recompute="full"),
-]
-TUNING = range(18)
+])
 """The first run's plans: measured before the profile's Hugging Face terms were written, and
 looked at to find them (docs/trainer_cuda.md). The plans after them were added with those
 terms committed, and measured once: the held-out check."""
@@ -122,7 +129,7 @@ QWEN25_15B = _decoder("qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, tie_word_em
 QWEN3_17B = _decoder("qwen3", 28, 2048, 16, 8, 6144, 151936, 40960, head_dim=128,
                      tie_word_embeddings=True)
 
-PLANS += [
+HOLDOUT = _added([
     _plan(LLAMA32_1B, 2048, 4),
     _plan(LLAMA32_1B, 2048, 8, recompute="full"),
     _plan(LLAMA32_1B, 1024, 2, precision="fp32"),
@@ -138,36 +145,32 @@ PLANS += [
     _plan(GEMMA_2B, 1024, 2, accumulate=2),
     _plan(GPT2, 1024, 4, accumulate=4),
     _plan(OPT_125M, 2048, 4, precision="fp32"),
-]
-HOLDOUT = range(18, len(PLANS))
+])
 # data parallel: torch DDP over gloo, two ranks sharing the one GPU (rank 0 measured),
 # added with the profile unchanged since the held-out run and measured once
-PLANS += [
+DATA_PARALLEL = _added([
     _plan(GPT2, 1024, 8, dp=2),
     _plan(QWEN2_05B, 2048, 4, dp=2),
     _plan(TINYLLAMA, 2048, 2, dp=2, recompute="full"),
     _plan(GPT2_MEDIUM, 1024, 4, dp=2, accumulate=2),
-]
-DATA_PARALLEL = range(33, len(PLANS))
+])
 # PyTorch Lightning running the same models (the predictor reads "lightning" as hf-trainer),
 # added with the profile unchanged since the data-parallel run and measured once
-PLANS += [
+LIGHTNING = _added([
     {**_plan(GPT2, 1024, 8), "runtime": "lightning"},
     {**_plan(QWEN2_05B, 2048, 4), "runtime": "lightning"},
     {**_plan(TINYLLAMA, 2048, 4, recompute="full"), "runtime": "lightning"},
-]
-LIGHTNING = range(37, len(PLANS))
+])
 # more held-out Trainer plans: fp16 AMP (GradScaler), transformers' Adafactor, 8k tokens,
 # fp32 GQA attention of another model, added with the profile unchanged and measured once
-PLANS += [
+MORE = _added([
     _plan(TINYLLAMA, 2048, 4, precision="fp16"),
     _plan(QWEN2_05B, 2048, 4, optimizer="adafactor"),
     _plan(QWEN2_05B, 8192, 1, recompute="full"),
     _plan(QWEN3_06B, 2048, 1, precision="fp32"),
     _plan(GPT2_MEDIUM, 1024, 4, precision="fp16", accumulate=4),
     _plan(LLAMA32_1B, 4096, 2, recompute="full", optimizer="adamw_torch_fused"),
-]
-MORE = range(40, len(PLANS))
+])
 QUICK = [0, 6, 11]
 
 
@@ -227,6 +230,19 @@ def _hf_site(frames: list[dict[str, Any]]) -> str:
     return frames[0].get("name", "?") if frames else "?"
 
 
+def _peaks(model: Any) -> dict[str, Any]:
+    """The run's peaks (reset before it): tensors, the allocator's reserve, the process's
+    use outside the allocator (read now, while the cache still holds its segments) and the
+    device figure nvidia-smi would read at the peak; the model's parameter count."""
+    out: dict[str, Any] = {"alloc": torch.cuda.max_memory_allocated(),
+                           "reserved": torch.cuda.max_memory_reserved()}
+    free, total = torch.cuda.mem_get_info()
+    out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved()
+    out["device"] = out["outside_allocator"] + out["reserved"]
+    out["params"] = sum(p.numel() for p in model.parameters())
+    return out
+
+
 def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
             ) -> dict[str, Any]:
     """Run ``transformers.Trainer`` for ``spec`` on this machine's CUDA device (its ``dp``
@@ -273,12 +289,7 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
 
             snap = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
-        out: dict[str, Any] = {"alloc": torch.cuda.max_memory_allocated(),
-                               "reserved": torch.cuda.max_memory_reserved()}
-        free, total = torch.cuda.mem_get_info()
-        out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved()
-        out["device"] = out["outside_allocator"] + out["reserved"]
-        out["params"] = sum(p.numel() for p in model.parameters())
+        out = _peaks(model)
         out["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
         if contents:
             out["peak_contents"] = peak_contents(snap, site=_hf_site)
@@ -327,12 +338,7 @@ def _measure_lightning(spec: dict[str, Any], steps: int) -> dict[str, Any]:
                         enable_model_summary=False)
     torch.cuda.reset_peak_memory_stats()
     trainer.fit(Module(model), data)
-    out: dict[str, Any] = {"alloc": torch.cuda.max_memory_allocated(),
-                           "reserved": torch.cuda.max_memory_reserved()}
-    free, total = torch.cuda.mem_get_info()
-    out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved()
-    out["device"] = out["outside_allocator"] + out["reserved"]
-    out["params"] = sum(p.numel() for p in model.parameters())
+    out = _peaks(model)
     del trainer, model
     gc.collect()
     torch.cuda.empty_cache()
@@ -382,7 +388,7 @@ def run(plans: list[dict[str, Any]], out_path: str | None, contents: bool = Fals
         pred = predict(spec)
         t0 = time.perf_counter()
         base = {"plan": label(spec), "spec": spec, "device_name": device, "gpu": spec["gpu"],
-                "world": 1, "transformers": transformers.__version__,
+                "world": spec.get("dp", 1), "transformers": transformers.__version__,
                 "torch": torch.__version__}
         try:
             meas = measure(spec, contents=contents)
