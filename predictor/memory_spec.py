@@ -174,12 +174,7 @@ def parse_memory_spec(spec: Any) -> MemoryRequest:
         options = {"optimizer_fused": True, **options}
     if options:
         runtime = runtime.with_overrides(**options)
-    why = runtime.unsupported_optimizer(train.optimizer.value)
-    if why:
-        raise SpecError("optimizer", why)
-    why = runtime.unsupported_activation(model)
-    if why:
-        raise SpecError("activation", why)
+    runtime.check_runs(model, train.optimizer.value)
     _check_memory_flags(runtime, model, train, par)
 
     vstages = spec.get("virtual_stages", 1)

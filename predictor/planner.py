@@ -514,12 +514,7 @@ def plan_job(
     profile = get_runtime(runtime).for_model(model)
     step_runtime = profile.name if profile.name in RUNTIME_STEP_PROFILES else DEFAULT_RUNTIME
     train.check_against(model)
-    why = profile.unsupported_optimizer(train.optimizer.value)
-    if why:
-        raise SpecError("optimizer", why)
-    why = profile.unsupported_activation(model)
-    if why:
-        raise SpecError("activation", why)
+    profile.check_runs(model, train.optimizer.value)
     if not 0 <= margin < 1:
         raise SpecError("margin", f"must be in [0, 1), got {margin}")
     if max_gpus < 1:

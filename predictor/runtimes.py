@@ -323,6 +323,17 @@ class RuntimeProfile:
                 f"MLP ({own}) only; name a runtime that runs the model's own code (e.g. "
                 "hf-trainer), or give an entrypoint")
 
+    def check_runs(self, model: ModelSpec, optimizer: str) -> None:
+        """A ``SpecError`` naming ``optimizer`` or ``activation`` when this runtime cannot
+        run the job's optimizer or build its MLP (``unsupported_optimizer``,
+        ``unsupported_activation``)."""
+        why = self.unsupported_optimizer(optimizer)
+        if why:
+            raise SpecError("optimizer", why)
+        why = self.unsupported_activation(model)
+        if why:
+            raise SpecError("activation", why)
+
     def for_model(self, model: ModelSpec) -> RuntimeProfile:
         """The profile for ``model``: under ``model_code``, the dropouts its Hugging Face
         config sets (a probability of 0 keeps no mask; a model not built from a config keeps
