@@ -131,7 +131,8 @@ def measure_one(name: str, micro_batches: int, device: str = "cuda") -> dict[str
         torch.cuda.reset_peak_memory_stats()
         trainer.train()
         out = _peaks(model)
-    return {"variant": name, **var, "micro_batches": micro_batches,
+    return {"variant": name, **var, "device_name": torch.cuda.get_device_name(0),
+            "micro_batches": micro_batches,
             "tokens_mean": sum(sizes) / len(sizes),
             "share_at_max": sum(s == var["seq_len"] for s in sizes) / len(sizes),
             "measured": out, "trajectory": trajectory,
@@ -139,7 +140,8 @@ def measure_one(name: str, micro_batches: int, device: str = "cuda") -> dict[str
 
 
 def run(names: list[str], micro_batches: int, out_path: str | None) -> list[dict[str, Any]]:
-    """Each variant in a child process; a failed one is a row with its error."""
+    """Each variant in a child process (this one never starts CUDA, so the device figure
+    counts the child alone); a failed one is a row with its error."""
     import transformers
 
     rows = []
@@ -154,7 +156,7 @@ def run(names: list[str], micro_batches: int, out_path: str | None) -> list[dict
             with open(res.name) as f:
                 got = json.load(f) if os.path.getsize(res.name) else None
         pred = predict(spec_for(var["seq_len"]))
-        row = {"device_name": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        row = {"torch": torch.__version__,
                "transformers": transformers.__version__, "spec": spec_for(var["seq_len"]),
                "predicted": {k: v for k, v in pred.items() if k != "breakdown"},
                **(got or {"variant": name, "error": f"exit {proc.returncode}"})}
