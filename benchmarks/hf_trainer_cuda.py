@@ -389,7 +389,8 @@ def run(plans: list[dict[str, Any]], out_path: str | None, contents: bool = Fals
         t0 = time.perf_counter()
         base = {"plan": label(spec), "spec": spec, "device_name": device, "gpu": spec["gpu"],
                 "world": spec.get("dp", 1), "transformers": transformers.__version__,
-                "torch": torch.__version__}
+                "torch": torch.__version__,
+                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         try:
             meas = measure(spec, contents=contents)
         except Exception as exc:  # one failed plan is a row, not the end
