@@ -2,6 +2,7 @@
 
     python -m benchmarks.hf_fragmentation --predict            # the predictions alone
     python -m benchmarks.hf_fragmentation [--variants var2048,fix2048] [--out FILE.jsonl]
+    python -m benchmarks.hf_fragmentation --replay docs/gpu_runs/hf_fragmentation_h200.jsonl
 
 The public ms-swift rows (``../shared/measurements/real_memory/ms_swift.csv``) read
 ``max_memory_reserved`` of a Qwen-1.8B full fine-tune (model loaded in bf16, the Trainer's
@@ -167,18 +168,33 @@ def run(names: list[str], micro_batches: int, out_path: str | None) -> list[dict
     return rows
 
 
+def replay(path: str) -> list[dict[str, Any]]:
+    """The measured rows of an earlier run, priced by today's predictor (no GPU needed)."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if "error" not in row:
+                pred = predict(row["spec"])
+                row["predicted"] = {k: v for k, v in pred.items() if k != "breakdown"}
+            rows.append(row)
+    return rows
+
+
 def table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'variant':<10} {'alloc conf':<26} {'mean tok':>8} {'tensors':>8} {'reserved':>9} "
-          f"{'res/ten':>7} {'pred ten':>8} {'pred res':>8}")
+    """Measured peaks (GiB) against the prediction, per variant."""
+    print(f"{'variant':<10} {'allocator':<10} {'mean tok':>8} {'tensors':>8} {'reserved':>9} "
+          f"{'res/ten':>7} {'pred ten':>8} {'err':>6} {'pred res':>8} {'err':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['variant']:<10} {r['error']}")
             continue
         m, p = r["measured"], r["predicted"]
-        print(f"{r['variant']:<10} {r['alloc_conf'] or 'default':<26} {r['tokens_mean']:8.0f} "
-              f"{m['alloc'] / GIB:8.2f} {m['reserved'] / GIB:9.2f} "
+        print(f"{r['variant']:<10} {'expand' if r['alloc_conf'] else 'default':<10} "
+              f"{r['tokens_mean']:8.0f} {m['alloc'] / GIB:8.2f} {m['reserved'] / GIB:9.2f} "
               f"{m['reserved'] / m['alloc']:7.3f} {p['tensors'] / GIB:8.2f} "
-              f"{p['reserved'] / GIB:8.2f}")
+              f"{100 * (p['tensors'] / m['alloc'] - 1):+6.1f} {p['reserved'] / GIB:8.2f} "
+              f"{100 * (p['reserved'] / m['reserved'] - 1):+6.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batches", type=int, default=320)
     ap.add_argument("--out", help="append each variant's row to this JSON-lines file")
     ap.add_argument("--predict", action="store_true", help="the predictions only (no GPU)")
+    ap.add_argument("--replay", metavar="FILE.jsonl",
+                    help="price an earlier run's rows again (no GPU needed)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -201,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             p = predict(spec_for(VARIANTS[n]["seq_len"]))
             print(f"{n:<10} tensors {p['tensors'] / GIB:6.2f} GiB  reserved "
                   f"{p['reserved'] / GIB:6.2f}  device {p['device'] / GIB:6.2f}")
+        return 0
+    if args.replay:
+        table(replay(args.replay))
         return 0
     if not torch.cuda.is_available():
         log.error("no CUDA device: this benchmark measures a GPU (--predict needs none)")
