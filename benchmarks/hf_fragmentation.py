@@ -197,12 +197,31 @@ def table(rows: list[dict[str, Any]]) -> None:
               f"{100 * (p['reserved'] / m['reserved'] - 1):+6.1f}")
 
 
+def as_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per variant: the measured peaks (GiB), their ratio and the prediction's errors (%)."""
+    out = {}
+    for r in rows:
+        if "error" in r:
+            out[r["variant"]] = {"error": r["error"]}
+            continue
+        m, p = r["measured"], r["predicted"]
+        out[r["variant"]] = {
+            "allocator": r["alloc_conf"] or "default", "lengths": r["lengths"],
+            "tensors_gib": round(m["alloc"] / GIB, 3),
+            "reserved_gib": round(m["reserved"] / GIB, 3),
+            "reserved_over_tensors": round(m["reserved"] / m["alloc"], 4),
+            "err_tensors_pct": round(100 * (p["tensors"] / m["alloc"] - 1), 2),
+            "err_reserved_pct": round(100 * (p["reserved"] / m["reserved"] - 1), 2)}
+    return {"variants": out}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--micro-batches", type=int, default=320)
     ap.add_argument("--out", help="append each variant's row to this JSON-lines file")
+    ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
     ap.add_argument("--predict", action="store_true", help="the predictions only (no GPU)")
     ap.add_argument("--replay", metavar="FILE.jsonl",
                     help="price an earlier run's rows again (no GPU needed)")
@@ -221,16 +240,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{p['reserved'] / GIB:6.2f}  device {p['device'] / GIB:6.2f}")
         return 0
     if args.replay:
-        table(replay(args.replay))
-        return 0
-    if not torch.cuda.is_available():
-        log.error("no CUDA device: this benchmark measures a GPU (--predict needs none)")
+        rows = replay(args.replay)
+    elif not torch.cuda.is_available():
+        log.error("no CUDA device: this benchmark measures a GPU (--predict and --replay "
+                  "need none)")
         return 2
-    if args.one:
+    elif args.one:  # a child of ``run``: one variant, its row to --result
         with open(args.result, "w") as f:
             json.dump(measure_one(args.one, args.micro_batches), f)
         return 0
-    table(run(names, args.micro_batches, args.out))
+    else:
+        rows = run(names, args.micro_batches, args.out)
+    table(rows)
+    if args.json:
+        print(json.dumps(as_json(rows)))
     return 0
 
 

@@ -50,6 +50,9 @@ def test_committed_rows_replay_and_the_reserve_covers_the_tensors() -> None:
         assert m["reserved"] >= m["alloc"]  # the allocator's segments hold every tensor
         # the tensor peak of the pure-bf16 job, priced before it ran, within 5 % (H200)
         assert abs(r["predicted"]["tensors"] / m["alloc"] - 1) < 0.05
+    summary = hf.as_json(rows)["variants"]
+    assert summary["fix2048"]["lengths"] == "fixed"
+    assert summary["var2048x"]["allocator"] == "expandable_segments:True"
     by = {r["variant"]: r["measured"] for r in rows}
     # expandable segments hold less in reserve than the default allocator, same tensors
     assert by["var2048x"]["reserved"] < by["var2048"]["reserved"]
