@@ -2,7 +2,7 @@
 
     python -m benchmarks.hf_fragmentation --predict            # the predictions alone
     python -m benchmarks.hf_fragmentation [--variants var2048,fix2048] [--out FILE.jsonl]
-    python -m benchmarks.hf_fragmentation --replay docs/gpu_runs/hf_fragmentation_h200.jsonl
+    python -m benchmarks.hf_fragmentation --json --replay docs/gpu_runs/hf_fragmentation_h200.jsonl
 
 The public ms-swift rows (``../shared/measurements/real_memory/ms_swift.csv``) read
 ``max_memory_reserved`` of a Qwen-1.8B full fine-tune (model loaded in bf16, the Trainer's
@@ -87,7 +87,7 @@ class _Samples(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def measure_one(name: str, micro_batches: int, device: str = "cuda") -> dict[str, Any]:
+def measure_one(name: str, micro_batches: int) -> dict[str, Any]:
     """Run variant ``name`` in this process (its allocator setting already in the
     environment): the peaks, and the reserve after each optimizer step."""
     from transformers import (
@@ -102,7 +102,7 @@ def measure_one(name: str, micro_batches: int, device: str = "cuda") -> dict[str
     spec = spec_for(var["seq_len"])
     cfg = dict(spec["hf_config"])
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    with torch.device(device):
+    with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     sizes = lengths(micro_batches, var["seq_len"], var["lengths"] == "variable")
     data = _Samples(sizes, config.vocab_size)
