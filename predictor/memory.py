@@ -988,7 +988,6 @@ def _autocast_copies(m: ModelSpec, tp: int, pp: int, stage: int, n_layers: int, 
 
 
 @functools.lru_cache(maxsize=4096)
-@functools.lru_cache(maxsize=4096)
 def _single_step_grads(m: ModelSpec, train: TrainingSpec, tp: int, pp: int, dp: int,
                        zero: int, stage: int, n_layers: int, rt: RuntimeProfile
                        ) -> tuple[int, int, int, int, int]:
