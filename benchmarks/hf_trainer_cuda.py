@@ -19,8 +19,8 @@ Measured over the whole run (peak statistics reset once the model is built):
 ``torch.cuda.max_memory_allocated`` (tensors), ``max_memory_reserved`` (the allocator's
 segments), and ``device``: the process's use outside the allocator (``mem_get_info`` used
 minus reserved, at the end, while the cache still holds its segments) plus the reserved peak.
-Step time (``step_time_s``, recorded, not predicted: the step-time model has no
-``hf-trainer`` profile) is the median over steps 3 on (synchronised at each step's end).
+Step time (``step_time_s``, against the ``hf-trainer`` step profile's ``step_s``) is the
+median over steps 3 on (synchronised at each step's end).
 Plans run one after the other in this process, the cache emptied between them.
 
 A plan whose device figure exceeds the prediction divided by ``1 − FIT_MARGIN`` would run
@@ -186,13 +186,25 @@ def label(spec: dict[str, Any]) -> str:
 
 
 def predict(spec: dict[str, Any]) -> dict[str, Any]:
-    """What ``frenzy memory`` says for ``spec`` (the step-time model has no ``hf-trainer``
-    profile: the measured step time is recorded, not predicted)."""
-    from predictor.memory_spec import memory_report
+    """What ``frenzy memory`` says for ``spec``, and the step time the planner prices for it
+    (the ``hf-trainer`` step profile; Adafactor at the model's generic optimizer figure)."""
+    from predictor.memory_spec import memory_report, parse_memory_spec
+    from predictor.step_time import estimate_step_time
 
     mem = memory_report(spec)
+    req = parse_memory_spec(spec)
+    step = estimate_step_time(req.model, req.train, req.par, req.gpu, runtime="hf-trainer")
     return {"tensors": mem["tensors_bytes"], "reserved": mem["reserved_bytes"],
-            "device": mem["device_bytes"], "breakdown": mem["breakdown"]}
+            "device": mem["device_bytes"], "step_s": step.total_s,
+            "breakdown": mem["breakdown"]}
+
+
+def _errors_of(pred: dict[str, Any], meas: dict[str, Any]) -> dict[str, Any]:
+    """``_errors`` with the measured step time (``step_time_s``: the median over steps 3 on)
+    against the predicted one; Lightning's and data-parallel rows record none."""
+    if "step_time_s" in meas:
+        meas = {**meas, "step_s": meas["step_time_s"]}
+    return _errors(pred, meas)
 
 
 def hf_model(spec: dict[str, Any], device: str | torch.device) -> Any:
@@ -295,7 +307,7 @@ def measure(spec: dict[str, Any], steps: int = STEPS, contents: bool = False
             out["peak_contents"] = peak_contents(snap, site=_hf_site)
     times = [b - a for a, b in zip([start, *ends], ends, strict=False)]
     if len(times) > 2:
-        out["step_time_s"] = statistics.median(times[2:])  # not "step_s": not predicted
+        out["step_time_s"] = statistics.median(times[2:])  # the committed rows name it so
     del trainer, model
     gc.collect()
     torch.cuda.empty_cache()
@@ -399,7 +411,7 @@ def run(plans: list[dict[str, Any]], out_path: str | None, contents: bool = Fals
             gc.collect()
             torch.cuda.empty_cache()
         else:
-            row = {**base, "measured": meas, "predicted": pred, **_errors(pred, meas),
+            row = {**base, "measured": meas, "predicted": pred, **_errors_of(pred, meas),
                    "seconds": round(time.perf_counter() - t0, 1)}
             log.info("[%d/%d] %s: alloc %.2f GiB (pred %+.1f %%), reserved %.2f GiB (%+.1f %%)",
                      i + 1, len(plans), label(spec), meas["alloc"] / GIB,
@@ -423,7 +435,7 @@ def replay(paths: list[str]) -> list[dict[str, Any]]:
                 pred = predict(old["spec"])
                 rows.append({**{k: old[k] for k in ("plan", "spec", "device_name", "gpu",
                                                     "world", "measured")},
-                             "predicted": pred, **_errors(pred, old["measured"]),
+                             "predicted": pred, **_errors_of(pred, old["measured"]),
                              "source": os.path.basename(path)})
     return rows
 

@@ -48,6 +48,9 @@ class RuntimeStepProfile:
     ``selective_op_sac``: its selective recomputation is torchtitan's per-op SAC, whose
     backward re-runs a layer's element-wise work and the matmuls whose outputs the policy
     does not save (``ModelSpec.op_sac_linears``), not Megatron's attention core alone.
+    ``eager_hf``: it runs the model's own eager Hugging Face code under autocast over fp32
+    weights: the element-wise bytes of a layer, the loss's and the per-micro-batch weight
+    casts are counted from that code (``step_time.hf_elementwise_bytes``), not Megatron's.
     """
 
     name: str
@@ -59,6 +62,7 @@ class RuntimeStepProfile:
     micro_batch_overhead_s: float | None = None
     tp_bwd_behind_wgrad: bool = False
     selective_op_sac: bool = False
+    eager_hf: bool = False
 
 
 # Optimizer bytes per parameter:
@@ -73,6 +77,11 @@ class RuntimeStepProfile:
 # * Megatron-LM / DeepSpeed fp16 optimizer (Float16OptimizerWithFloat16Params, DeepSpeed
 #   FP16_Optimizer): copy half grads to fp32 main grads (2 + 4), unscale and inf check (4 + 4),
 #   grad-norm read (4), fused Adam (16 + 12), copy main params back to half (4 + 2) = 52.
+# * "hf-trainer": torch's foreach AdamW on the fp32 parameters (``_multi_tensor_adam``): weight
+#   decay mul_ (r4 w4), lerp_ of m (r4 r4 w4), mul_ of v (r4 w4), addcmul_ (r4 r4 w4), the
+#   sqrt temporary (r4 w4), its div_ and add_ eps (r4 w4 each), addcdiv_ into the parameter
+#   (r4 r4 r4 w4) = 80, after the Trainer's clip_grad_norm_ (max_grad_norm 1.0 by default:
+#   foreach norm r4, foreach mul_ r4 w4) = 92.
 # * FSDP/FSDP2 with fp32 sharded parameters: Adam on fp32 params and fp32 reduced grads (16 + 12)
 #   plus the grad-norm read (4) = 32; the bf16 cast happens in the all-gather.
 # Host terms: only "deepspeed" has its own, calibrated on vTrain single (Megatron-DeepSpeed, the
@@ -94,6 +103,10 @@ RUNTIME_STEP_PROFILES: dict[str, RuntimeStepProfile] = {
         "fsdp2", fp32_tf32=True, dp_overlap=True, optimizer_bytes=32.0,
         description="PyTorch FSDP/FSDP2 (torchtitan, llm-foundry): overlapped reduce-scatter",
         selective_op_sac=True),
+    "hf-trainer": RuntimeStepProfile(
+        "hf-trainer", fp32_tf32=False, dp_overlap=True, optimizer_bytes=92.0,
+        description="Hugging Face Trainer / Lightning: the model's eager code under autocast "
+        "over fp32 weights, foreach AdamW after gradient clipping", eager_hf=True),
 }
 
 

@@ -60,7 +60,15 @@ import math
 from dataclasses import dataclass
 
 from predictor.gpus import GpuType
-from predictor.spec import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from predictor.spec import (
+    LLAMA_LAYOUT,
+    Family,
+    ModelSpec,
+    ParallelConfig,
+    Precision,
+    Recompute,
+    TrainingSpec,
+)
 from predictor.step_calibration import DEFAULT_RUNTIME, matmul_rate, runtime_step_profile
 
 # --- GPU-independent constants ----------------------------------------------------------
@@ -292,16 +300,71 @@ def _links(gpu: GpuType, topo: Topology) -> _Links:
     )
 
 
+def hf_elementwise_bytes(model: ModelSpec, precision: Precision) -> tuple[float, float, float]:
+    """Bytes the element-wise kernels of one eager Hugging Face layer move in its forward,
+    per token·h element, per token·f element (f: the MLP's hidden width) and per element of
+    the rotated Q and K (token·(heads + kv_heads)·head_dim), counted from transformers'
+    modeling code as the Trainer runs it: fp32 weights under autocast, so the residual
+    stream and every norm are fp32 (4 B) and each linear that reads the stream first casts
+    its input to half (4 + a bytes, a = the half width; nothing in an fp32 run).
+
+    * llama layout: two composite RMSNorms (pow, mean, the rsqrt product, the weight
+      product: 7 fp32 passes each), five input casts (q, k, v, gate, up), two residual adds
+      (fp32 + half into fp32: 4 + a + 4), the attention output's transpose copy (2a per Q
+      element); rotary with fp32 cos / sin promotes Q and K to fp32 (q·cos, rotate_half's neg
+      and cat, ·sin, the sum: 5a + 20) and sdpa casts them back (4 + a); Qwen3's per-head
+      RMSNorm on Q and K (4a + 28); SwiGLU silu and product over f (5a).
+    * gpt2 (and OPT, gpt2 with ReLU; BERT): two native LayerNorms (2 fp32 passes each), the
+      fused c_attn's and c_fc's input casts (OPT's and BERT's separate q, k, v: four), two
+      residual adds, the transpose copy, the residual dropouts where the config sets them
+      (2a + 1 each: output and the byte mask); gelu_new's eight-op chain over f (18a), else
+      one activation kernel (2a).
+    * gpt_neox: two LayerNorms, two input casts, the parallel residual (two adds), rotary on
+      a quarter of each head (Pythia's rotary_pct) plus the cat that rejoins it (2a).
+    """
+    mixed = precision is not Precision.FP32
+    a = 2.0 if mixed else 4.0
+    cast = (4.0 + a) if mixed else 0.0
+    residual = 8.0 + a
+    q_share = model.attn_hidden / model.hidden_size
+    if model.family in LLAMA_LAYOUT:
+        n_cast = 5 if model.swiglu else 4
+        per_h = 2 * 28.0 + n_cast * cast + 2 * residual + 2 * a * q_share
+        per_f = 5.0 * a if model.swiglu else 2.0 * a
+        per_qk = 5 * a + 20.0 + cast + (4 * a + 28.0 if model.qk_norm else 0.0)
+        return per_h, per_f, per_qk
+    if model.family is Family.GPT_NEOX:
+        per_h = 2 * 8.0 + 2 * cast + (3 * a) + residual + 2 * a * q_share
+        return per_h, 2.0 * a, 0.25 * (5 * a + 20.0) + 2 * a + cast
+    separate_qkv = model.activation == "relu" or model.family is Family.BERT
+    dropouts = 2 if (model.config_hidden_dropout or 0.0) > 0 else 0
+    per_h = (2 * 8.0 + (4 if separate_qkv else 2) * cast + 2 * residual + 2 * a * q_share
+             + dropouts * (2 * a + 1.0))
+    per_f = 18.0 * a if model.config_gelu_composite else 2.0 * a
+    return per_h, per_f, 0.0
+
+
+def hf_loss_bytes(precision: Precision) -> float:
+    """Bytes per logit of the eager Hugging Face loss, forward and backward: the half logits
+    upcast (a + 4, none in fp32), log-softmax (4 + 4), the NLL gradient (4), log-softmax's
+    backward (4 + 4 + 4) and the cast back (4 + a)."""
+    if precision is Precision.FP32:
+        return 24.0
+    a = 2.0
+    return (a + 4) + 8 + 4 + 12 + (4 + a)
+
+
 def _layer_times_of(
     model: ModelSpec, s: int, precision: Precision, b: int, t: int, recompute: Recompute,
     flash: bool, sp_knob: bool, rate: float, mem_bps: float, op_sac: bool = False,
+    hf: tuple[float, float, float] | None = None,
 ) -> tuple[float, float, float]:
     """(forward, backward, recompute-forward) seconds of one layer for one micro-batch of
     ``b`` sequences on one tensor-parallel rank; ``op_sac``: selective recomputation is
     torchtitan's per-op SAC (``RuntimeStepProfile.selective_op_sac``)."""
     index = 3 if op_sac and recompute is Recompute.SELECTIVE else _REDO_INDEX[recompute]
     return _layer_times(model, s, precision, b, t, flash, sp_knob and t > 1, rate,
-                        mem_bps)[index]
+                        mem_bps, hf)[index]
 
 
 _REDO_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
@@ -310,7 +373,7 @@ _REDO_INDEX = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 @functools.lru_cache(maxsize=65536)
 def _layer_times(
     model: ModelSpec, s: int, precision: Precision, b: int, t: int, flash: bool,
-    sp_knob: bool, rate: float, mem_bps: float,
+    sp_knob: bool, rate: float, mem_bps: float, hf: tuple[float, float, float] | None = None,
 ) -> tuple[tuple[float, float, float], ...]:
     """``_layer_times_of`` under each recomputation mode (none, selective, full, per-op
     SAC): they share the forward and backward. Cached because the planner asks for the same
@@ -342,11 +405,16 @@ def _layer_times(
         softmax = SOFTMAX_PASSES * b * (a / t) * s * s * nbytes / mem_bps
 
     sp = sp_knob and t > 1
-    elem_h = ELEMENTWISE_PASSES_H * tokens * h * nbytes / (t if sp else 1)
-    elem_f = ELEMENTWISE_PASSES_F * tokens * f * (n_mlp - 1) * nbytes / t
-    elem = (elem_h + elem_f) / mem_bps + softmax
-    if model.qk_norm:
-        elem += QK_NORM_PASSES * tokens * (qw + kv) * nbytes / t / mem_bps
+    if hf is not None:  # the eager Hugging Face layer (``hf_elementwise_bytes``)
+        per_h, per_f, per_qk = hf
+        elem = (per_h * tokens * h / (t if sp else 1) + per_f * tokens * f / t
+                + per_qk * tokens * (qw + kv) / t) / mem_bps + softmax
+    else:
+        elem_h = ELEMENTWISE_PASSES_H * tokens * h * nbytes / (t if sp else 1)
+        elem_f = ELEMENTWISE_PASSES_F * tokens * f * (n_mlp - 1) * nbytes / t
+        elem = (elem_h + elem_f) / mem_bps + softmax
+        if model.qk_norm:
+            elem += QK_NORM_PASSES * tokens * (qw + kv) * nbytes / t / mem_bps
 
     # GPU time only: the host's dispatch floor is applied by the caller, over the GPU work
     # and the tensor-parallel collectives of the layer together (see ``_floored``).
@@ -454,13 +522,22 @@ def _layer_passes(lf: float, lb: float, lr: float, recompute: Recompute, c_f: fl
     return f, cf, b, cb
 
 
+def _eager_terms(model: ModelSpec, precision: Precision, runtime: str
+                 ) -> tuple[tuple[float, float, float] | None, float]:
+    """(the eager Hugging Face layer's element-wise bytes, or None for Megatron's count;
+    the loss's bytes per logit, forward and backward) under ``runtime``."""
+    if runtime_step_profile(runtime).eager_hf:
+        return hf_elementwise_bytes(model, precision), hf_loss_bytes(precision)
+    return None, 2 * 3 * 4.0  # 3 fp32 passes over the logits, forward and backward
+
+
 class ComputeBound:
     """``lower_bound_per_micro_batch`` for many configurations of one job on one GPU type:
     the per-layer and head times of a (tp, micro-batch, recompute) are looked up once and
     shared by every pipeline depth."""
 
-    __slots__ = ("_cache", "_flash", "_floor", "_mem_bps", "_micro", "_op_sac", "_rate", "_sp",
-                 "model", "train")
+    __slots__ = ("_cache", "_flash", "_floor", "_hf", "_loss_bytes", "_mem_bps", "_micro",
+                 "_op_sac", "_rate", "_sp", "model", "train")
 
     def __init__(self, model: ModelSpec, train: TrainingSpec, gpu: GpuType, flash: bool,
                  sequence_parallel: bool, runtime: str = DEFAULT_RUNTIME) -> None:
@@ -469,6 +546,7 @@ class ComputeBound:
         self._flash, self._sp = flash, sequence_parallel
         self._floor, self._micro = host_overheads(runtime)
         self._op_sac = runtime_step_profile(runtime).selective_op_sac
+        self._hf, self._loss_bytes = _eager_terms(model, train.precision, runtime)
         self._cache: dict[tuple[int, int, Recompute], tuple[float, float, float]] = {}
 
     def per_micro_batch(self, tp: int, pp: int, micro_batch: int, recompute: Recompute
@@ -481,12 +559,12 @@ class ComputeBound:
             model, train, rate = self.model, self.train, self._rate
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, micro_batch,
                                          tp, recompute, self._flash, self._sp, rate,
-                                         self._mem_bps, self._op_sac)
+                                         self._mem_bps, self._op_sac, self._hf)
             f, _, b, _ = _layer_passes(lf, lb, lr, recompute, 0.0, 0.0, self._floor)
             tokens = micro_batch * train.seq_len
             v_local = model.vocab_size / tp
             gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
-            loss = 2 * 3 * tokens * v_local * 4 / self._mem_bps
+            loss = tokens * v_local * self._loss_bytes / self._mem_bps
             parts = self._cache[key] = (f + b, 3.0 * gemm, loss)
         layer, head, loss = parts
         # the head runs on the last stage only, m of the m + pp − 1 schedule steps: m/(m+pp−1)
@@ -543,8 +621,10 @@ class StepTimeModel:
         "_dp_overlap",
         "_floor",
         "_grad_bytes",
+        "_hf",
         "_layouts",
         "_links",
+        "_loss_bytes",
         "_mem_bps",
         "_micro",
         "_nbytes",
@@ -569,6 +649,7 @@ class StepTimeModel:
         self.model, self.train, self.gpu, self.topo = model, train, gpu, topology
         self.runtime = runtime
         self._op_sac = profile.selective_op_sac
+        self._hf, self._loss_bytes = _eager_terms(model, train.precision, runtime)
         self._compute = {} if compute_cache is None else compute_cache
         self._links = _links(gpu, topology)
         self._rate, self._mem_bps = device_rates(gpu, train.precision, runtime)
@@ -658,7 +739,8 @@ class StepTimeModel:
         if per_mb is None:
             rate, mem_bps = self._rate, self._mem_bps
             lf, lb, lr = _layer_times_of(model, train.seq_len, train.precision, mb, t,
-                                         recompute, flash, sp, rate, mem_bps, self._op_sac)
+                                         recompute, flash, sp, rate, mem_bps, self._op_sac,
+                                         self._hf)
             # 2 all-reduces per layer forward (and per full-recompute re-forward); 2 in the
             # backward, of which the runtime's profile says how much is exposed
             one_ar = _group_collective_s(
@@ -683,7 +765,7 @@ class StepTimeModel:
             tokens = mb * train.seq_len
             v_local = model.vocab_size / t
             gemm = _gemm_s(2.0 * tokens * model.hidden_size * v_local, rate)
-            loss = 3 * tokens * v_local * 4 / mem_bps
+            loss = tokens * v_local * self._loss_bytes / 2 / mem_bps  # forward, as much back
             per_mb = self._compute[ckey] = (f + b, cf + cb, 3.0 * gemm + 2.0 * loss,
                                             b, 2.0 * gemm + loss)
         layer, layer_comm, head, layer_bwd, head_bwd = per_mb
@@ -710,6 +792,12 @@ class StepTimeModel:
             fill_comm = (sum(split) - layers) * layer_comm
 
         compute_s = m * slowest
+        if self._hf is not None:
+            # every micro-batch casts each fp32 weight to half (again in a full recompute's
+            # re-forward) and its half gradient back; from the second on it adds into .grad
+            half = self._nbytes < 4
+            cast = (4.0 + self._nbytes) * ((2 if recompute is Recompute.FULL else 1) + 1)
+            compute_s += ((m * cast if half else 0.0) + (m - 1) * 12.0) * params / self._mem_bps
         tp_comm_s = m * comm
         pp_bubble_s = (fill + fill_comm) / virtual if p > 1 else 0.0
 

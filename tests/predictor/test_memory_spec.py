@@ -46,7 +46,8 @@ def test_the_planner_prices_step_time_for_the_named_runtime() -> None:
     """fp32 matmuls: Megatron-LM runs them on TF32 tensor cores (156 TFLOP/s dense on an
     A100, 8x its 19.5 TFLOP/s fp32 peak), the built-in trainer does not, so the same
     compute-bound plan must be several times faster under ``megatron``; a runtime without
-    a step-time profile of its own is priced as the built-in trainer."""
+    a step-time profile of its own (torchtune) is priced as the built-in trainer, and
+    Hugging Face's Trainer by its own (tests/predictor/test_step_time_hf.py)."""
     from predictor.gpus import get_gpu
     from predictor.planner import plan_job
     from predictor.spec import ModelSpec, Precision, TrainingSpec
@@ -60,7 +61,8 @@ def test_the_planner_prices_step_time_for_the_named_runtime() -> None:
         return plans[0].step_time_s
 
     assert best("megatron") < best("frenzy") / 3
-    assert best("hf-trainer") == best("frenzy")
+    assert best("torchtune") == best("frenzy")
+    assert best("hf-trainer") != best("frenzy")
 
 
 def test_a_qwen3_config_with_its_head_dim_prices_like_the_catalog_entry() -> None:
