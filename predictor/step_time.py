@@ -522,6 +522,13 @@ def _layer_passes(lf: float, lb: float, lr: float, recompute: Recompute, c_f: fl
     return f, cf, b, cb
 
 
+def _hf_cast_bytes(nbytes: int, recompute: Recompute) -> float:
+    """Bytes per parameter one micro-batch of a half-precision eager Hugging Face run moves
+    casting weights: each fp32 weight to half in the forward (again in a full recompute's
+    re-forward), and its half gradient back to fp32 (4 + ``nbytes`` each)."""
+    return (4.0 + nbytes) * ((2 if recompute is Recompute.FULL else 1) + 1)
+
+
 def _eager_terms(model: ModelSpec, precision: Precision, runtime: str
                  ) -> tuple[tuple[float, float, float] | None, float]:
     """(the eager Hugging Face layer's element-wise bytes, or None for Megatron's count;
@@ -568,8 +575,14 @@ class ComputeBound:
             parts = self._cache[key] = (f + b, 3.0 * gemm, loss)
         layer, head, loss = parts
         # the head runs on the last stage only, m of the m + pp − 1 schedule steps: m/(m+pp−1)
-        # >= 1/pp for every m >= 1, so a pp-th of it per step keeps this a lower bound
-        return (self.model.num_layers / pp * layer + self._micro + (head + loss) / pp)
+        # >= 1/pp for every m >= 1, so a pp-th of it per step keeps this a lower bound; the
+        # eager Hugging Face weight casts (m per step on the stage, ``StepTimeModel._parts``)
+        # likewise
+        casts = 0.0
+        if self._hf is not None and self.train.precision is not Precision.FP32:
+            casts = (_hf_cast_bytes(_act_bytes(self.train.precision), recompute)
+                     * _stage_params_of(self.model, tp, pp) / self._mem_bps / pp)
+        return (self.model.num_layers / pp * layer + self._micro + (head + loss) / pp + casts)
 
 
 def estimate_step_time(
@@ -793,11 +806,9 @@ class StepTimeModel:
 
         compute_s = m * slowest
         if self._hf is not None:
-            # every micro-batch casts each fp32 weight to half (again in a full recompute's
-            # re-forward) and its half gradient back; from the second on it adds into .grad
-            half = self._nbytes < 4
-            cast = (4.0 + self._nbytes) * ((2 if recompute is Recompute.FULL else 1) + 1)
-            compute_s += ((m * cast if half else 0.0) + (m - 1) * 12.0) * params / self._mem_bps
+            # the weight casts of every micro-batch; from the second on it adds into .grad
+            cast = _hf_cast_bytes(self._nbytes, recompute) if self._nbytes < 4 else 0.0
+            compute_s += (m * cast + (m - 1) * 12.0) * params / self._mem_bps
         tp_comm_s = m * comm
         pp_bubble_s = (fill + fill_comm) / virtual if p > 1 else 0.0
 
