@@ -13,7 +13,10 @@ What it predicts and why it is built this way (DESIGN §3; vTrain, Pipette, Calc
   ``(F + F_half) / (peak · e_max)``, i.e. its FLOPs at the asymptotic rate plus a fixed cost —
   which is also what kernel-launch and tail effects look like. Memory-bound element-wise work
   (norms, activations, dropout, residuals, softmax without flash, the fp32 loss) is counted
-  in bytes over the GPU's memory bandwidth. The matmul rate depends on the training
+  in bytes over the GPU's memory bandwidth: Megatron's fused layer by default, the eager
+  Hugging Face layer under autocast over fp32 weights for a runtime that runs the model's
+  own code (``hf_elementwise_bytes``, with its weight casts per micro-batch and the upcast
+  loss). The matmul rate depends on the training
   runtime (``predictor.step_calibration``): whether its fp32 matmuls run on TF32, and the
   calibrated efficiency per (GPU type, matmul mode).
 * **Host dispatch floor**: kernels and collectives are launched asynchronously, so one layer
