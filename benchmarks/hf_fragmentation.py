@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.hf_trainer_cuda import GIB, _decoder, _peaks, _plan, predict
+from benchmarks.hf_trainer_cuda import GIB, _decoder, _peaks, _plan, hf_model, predict
 
 log = logging.getLogger("benchmarks.hf_fragmentation")
 
@@ -90,22 +90,12 @@ class _Samples(torch.utils.data.Dataset):  # type: ignore[type-arg]
 def measure_one(name: str, micro_batches: int) -> dict[str, Any]:
     """Run variant ``name`` in this process (its allocator setting already in the
     environment): the peaks, and the reserve after each optimizer step."""
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
     var = VARIANTS[name]
-    spec = spec_for(var["seq_len"])
-    cfg = dict(spec["hf_config"])
-    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = hf_model(spec_for(var["seq_len"]), "cuda", dtype=torch.bfloat16)
     sizes = lengths(micro_batches, var["seq_len"], var["lengths"] == "variable")
-    data = _Samples(sizes, config.vocab_size)
+    data = _Samples(sizes, model.config.vocab_size)
     trajectory: list[dict[str, float]] = []
     started = time.perf_counter()
 
@@ -156,9 +146,10 @@ def run(names: list[str], micro_batches: int, out_path: str | None) -> list[dict
                 env=env, check=False)
             with open(res.name) as f:
                 got = json.load(f) if os.path.getsize(res.name) else None
-        pred = predict(spec_for(var["seq_len"]))
+        spec = spec_for(var["seq_len"])
+        pred = predict(spec)
         row = {"torch": torch.__version__,
-               "transformers": transformers.__version__, "spec": spec_for(var["seq_len"]),
+               "transformers": transformers.__version__, "spec": spec,
                "predicted": {k: v for k, v in pred.items() if k != "breakdown"},
                **(got or {"variant": name, "error": f"exit {proc.returncode}"})}
         rows.append(row)

@@ -207,14 +207,17 @@ def _errors_of(pred: dict[str, Any], meas: dict[str, Any]) -> dict[str, Any]:
     return _errors(pred, meas)
 
 
-def hf_model(spec: dict[str, Any], device: str | torch.device) -> Any:
-    """The model ``transformers`` builds from the spec's config, on ``device``."""
+def hf_model(spec: dict[str, Any], device: str | torch.device,
+             dtype: torch.dtype | None = None) -> Any:
+    """The model ``transformers`` builds from the spec's config, on ``device`` (its
+    parameters in ``dtype`` where given, else as ``from_config`` makes them: fp32)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = dict(spec["hf_config"])
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     with torch.device(device):
-        return AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config, **({} if dtype is None
+                                                           else {"dtype": dtype}))
 
 
 class _Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]

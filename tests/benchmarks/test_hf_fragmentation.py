@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import hf_fragmentation as hf
 from benchmarks.hf_trainer_cuda import GIB, hf_model
@@ -39,6 +40,9 @@ def test_the_priced_model_is_the_one_transformers_builds() -> None:
     assert built == parse_memory_spec(spec).model.num_params()
     # Qwen-1.8B's published size: 1.84 B parameters with untied embeddings
     assert abs(built / 1e9 - 1.84) < 0.01
+    # the job loads it in bf16 (ms-swift's torch_dtype), as the benchmark builds it
+    half = hf_model(spec, "meta", dtype=torch.bfloat16)
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
 
 
 @pytest.mark.skipif(not ROWS.exists(), reason="committed GPU rows absent")
