@@ -25,11 +25,6 @@ MIN_STEPS = 1.0
 """Least steps between two reports for an observation (a shorter pair measures little)."""
 
 
-def family_of(job: JobView) -> str:
-    """The model family a job's error is pooled under ("" when the job carries no model)."""
-    return str(job.model.family) if job.model is not None else ""
-
-
 class EstimatorFeed:
     """Listener feeding ``estimator``; ``view_of`` returns a job's submitted view (None:
     unknown, the event is skipped), ``topology`` the cluster used to re-time plans.
@@ -94,5 +89,5 @@ class EstimatorFeed:
         a = last[0]
         placed = self.perf.placed_plan(view, a.plan, a.placement, self.topology())
         if placed.step_time_s > 0:
-            self.estimator.observe(job_id, placed.gpu_type, family_of(view),
+            self.estimator.observe(job_id, placed.gpu_type, view.family,
                                    placed.step_time_s, d_t / d_steps)

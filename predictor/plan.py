@@ -49,6 +49,9 @@ class Plan:
     memory_factor: float = 1.0
     """The measured correction already in ``memory``'s tensor terms (an online residual, an
     out-of-memory run): the model's own prediction is the tensors divided by it."""
+    step_factor: float = 1.0
+    """The observed / predicted correction already in ``step`` (a scheduler's online
+    estimate, ``scheduler.corrected``): the model's own step time is ``step`` divided by it."""
 
     @property
     def num_gpus(self) -> int:
@@ -71,8 +74,22 @@ class Plan:
         return self.job_time_s * self.num_gpus
 
     def with_step(self, step: StepTime) -> Plan:
-        """The same plan with a step time re-estimated for a concrete placement."""
-        return replace(self, step=step)
+        """The same plan with a step time re-estimated for a concrete placement (the
+        model's own: no correction in it)."""
+        return replace(self, step=step, step_factor=1.0)
+
+    def with_step_factor(self, factor: float) -> Plan:
+        """The plan timed at ``factor`` × the model's own step time, whatever correction
+        it carried (``with_step_factor(1.0)`` is the model's own)."""
+        if not factor > 0:
+            raise ValueError(f"factor must be > 0, got {factor}")
+        if factor == self.step_factor:
+            return self
+        k = factor / self.step_factor
+        s = self.step
+        return replace(self, step=StepTime(
+            s.compute_s * k, s.tp_comm_s * k, s.pp_bubble_s * k, s.pp_p2p_s * k,
+            s.dp_comm_s * k, s.optimizer_s * k, s.total_s * k), step_factor=factor)
 
     def with_tensors_scaled(self, factor: float, note: str) -> Plan:
         """The plan with the model's tensor terms and the allocator's slack over them
@@ -135,6 +152,7 @@ class Plan:
             "reason": self.reason,
             "notes": list(self.notes),
             **({"memory_factor": self.memory_factor} if self.memory_factor != 1.0 else {}),
+            **({"step_factor": self.step_factor} if self.step_factor != 1.0 else {}),
         }
 
     @classmethod
@@ -160,6 +178,7 @@ class Plan:
             notes=tuple(d.get("notes", ())),
             runtime=str(d.get("runtime", DEFAULT_RUNTIME)),
             memory_factor=float(d.get("memory_factor", 1.0)),
+            step_factor=float(d.get("step_factor", 1.0)),
         )
 
 

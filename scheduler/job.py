@@ -40,6 +40,12 @@ class JobView:
     def remaining_fraction(self) -> float:
         return self.remaining_steps / self.total_steps if self.total_steps else 0.0
 
+    @property
+    def family(self) -> str:
+        """The model family its step-time error is pooled under across jobs
+        (``scheduler.estimator``); "" when it carries no model."""
+        return str(self.model.family) if self.model is not None else ""
+
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:

@@ -56,8 +56,7 @@ class Prediction:
         GPU type (1 without an estimator)."""
         if self.estimator is None:
             return 1.0
-        family = str(job.model.family) if job.model is not None else ""
-        return self.estimator.factor(job.id, option.gpu_type, family)
+        return self.estimator.factor(job.id, option.gpu_type, job.family)
 
     def overhead(self, job: JobView, option: Option, current: Option | None) -> float:
         """Seconds before ``option`` makes steps: 0 if the job already runs it, a launch for a
