@@ -166,11 +166,13 @@ NOTES = [
 ]
 
 
-def _config(policy: str, error: str = "none", error_seed: int = 0) -> SimConfig:
+def _config(policy: str, error: str = "none", error_seed: int = 0,
+            correct: bool = True) -> SimConfig:
     """Round-based Sia re-solves every 60 s (the artifact's round length); the others are
-    event-driven, which is how they are invoked in production."""
+    event-driven, which is how they are invoked in production. ``correct``: under error,
+    policies plan on step times corrected from observed ones (``SimConfig.correct``)."""
     return SimConfig(tick_s=60.0 if policy == "sia" else None, error=error,
-                     error_seed=error_seed)
+                     error_seed=error_seed, correct=correct)
 
 
 def run(sets: tuple[str, ...], policies: tuple[str, ...], *, workers: int,

@@ -92,8 +92,8 @@ def workloads_of(split: str, sets: tuple[str, ...]) -> list[tuple[str, str, int]
 
 def run(sets: tuple[str, ...], *, max_jobs: int | None, workers: int, error: str = "none",
         split: str = "validation", clusters: tuple[str, ...] = CLUSTERS,
-        variants: dict[str, dict[str, Any]] | None = None, error_seed: int = 0
-        ) -> dict[str, Any]:
+        variants: dict[str, dict[str, Any]] | None = None, error_seed: int = 0,
+        correct: bool = True) -> dict[str, Any]:
     variants = variants or {}
     policies = ("has", *variants, "sia", "opportunistic")
     mine = ("has", *variants)  # the columns whose margins are reported
@@ -103,7 +103,7 @@ def run(sets: tuple[str, ...], *, max_jobs: int | None, workers: int, error: str
     cells = [(cl, label, p) for cl in clusters for label, _, _ in workloads for p in policies]
     spec_of = {label: (spec, k) for label, spec, k in workloads}
     tasks = [Task(spec_of[w][0], spec_of[w][1], cl, None, built[p][0],
-                  config=_config(built[p][0], error, error_seed), max_jobs=max_jobs,
+                  config=_config(built[p][0], error, error_seed, correct), max_jobs=max_jobs,
                   policy_kwargs=built[p][1]) for cl, w, p in cells]
     t0 = time.perf_counter()
     crashes: list[str] = []
@@ -121,7 +121,8 @@ def run(sets: tuple[str, ...], *, max_jobs: int | None, workers: int, error: str
             except Exception as e:
                 crashes.append(f"{cell[1]} {cell[0]} {cell[2]}: {e}")
     out: dict[str, Any] = {"split": split, "max_jobs": max_jobs, "error": error,
-                           **({"error_seed": error_seed} if error != "none" else {}),
+                           **({"error_seed": error_seed, "correct": correct}
+                              if error != "none" else {}),
                            "policy_crashes": len(crashes), "crashes": crashes,
                            "variants": variants, "clusters": {}}
     for cl in clusters:
@@ -252,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--error", choices=ERROR_MODES, default="none")
     ap.add_argument("--error-seed", type=int, default=0,
                     help="seed of the per-job error draws (default 0)")
+    ap.add_argument("--no-correction", action="store_true",
+                    help="under --error, policies plan on the predictions alone, not on step "
+                         "times corrected from observed ones (scheduler.corrected)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -268,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     clusters = tuple(c for c in args.clusters.split(",") if c)
     out = run(sets, max_jobs=max_jobs, workers=args.workers, error=args.error,
               split="validation" if args.quick else args.split, clusters=clusters,
-              variants=dict(args.has_variant), error_seed=args.error_seed)
+              variants=dict(args.has_variant), error_seed=args.error_seed,
+              correct=not args.no_correction)
     print(table(out))
     if args.json:
         print(json.dumps(json_ready(out, 4), sort_keys=True))

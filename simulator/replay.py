@@ -35,6 +35,7 @@ from predictor.plan import Plan
 from predictor.planner import DEFAULT_MAX_GPUS, plan_job
 from predictor.spec import ModelSpec, TrainingSpec
 from scheduler.cluster import ClusterState
+from scheduler.corrected import CorrectedPerfModel, CorrectedPolicy
 from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
 from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
@@ -56,7 +57,9 @@ class SimConfig:
     every job runs at its predicted step time; 'measured' / '2x': see ``simulator.error``),
     drawn with ``error_seed``; under error the backend reports progress every
     ``progress_every_s`` and, with ``estimator``, a ``StepTimeEstimator`` fed from those
-    reports goes to the policies that take one."""
+    reports goes to the policies that take one; with ``correct`` as well, every other
+    policy plans on step times it corrects (``scheduler.corrected``), as Pollux and Sia
+    re-fit throughput from what jobs report."""
 
     launch_delay_s: float = DEFAULT_LAUNCH_DELAY_S
     restart_delay_s: float = DEFAULT_RESTART_DELAY_S
@@ -68,6 +71,7 @@ class SimConfig:
     error_seed: int = 0
     progress_every_s: float = 300.0
     estimator: bool = True
+    correct: bool = True
 
     def __post_init__(self) -> None:
         if self.error not in ERROR_MODES:
@@ -197,8 +201,10 @@ def replay(
     config: SimConfig = SimConfig(),
     progress: ProgressBar | None = None,
     policy_kwargs: dict[str, Any] | None = None,
+    listeners: Sequence[Callable[[JobEvent], None]] = (),
 ) -> ReplayResult:
-    """Run ``jobs`` (submitted at their ``submit_time``) on ``cluster`` under ``policy``."""
+    """Run ``jobs`` (submitted at their ``submit_time``) on ``cluster`` under ``policy``;
+    ``listeners`` see every job event, after the replay's own."""
     perf = perf or _default_perf()
     err = ErrorModel(config.error, config.error_seed)
     estimator = StepTimeEstimator() if err.active and config.estimator else None
@@ -206,7 +212,12 @@ def replay(
     if isinstance(policy, str):
         if estimator is not None and policy_accepts(policy, "estimator"):
             kwargs.setdefault("estimator", estimator)
-        pol = make_policy(policy, **kwargs)
+            pol = make_policy(policy, **kwargs)
+        elif estimator is not None and config.correct:
+            corrected = CorrectedPerfModel(kwargs.pop("perf"), estimator)
+            pol = CorrectedPolicy(make_policy(policy, perf=corrected, **kwargs), corrected)
+        else:
+            pol = make_policy(policy, **kwargs)
     else:
         pol = policy
     clock = VirtualClock(0.0)
@@ -237,12 +248,13 @@ def replay(
             why_not[ev.job_id] = f"{ev.to_state.value}: {ev.reason}"
 
     # Every policy call's timing is kept: the scheduling-overhead figures use all of them.
-    listeners: list[Any] = [collector, on_submitted, on_ended]
+    sinks: list[Any] = [collector, on_submitted, on_ended]
     if estimator is not None:
         by_id = {j.id: j for j in jobs}
-        listeners.append(EstimatorFeed(estimator, perf, by_id.get, backend.inventory))
+        sinks.append(EstimatorFeed(estimator, perf, by_id.get, backend.inventory))
+    sinks.extend(listeners)
     loop = ControlLoop(pol, backend, ListJobSource(jobs), clock, tick_s=config.tick_s,
-                       listeners=listeners, retire_listeners=[on_retired],
+                       listeners=sinks, retire_listeners=[on_retired],
                        keep_policy_calls=None)
     ctl = loop.controller
     ended = 0

@@ -173,3 +173,38 @@ def test_the_policy_sees_predictions_and_the_feed_measures_the_truth(setup, monk
     for job_id, shown in pol.seen.items():
         # what the policy was shown is never a true step time (factors differ from 1)
         assert not shown & true_steps[job_id], job_id
+
+
+def test_policies_without_an_estimator_plan_on_corrected_times_that_stay_inside(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.backends.sim import SimBackend
+    from scheduler.corrected import CorrectedPolicy
+
+    state, views = setup
+    jobs = views[:12]
+    launched: list[float] = []
+    real_launch = SimBackend._launch
+
+    def spy(self, job, allocation, now, delay):  # type: ignore[no-untyped-def]
+        launched.append(allocation.plan.step_factor)
+        return real_launch(self, job, allocation, now, delay)
+
+    monkeypatch.setattr(SimBackend, "_launch", spy)
+    cfg = SimConfig(error="measured", progress_every_s=60.0)
+    res = replay(jobs, state, "has", config=cfg)
+    pol = res.loop.controller.policy
+    assert isinstance(pol, CorrectedPolicy) and pol.name == "has"
+    # the estimator was fed, and it corrected what the policy saw
+    assert pol.corrected.estimator.observations > 0
+    # nothing outside the policy sees a corrected plan: every launch the backend ran (at the
+    # model's prediction for the placement times the drawn factor) carries the model's time
+    assert launched and all(f == 1.0 for f in launched)
+    assert res.metrics.finished == len(jobs)
+    off = replay(jobs, state, "has", config=SimConfig(error="measured", progress_every_s=60.0,
+                                                      correct=False))
+    assert not isinstance(off.loop.controller.policy, CorrectedPolicy)
+    # 'elastic' takes the estimator itself (its deadline engine corrects), so it is not wrapped
+    el = replay(jobs[:4], state, "elastic", config=cfg)
+    assert not isinstance(el.loop.controller.policy, CorrectedPolicy)
+    # without error nothing is wrapped: the error-free replays are the ones they were
+    assert not isinstance(replay(jobs[:4], state, "has").loop.controller.policy,
+                          CorrectedPolicy)
