@@ -31,13 +31,14 @@ the target is about the policy, not one draw.
 
     python -m benchmarks.deadlines [--quick] [--json] [--workers 2] [--docs docs] [--slack S]
                                    [--seeds N] [--error none|measured|2x] [--no-estimator]
-                                   [--split paper|validation] [--max-jobs N]
+                                   [--no-correction] [--split paper|validation] [--max-jobs N]
                                    [--elastic-arg KEY=VALUE ...]
 
 ``--error measured|2x`` replays with prediction error (``simulator.error``: each job's true
 step time is the prediction × a per-GPU-type bias and per-job noise calibrated on the measured
-step times); ``elastic`` then gets the online step-time estimator (``--no-estimator``: not),
-and every row reports ``over_memory`` (jobs whose true peak memory exceeded their GPU's).
+step times); ``elastic`` then gets the online step-time estimator (``--no-estimator``: no
+policy gets one), the others plan on step times corrected by it (``scheduler.corrected``;
+``--no-correction``: on the predictions alone), and every row reports ``over_memory`` (jobs whose true peak memory exceeded their GPU's).
 
 ``--split validation`` replays instead the first workload of every validation-split set
 (``benchmarks.splits``: the sets no threshold was chosen on), its first ``--max-jobs`` jobs,
@@ -93,6 +94,7 @@ class DTask:
     error: str = "none"
     estimator: bool = True
     error_seed: int = 0
+    correct: bool = True
 
 
 def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
@@ -113,7 +115,7 @@ def run_one(t: DTask) -> tuple[DTask, dict[str, float]]:
     if t.policy == "elastic":
         kw = {**(kw or {}), **dict(t.elastic_kw)}
     config = SimConfig(tick_s=TICK_S, error=t.error, estimator=t.estimator,
-                       error_seed=t.error_seed)
+                       error_seed=t.error_seed, correct=t.correct)
     res = replay(views, state, t.policy, config=config, policy_kwargs=kw)
     dm = deadline_metrics(res.records.values())
     m = res.metrics
@@ -147,11 +149,11 @@ def _map(tasks: list[DTask], workers: int) -> list[tuple[DTask, dict[str, float]
 def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, ...], *,
         workers: int, max_jobs: int | None, slack: float = SLACK,
         elastic_kw: tuple[tuple[str, Any], ...] = (), error: str = "none",
-        estimator: bool = True, error_seed: int = 0) -> dict[str, Any]:
+        estimator: bool = True, error_seed: int = 0, correct: bool = True) -> dict[str, Any]:
     from simulator.replay import load_workloads
 
     tasks = [DTask(spec, k, cl, pol, max_jobs, slack, SEED, elastic_kw, error, estimator,
-                   error_seed)
+                   error_seed, correct)
              for cl in clusters
              for spec in sets for k in range(len(load_workloads(spec))) for pol in policies]
     t0 = time.perf_counter()
@@ -167,6 +169,7 @@ def run(sets: tuple[str, ...], policies: tuple[str, ...], clusters: tuple[str, .
         out["error"] = error
         out["estimator"] = estimator
         out["error_seed"] = error_seed
+        out["correct"] = correct
     for key, per in by.items():
         res: dict[str, Any] = {}
         for pol, rs in per.items():
@@ -390,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-estimator", action="store_true",
                     help="under --error, do not give elastic the online step-time estimator "
                          "(ablation)")
+    ap.add_argument("--no-correction", action="store_true",
+                    help="under --error, the policies without an estimator of their own plan on "
+                         "the predictions alone, not on corrected step times "
+                         "(scheduler.corrected; ablation)")
     ap.add_argument("--split", choices=("paper", "validation"), default="paper",
                     help="paper: ElasticFlow's trace and Sia's philly / saturn (the latter two "
                          "are the tuning split); validation: the first workload of every "
@@ -426,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--sets: expected at least one trace set")
     out = run(sets, policies, clusters, workers=args.workers, max_jobs=max_jobs,
               slack=args.slack, elastic_kw=elastic_kw, error=args.error,
-              estimator=not args.no_estimator, error_seed=args.error_seed)
+              estimator=not args.no_estimator, error_seed=args.error_seed,
+              correct=not args.no_correction)
     if args.split == "validation":
         out["split"] = {"name": "validation", "max_jobs": max_jobs, "workloads": list(sets),
                         "clusters": split_summary(out, clusters)}
@@ -453,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             f" --seeds {args.seeds}" if args.seeds > 1 else "") + (
             f" --error {args.error}" if args.error != "none" else "") + (
             f" --error-seed {args.error_seed}" if args.error_seed else "") + (
-            " --no-estimator" if args.no_estimator else "") + "".join(
+            " --no-estimator" if args.no_estimator else "") + (
+            " --no-correction" if args.no_correction else "") + "".join(
             f" --elastic-arg {a}" for a in args.elastic_arg)
         write_doc(out, d, cmd)
         (d / "deadlines.json").write_text(json.dumps(json_ready(out, 4), sort_keys=True, indent=1)
