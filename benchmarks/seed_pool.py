@@ -35,14 +35,16 @@ def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
     a seed."""
     if not runs:
         raise ValueError("no runs to pool")
-    keys = {(r.get("split"), r.get("max_jobs"), r.get("error"), tuple(sorted(r["clusters"])))
-            for r in runs}
+    keys = {(r.get("split"), r.get("max_jobs"), r.get("error"), r.get("correct", False),
+             tuple(sorted(r["clusters"]))) for r in runs}
     if len(keys) != 1:
-        raise ValueError(f"runs differ in split / max_jobs / error / clusters: {sorted(keys)}")
+        raise ValueError("runs differ in split / max_jobs / error / correction / clusters: "
+                         f"{sorted(keys)}")
     seeds = [r.get("error_seed", 0) for r in runs]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"two runs share an error seed: {seeds}")
-    out: dict[str, Any] = {"seeds": seeds, "error": runs[0].get("error"), "clusters": {}}
+    out: dict[str, Any] = {"seeds": seeds, "error": runs[0].get("error"),
+                           "correct": runs[0].get("correct", False), "clusters": {}}
     for cl in sorted(runs[0]["clusters"]):
         rows: dict[str, list[dict[str, Any]]] = {}
         for r in runs:

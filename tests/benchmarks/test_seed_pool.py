@@ -48,6 +48,11 @@ def test_runs_of_different_splits_or_a_repeated_seed_are_refused() -> None:
     other["max_jobs"] = 20
     with pytest.raises(ValueError, match="differ"):
         seed_pool.pool([one, other])
+    # a run whose policies planned on corrected step times is not pooled with one that did not
+    corrected = _run(1, [("a", 90, 100, 200)])
+    corrected["correct"] = True
+    with pytest.raises(ValueError, match="correction"):
+        seed_pool.pool([one, corrected])
 
 
 def test_cli_reads_last_lines_and_names_a_bad_file(tmp_path: Path,
