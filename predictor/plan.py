@@ -86,10 +86,9 @@ class Plan:
         if factor == self.step_factor:
             return self
         k = factor / self.step_factor
-        s = self.step
-        return replace(self, step=StepTime(
-            s.compute_s * k, s.tp_comm_s * k, s.pp_bubble_s * k, s.pp_p2p_s * k,
-            s.dp_comm_s * k, s.optimizer_s * k, s.total_s * k), step_factor=factor)
+        return replace(self, step=StepTime(**{name: v * k for name, v
+                                              in self.step.as_dict().items()}),
+                       step_factor=factor)
 
     def with_tensors_scaled(self, factor: float, note: str) -> Plan:
         """The plan with the model's tensor terms and the allocator's slack over them
