@@ -38,7 +38,8 @@ the target is about the policy, not one draw.
 step time is the prediction × a per-GPU-type bias and per-job noise calibrated on the measured
 step times); ``elastic`` then gets the online step-time estimator (``--no-estimator``: no
 policy gets one), the others plan on step times corrected by it (``scheduler.corrected``;
-``--no-correction``: on the predictions alone), and every row reports ``over_memory`` (jobs whose true peak memory exceeded their GPU's).
+``--no-correction``: on the predictions alone), and every row reports ``over_memory``
+(jobs whose true peak memory exceeded their GPU's).
 
 ``--split validation`` replays instead the first workload of every validation-split set
 (``benchmarks.splits``: the sets no threshold was chosen on), its first ``--max-jobs`` jobs,

@@ -175,7 +175,7 @@ def test_the_policy_sees_predictions_and_the_feed_measures_the_truth(setup, monk
         assert not shown & true_steps[job_id], job_id
 
 
-def test_policies_without_an_estimator_plan_on_corrected_times_that_stay_inside(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_policies_without_an_estimator_plan_on_corrected_times(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.backends.sim import SimBackend
     from scheduler.corrected import CorrectedPolicy
 
