@@ -65,6 +65,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                         "per-job noise calibrated on measured step times) or 2x (default none)")
     p.add_argument("--error-seed", type=int, default=0,
                    help="seed of the per-job error draws (default 0)")
+    p.add_argument("--no-correction", action="store_true",
+                   help="under --error, policies plan on the predictions alone instead of on "
+                        "step times corrected from the progress jobs report")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -102,7 +105,8 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
             raise
         raise SimulateInputError(f"--cluster/--scale: {e}") from e
     config = SimConfig(launch_delay_s=args.launch_delay, restart_delay_s=args.restart_delay,
-                       tick_s=args.tick, error=args.error, error_seed=args.error_seed)
+                       tick_s=args.tick, error=args.error, error_seed=args.error_seed,
+                       correct=not args.no_correction)
     tasks: list[Task] = []
     sets: dict[str, list[str]] = {}
     for spec in args.trace:
@@ -128,6 +132,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
                            "results": {}}
     if args.error != "none":  # absent under 'none': the error-free output stays as it was
         out["error"] = args.error
+        out["correct"] = not args.no_correction
     for spec in sets:
         out["results"][spec] = {}
         for pol in policies:

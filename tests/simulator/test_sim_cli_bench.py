@@ -104,6 +104,10 @@ def test_simulate_error_modes_move_the_jct_and_none_is_the_default(
         jct[mode] = data["results"][str(DATA / "golden_trace.csv")]["opportunistic"]["avg_jct_s"]
     assert jct["default"] == jct["none"]
     assert jct["measured"] != jct["none"] and jct["2x"] != jct["measured"]
+    # the policies plan on corrected step times under error unless told not to
+    assert run_simulate(parse([*base, "--error", "2x", "--no-correction"])) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert data["correct"] is False and data["error"] == "2x"
     with pytest.raises(SystemExit):
         parse([*base, "--error", "3x"])
     assert "invalid choice: '3x'" in capsys.readouterr().err
