@@ -228,7 +228,8 @@ def split_summary(out: dict[str, Any], clusters: tuple[str, ...]) -> dict[str, A
 def seed_sweep(sets: tuple[str, ...], clusters: tuple[str, ...], seeds: int, *, workers: int,
                max_jobs: int | None, slack: float = SLACK,
                elastic_kw: tuple[tuple[str, Any], ...] = (), error: str = "none",
-               estimator: bool = True, correct: bool = True) -> dict[str, Any]:
+               estimator: bool = True, correct: bool = True, error_seed: int = 0
+               ) -> dict[str, Any]:
     """``elastic`` against ``elasticflow`` on the generated-deadline workloads of ``sets``
     under ``seeds`` deadline draws (seeds ``SEED + 1000·i``): per workload and draw, the
     deadlines each met and their ratio; the median, lowest and highest ratio."""
@@ -237,7 +238,7 @@ def seed_sweep(sets: tuple[str, ...], clusters: tuple[str, ...], seeds: int, *, 
     draws = [SEED + 1000 * i for i in range(seeds)]
     gen = [spec for spec in sets if not spec.startswith("elasticflow")]
     tasks = [DTask(spec, k, cl, pol, max_jobs, slack, sd, elastic_kw, error, estimator,
-                   correct=correct)
+                   error_seed, correct)
              for sd in draws
              for cl in clusters
              for spec in gen for k in range(len(load_workloads(spec)))
@@ -453,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                                        max_jobs=max_jobs, slack=args.slack,
                                        elastic_kw=elastic_kw, error=args.error,
                                        estimator=not args.no_estimator,
-                                       correct=not args.no_correction)
+                                       correct=not args.no_correction,
+                                       error_seed=args.error_seed)
         print(sweep_table(out["seed_sweep"]))
     docs = args.docs or (None if args.quick or args.split != "paper" else "docs")
     if docs:
