@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from benchmarks.hf_trainer_cuda import GIB, _decoder, _peaks, _plan, hf_model, predict
+from benchmarks.trainer_cuda import _errors
 
 log = logging.getLogger("benchmarks.hf_fragmentation")
 
@@ -181,11 +182,12 @@ def table(rows: list[dict[str, Any]]) -> None:
             print(f"{r['variant']:<10} {r['error']}")
             continue
         m, p = r["measured"], r["predicted"]
+        e = _errors(p, m)
         print(f"{r['variant']:<10} {'expand' if r['alloc_conf'] else 'default':<10} "
               f"{r['tokens_mean']:8.0f} {m['alloc'] / GIB:8.2f} {m['reserved'] / GIB:9.2f} "
               f"{m['reserved'] / m['alloc']:7.3f} {p['tensors'] / GIB:8.2f} "
-              f"{100 * (p['tensors'] / m['alloc'] - 1):+6.1f} {p['reserved'] / GIB:8.2f} "
-              f"{100 * (p['reserved'] / m['reserved'] - 1):+6.1f}")
+              f"{e['err_tensors_pct']:+6.1f} {p['reserved'] / GIB:8.2f} "
+              f"{e['err_reserved_pct']:+6.1f}")
 
 
 def as_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -196,13 +198,14 @@ def as_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out[r["variant"]] = {"error": r["error"]}
             continue
         m, p = r["measured"], r["predicted"]
+        e = _errors(p, m)
         out[r["variant"]] = {
             "allocator": r["alloc_conf"] or "default", "lengths": r["lengths"],
             "tensors_gib": round(m["alloc"] / GIB, 3),
             "reserved_gib": round(m["reserved"] / GIB, 3),
             "reserved_over_tensors": round(m["reserved"] / m["alloc"], 4),
-            "err_tensors_pct": round(100 * (p["tensors"] / m["alloc"] - 1), 2),
-            "err_reserved_pct": round(100 * (p["reserved"] / m["reserved"] - 1), 2)}
+            "err_tensors_pct": round(e["err_tensors_pct"], 2),
+            "err_reserved_pct": round(e["err_reserved_pct"], 2)}
     return {"variants": out}
 
 
