@@ -528,7 +528,10 @@ def _layer_passes(lf: float, lb: float, lr: float, recompute: Recompute, c_f: fl
 def _hf_cast_bytes(nbytes: int, recompute: Recompute) -> float:
     """Bytes per parameter one micro-batch of a half-precision eager Hugging Face run moves
     casting weights: each fp32 weight to half in the forward (again in a full recompute's
-    re-forward), and its half gradient back to fp32 (4 + ``nbytes`` each)."""
+    re-forward), and its half gradient back to fp32 (4 + ``nbytes`` each); none in an fp32
+    run (``nbytes`` 4)."""
+    if nbytes >= 4:
+        return 0.0
     return (4.0 + nbytes) * ((2 if recompute is Recompute.FULL else 1) + 1)
 
 
@@ -582,7 +585,7 @@ class ComputeBound:
         # eager Hugging Face weight casts (m per step on the stage, ``StepTimeModel._parts``)
         # likewise
         casts = 0.0
-        if self._hf is not None and self.train.precision is not Precision.FP32:
+        if self._hf is not None:
             casts = (_hf_cast_bytes(_act_bytes(self.train.precision), recompute)
                      * _stage_params_of(self.model, tp, pp) / self._mem_bps / pp)
         return (self.model.num_layers / pp * layer + self._micro + (head + loss) / pp + casts)
@@ -810,7 +813,7 @@ class StepTimeModel:
         compute_s = m * slowest
         if self._hf is not None:
             # the weight casts of every micro-batch; from the second on it adds into .grad
-            cast = _hf_cast_bytes(self._nbytes, recompute) if self._nbytes < 4 else 0.0
+            cast = _hf_cast_bytes(self._nbytes, recompute)
             compute_s += (m * cast + (m - 1) * 12.0) * params / self._mem_bps
         tp_comm_s = m * comm
         pp_bubble_s = (fill + fill_comm) / virtual if p > 1 else 0.0
