@@ -6,9 +6,13 @@ defaults in ``simulator_config.py``):
 
 * **Configurations.** Per GPU type with ``g`` GPUs per node: ``1, 2, 4, ... < g`` GPUs on one
   node, then whole nodes ``g, 2g, ...`` up to the type's node count (the artifact's
-  ``CONFIGS_8GPU`` / ``CONFIGS_4GPU``). A job may take a configuration when it has a plan of that
-  GPU type and count whose memory fits the type's GPUs (adaptive mode), or — ``mode="rigid"`` —
-  only the user's requested count on each type (the artifact's rigid jobs).
+  ``CONFIGS_8GPU`` / ``CONFIGS_4GPU``). On a configuration of ``c`` GPUs a job runs its
+  largest plan of that GPU type with at most ``c`` GPUs whose memory fits the type's GPUs
+  (adaptive mode; the artifact's ``scale_unit``: a job whose replica needs 3 GPUs runs
+  ``c // 3`` replicas, so its plans of 3, 6 and 12 GPUs are its configurations 4, 8 and 16;
+  the configuration holds only the plan's GPUs, the artifact's idle remainder is not kept
+  from other jobs), or — ``mode="rigid"`` — only the user's requested count on each type
+  (the artifact's rigid jobs).
 * **Goodput** = throughput × statistical efficiency. Our LLM jobs train with a fixed global
   batch, so statistical efficiency is 1 and goodput is throughput: ``1 / step time`` of the plan
   re-timed (``PerfModel``) on the placement the configuration would run on. A waiting job's
@@ -77,7 +81,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,6 +113,23 @@ def sia_config_counts(gpus_per_node: int, num_nodes: int) -> list[int]:
         out.append(c)
         c *= 2
     out.extend(gpus_per_node * k for k in range(1, num_nodes + 1))
+    return out
+
+
+def config_plan_counts(sizes: Sequence[int], have: Iterable[int]) -> list[int]:
+    """The plan GPU counts a job runs on Sia's configuration ``sizes``: per size ``c``, its
+    largest plan of at most ``c`` GPUs (each counted once).
+
+    The artifact runs ``c // S`` replicas of a job whose replica needs ``S`` GPUs (its
+    ``scale_unit``: pipeline or model parallel jobs) on a configuration of ``c`` GPUs, so a job
+    whose plans need 3, 6 or 12 GPUs (a 3-stage pipeline) still has configurations on 8-GPU
+    nodes. Here the configuration is the plan's own count: the remainder is not held idle."""
+    counts = sorted(have)
+    out: list[int] = []
+    for c in sizes:
+        k = bisect_right(counts, c) - 1
+        if k >= 0 and counts[k] not in out:
+            out.append(counts[k])
     return out
 
 
@@ -306,7 +328,7 @@ class SiaPolicy:
                 plan = index.at_least(t, want)
                 options = [plan] if plan is not None and plan.num_gpus <= limit[t] else []
             else:
-                options = [index.by_type[t][c] for c in sizes if c in index.by_type[t]]
+                options = [index.by_type[t][n] for n in config_plan_counts(sizes, index.by_type[t])]
             for plan in options:
                 if plan.required_bytes > free.max_memory(t):
                     continue

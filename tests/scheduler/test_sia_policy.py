@@ -18,7 +18,12 @@ from predictor.plan import Plan
 from scheduler.cluster import Allocation, ClusterState, Placement
 from scheduler.decision import DecisionKind
 from scheduler.job import JobView, RunningJob
-from scheduler.policies.sia import SiaPolicy, realloc_factor, sia_config_counts
+from scheduler.policies.sia import (
+    SiaPolicy,
+    config_plan_counts,
+    realloc_factor,
+    sia_config_counts,
+)
 
 
 def _linear_job(job_id: str, gpu_type: str = "A100-40G", submit: float = 0.0):
@@ -35,6 +40,26 @@ def test_config_sets_follow_the_artifact() -> None:
     assert sia_config_counts(8, 3) == [1, 2, 4, 8, 16, 24]  # CONFIGS_8GPU up to 3 nodes
     assert sia_config_counts(4, 3) == [1, 2, 4, 8, 12]  # CONFIGS_4GPU up to 3 nodes
     assert sia_config_counts(4, 1) == [1, 2, 4]
+
+
+def test_a_configuration_runs_the_largest_plan_it_holds() -> None:
+    # the artifact's scale unit: a 3-GPU replica runs c // 3 replicas on c GPUs
+    assert config_plan_counts([1, 2, 4, 8, 16], [3, 6, 12]) == [3, 6, 12]
+    assert config_plan_counts([1, 2, 4, 8, 16, 24], [1, 2, 4, 8, 16, 24]) == [1, 2, 4, 8, 16, 24]
+    assert config_plan_counts([1, 2, 4, 8, 16, 24], [2, 12]) == [2, 12]  # 24 -> 12 once
+    assert config_plan_counts([1, 2], [4]) == []
+
+
+def test_a_pipeline_job_with_no_power_of_two_plan_is_placed() -> None:
+    # plans of 3 and 6 GPUs only (a 3-stage pipeline): configurations 4 and 8 run them;
+    # on one idle 8-GPU node the MILP gives it 6 (perfect scaling: cost 6^-0.5 < 3^-0.5)
+    state = cluster(make_node("n", "A100-40G", 8))
+    job = make_job("pp3", ranked(make_plan("A100-40G", 3, step_s=2.0),
+                                 make_plan("A100-40G", 6, step_s=1.0)))
+    out = _sia().decide(state, [job], [], 0.0)
+    assert [(d.job_id, d.allocation.num_gpus) for d in out if d.allocation] == [("pp3", 6)]
+    assert out[0].allocation is not None
+    assert_allocation_valid(state, out[0].allocation)
 
 
 def test_realloc_factor_is_pollux_s() -> None:
