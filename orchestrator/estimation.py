@@ -6,23 +6,42 @@ reports, its finish or the stop, resize or preemption that ends the run — give
 seconds per step (Δtime / Δsteps); the prediction for that allocation is its plan re-timed for
 the placement by the performance model (what the policy was told). A new allocation (start,
 resize, restart) starts a new pair; an ended job is forgotten.
+
+``estimating_policy`` builds a policy by name around an estimator, the way both the simulator
+and the service do: a policy that takes an estimator gets it, every other one plans on step
+times corrected from it (``scheduler.corrected``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from orchestrator.states import JobEvent, JobState
 from scheduler.cluster import Allocation, ClusterState
+from scheduler.corrected import CorrectedPerfModel, CorrectedPolicy
 from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
-from scheduler.policy import PerfModel
+from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
 
 log = logging.getLogger(__name__)
 
 MIN_STEPS = 1.0
 """Least steps between two reports for an observation (a shorter pair measures little)."""
+
+
+def estimating_policy(name: str, perf: PerfModel, estimator: StepTimeEstimator | None, *,
+                      correct: bool = True, **kwargs: Any) -> Policy:
+    """The registered policy ``name`` on ``perf``: given ``estimator`` when it takes one
+    (``elastic``), else, with ``correct``, wrapped to plan on corrected step times
+    (``CorrectedPolicy``); without an estimator, as it is."""
+    if estimator is not None and policy_accepts(name, "estimator"):
+        return make_policy(name, perf=perf, estimator=estimator, **kwargs)
+    if estimator is not None and correct:
+        corrected = CorrectedPerfModel(perf, estimator)
+        return CorrectedPolicy(make_policy(name, perf=corrected, **kwargs), corrected)
+    return make_policy(name, perf=perf, **kwargs)
 
 
 class EstimatorFeed:

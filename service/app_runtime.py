@@ -53,15 +53,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.backend import Clock
 from orchestrator.controller import Controller, ControllerError, PolicyAlert
+from orchestrator.estimation import EstimatorFeed, estimating_policy
 from orchestrator.loop import ControlLoop, DrivenBackend, Intake
 from orchestrator.oom import MEMORY_FACTOR, scale_plans
 from orchestrator.quotas import MAX_RUNTIME_KEY, OWNER_KEY, OWNER_MAX_GPUS_KEY, RUNNING_S_KEY
-from orchestrator.states import TERMINAL, JobState
+from orchestrator.states import TERMINAL, JobEvent, JobState
 from predictor.plan import Plan
 from predictor.runtimes import FRENZY
 from scheduler.cluster import Allocation, CapacityError, ClusterState
 from scheduler.decision import start as start_decision
+from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
+from scheduler.perf import AnalyticalPerfModel
 from scheduler.policy import PolicyNote, make_policy
 from service.api.inventory import ClusterView
 from service.api.job_inputs import trainer_options
@@ -101,6 +104,11 @@ class Driver(Protocol):
     runs no built-in trainer, e.g. simulated jobs); plans beyond it are kept away from the
     scheduler unless the job brings its own entrypoint."""
 
+    measures_step_times: bool
+    """Whether the step times its jobs report are the GPUs' own (what ``step_correction``
+    ``auto`` learns from): False where workers emulate GPUs or a simulation replays the
+    predictions."""
+
     def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
         """Where a job that held GPUs when the service died resumes, given the last progress
         recorded (``steps_done``): its newest checkpoint where the backend keeps them."""
@@ -136,6 +144,7 @@ class SimDriver:
     """
 
     max_pipeline: int | None = None  # simulated jobs run any plan
+    measures_step_times = False  # every plan runs at its prediction
 
     def __init__(
         self,
@@ -413,6 +422,8 @@ class Runtime:
         self._schedule_every_s = schedule_every_s
         self.driver: Driver | None = None
         self.loop: ControlLoop | None = None
+        self.estimator: StepTimeEstimator | None = None
+        """The step-time estimator the policy plans with (``Settings.step_correction``)."""
         self.source: DbJobSource | None = None
         self.stats = RuntimeStats()
 
@@ -421,13 +432,22 @@ class Runtime:
         """Build the driver and the loop, record the nodes, recover, start the loop."""
         self.driver = self._driver_factory(self._config_cluster)
         recorder = EventRecorder(self._factory)
-        policy = make_policy(self._policy_name)
+        listeners: list[Callable[[JobEvent], None]] = [recorder]
+        mode = self.settings.step_correction
+        if mode == "on" or (mode == "auto" and self.driver.measures_step_times):
+            self.estimator = StepTimeEstimator()
+            perf = AnalyticalPerfModel()
+            policy = estimating_policy(self._policy_name, perf, self.estimator)
+            listeners.append(EstimatorFeed(self.estimator, perf, self._live_view,
+                                           self.driver.backend.inventory))
+        else:
+            policy = make_policy(self._policy_name)
         self.source = DbJobSource(self._factory, max_pipeline=self.driver.max_pipeline,
                                   ranking_note=ranking_note(policy),
                                   max_owner_gpus=self.settings.quota_max_gpus)
         self.loop = ControlLoop(
             policy, self.driver.backend, self.source,
-            self.driver.clock, listeners=[recorder],
+            self.driver.clock, listeners=listeners,
             alert_listeners=[AlertRecorder(self._factory)], tick_s=self._schedule_every_s,
             poll_s=self._poll_s, around_turn=recorder.batched,
             on_inventory=self._record_nodes, on_policy_notes=self._record_notes,
@@ -438,8 +458,14 @@ class Runtime:
             self.recover()
         self.loop.start()
         watch_loop(self.loop)
-        log.info("runtime started: %d nodes, %d GPUs, policy %s", len(cluster.nodes),
-                 cluster.total_gpus, self._policy_name)
+        log.info("runtime started: %d nodes, %d GPUs, policy %s, step-time correction %s",
+                 len(cluster.nodes), cluster.total_gpus, self._policy_name,
+                 "on" if self.estimator is not None else "off")
+
+    def _live_view(self, job_id: str) -> JobView | None:
+        """The view the Controller holds of a live job (the estimator's feed reads it)."""
+        rec = self.controller.live.get(job_id) if self.loop is not None else None
+        return rec.view if rec is not None else None
 
     def stop(self) -> None:
         if self.loop is not None:

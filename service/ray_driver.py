@@ -38,6 +38,8 @@ class RayDriver:
                  warm_pool: bool = True) -> None:
         self.clock = WallClock()
         self.ray_cluster: RayCluster = connect(spec.path)
+        # an emulated cluster's workers are CPU processes standing in for GPUs
+        self.measures_step_times = not self.ray_cluster.emulated
         try:
             self.backend = RayBackend(
                 RayBackendConfig(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,

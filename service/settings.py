@@ -15,7 +15,7 @@ import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -98,6 +98,13 @@ class Settings(BaseModel):
     memory_residual: bool = Field(
         True, description="plan with the online memory residual (measured peaks of recent "
                           "jobs of the same runtime, GPU type and model family)")
+    step_correction: Literal["auto", "on", "off"] = Field(
+        "auto", description="plan on step times corrected from the ones running jobs report "
+                            "(an online estimator per job and per GPU type x model family): "
+                            "on, off, or auto (on where the backend measures real GPUs: a "
+                            "Ray cluster joined through RAY_ADDRESS; off on the emulated "
+                            "cluster, whose CPU workers are no measure of a GPU, and on the "
+                            "simulated backend, which runs every plan at its prediction)")
     extra_gpu_pools: dict[str, int] = Field(
         default_factory=dict,
         description="GPU pools the cluster may gain (e.g. an autoscaler's node groups), as "

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from orchestrator.backend import VirtualClock
 from orchestrator.backends.sim import DEFAULT_LAUNCH_DELAY_S, DEFAULT_RESTART_DELAY_S, SimBackend
 from orchestrator.controller import Controller, JobRecord
-from orchestrator.estimation import EstimatorFeed
+from orchestrator.estimation import EstimatorFeed, estimating_policy
 from orchestrator.loop import ControlLoop, ListJobSource
 from orchestrator.states import JobEvent, JobState
 from predictor.gpus import get_gpu
@@ -35,10 +35,9 @@ from predictor.plan import Plan
 from predictor.planner import DEFAULT_MAX_GPUS, plan_job
 from predictor.spec import ModelSpec, TrainingSpec
 from scheduler.cluster import ClusterState
-from scheduler.corrected import CorrectedPerfModel, CorrectedPolicy
 from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
-from scheduler.policy import PerfModel, Policy, make_policy, policy_accepts
+from scheduler.policy import PerfModel, Policy
 from simulator.error import ERROR_MODES, ErrorModel
 from simulator.gavel import GAVEL_JOBS, gavel_jobs, parse_spec
 from simulator.mapping import TRACE_RUNTIME, MappedJob, map_jobs
@@ -208,16 +207,10 @@ def replay(
     perf = perf or _default_perf()
     err = ErrorModel(config.error, config.error_seed)
     estimator = StepTimeEstimator() if err.active and config.estimator else None
-    kwargs: dict[str, Any] = {"perf": perf, **(policy_kwargs or {})}
     if isinstance(policy, str):
-        if estimator is not None and policy_accepts(policy, "estimator"):
-            kwargs.setdefault("estimator", estimator)
-            pol = make_policy(policy, **kwargs)
-        elif estimator is not None and config.correct:
-            corrected = CorrectedPerfModel(kwargs.pop("perf"), estimator)
-            pol = CorrectedPolicy(make_policy(policy, perf=corrected, **kwargs), corrected)
-        else:
-            pol = make_policy(policy, **kwargs)
+        kwargs = dict(policy_kwargs or {})
+        pol = estimating_policy(policy, kwargs.pop("perf", perf), estimator,
+                                correct=config.correct, **kwargs)
     else:
         pol = policy
     clock = VirtualClock(0.0)

@@ -122,6 +122,10 @@ def test_new_gpu_type_joins_then_dies_under_a_running_job(service: Service) -> N
     from predictor.gpus import get_gpu
     from scheduler.cluster import Node
 
+    # the emulated cluster's CPU workers are no measure of a GPU: no step-time correction
+    assert service.runtime.driver is not None
+    assert not service.runtime.driver.measures_step_times
+    assert service.runtime.estimator is None
     busy = service.submit(_job("busy", 1_000_000))
     _wait(lambda: service.job(busy)["state"] == "running", 90, "the first job to run")
     waiting = service.submit(_job("waiting", 1_000_000))
