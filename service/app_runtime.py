@@ -312,9 +312,9 @@ class DbJobSource:
             fresh: list[tuple[Job, str | None]] = []
             for k in range(0, len(unknown), 500):
                 # the plans as stored text: decoded once per distinct document
-                fresh.extend(session.execute(
+                fresh.extend((job, text) for job, text in session.execute(
                     sa.select(Job, sa.cast(Job.plans, sa.Text))
-                    .where(Job.id.in_(unknown[k:k + 500]))).tuples())
+                    .where(Job.id.in_(unknown[k:k + 500]))))
             fresh.sort(key=lambda row: (row[0].created_at, row[0].id))
             # Jobs the API ended (cancelled, or failed when the runner refused them); the
             # loop's own endings are already terminal in it.
