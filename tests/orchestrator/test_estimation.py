@@ -106,3 +106,22 @@ def test_a_stop_or_preemption_closes_the_run_and_a_stop_without_steps_does_not()
     feed(JobEvent("j", 100.0, JobState.STARTING, R, "workers running", alloc))
     feed(JobEvent("j", 100.5, R, JobState.PENDING, "paused", None, {"steps_done": 10.2}))
     assert seen == [pytest.approx(3.0)]
+
+
+def test_estimating_policy_gives_each_policy_the_estimator_its_way() -> None:
+    from orchestrator.estimation import estimating_policy
+    from scheduler.corrected import CorrectedPolicy
+
+    est, perf = StepTimeEstimator(), IdentityPerf()
+    elastic = estimating_policy("elastic", perf, est)  # takes an estimator of its own
+    assert not isinstance(elastic, CorrectedPolicy)
+    assert elastic.engine.config.prediction.estimator is est
+    has = estimating_policy("has", perf, est)  # plans on corrected step times
+    assert isinstance(has, CorrectedPolicy)
+    assert has.perf is perf and has.corrected.estimator is est
+    assert has.name == "has"
+    plain = [estimating_policy("has", perf, None), estimating_policy("has", perf, est,
+                                                                    correct=False)]
+    assert not any(isinstance(p, CorrectedPolicy) for p in plain)
+    assert all(p.perf is perf for p in plain)
+    assert estimating_policy("has", perf, None, min_gain=0.5).min_gain == 0.5
