@@ -44,7 +44,7 @@ from orchestrator.backend import (
     Progress,
     Started,
 )
-from orchestrator.oom import replan_after_oom
+from orchestrator.oom import replan_after_oom, stored_plans
 from orchestrator.quotas import (
     QuotaHold,
     hold_queue,
@@ -456,6 +456,8 @@ class Controller:
         if out.view is None:
             self._move(rec.view.id, JobState.FAILED, out.reason, **data)
             return
+        if out.replanned:  # new plans: whoever stores the job's plans keeps these
+            data["replanned_plans"] = stored_plans(out.view.plans, out.memory_factor)
         rec.view = replace(out.view, steps_done=event.steps_done,
                            restarts=rec.view.restarts + 1)
         self._move(rec.view.id, JobState.PENDING, out.reason, steps_done=event.steps_done,

@@ -9,7 +9,14 @@ the job gets its tensor terms multiplied by that ratio plus ``OOM_MARGIN`` (the 
 least what was held, and the rank died on its way up). Plans that then fit no GPU of their
 type in the cluster drop out, the plan that failed with them; the rest keep their ranking,
 and the policy places the best that fits as for any queued job. The job resumes from its
-last checkpoint. With no plan left, the job fails and the reason says what was measured.
+last checkpoint.
+
+When none of its stored plans fits any more, the job is planned again (``fresh_plans``) from
+its model and training config with the corrected tensors, on the cluster's GPU types: the
+planner stored only the fastest plan per (GPU type, count), and a leaner one it passed over
+(more recomputation, a higher ZeRO stage, a deeper pipeline) may well fit where the fastest
+no longer does. Only with no plan left then does the job fail, and the reason says what was
+measured.
 
 The correction is cumulative (``memory_factor`` in ``JobView.extra``: the product of every
 correction since submission), so a service that restarts can apply it to the stored plans
@@ -18,10 +25,14 @@ again.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from orchestrator.backend import OutOfMemory
+from predictor.errors import SpecError
+from predictor.gpus import get_gpu
 from predictor.plan import Plan
+from predictor.planner import DEFAULT_MAX_GPUS, plan_job
 from scheduler.cluster import ClusterState
 from scheduler.job import JobView
 
@@ -30,6 +41,10 @@ OOM_MARGIN = 0.10
 MEMORY_FACTOR = "memory_factor"
 """``JobView.extra`` key of the cumulative correction of the job's predicted tensors."""
 GIB = 1 << 30
+OOM_NOTE = ": measured after an out-of-memory run"
+"""What every note of an out-of-memory correction on a plan says."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +55,9 @@ class Replan:
     reason: str
     factor: float  # this correction
     memory_factor: float  # cumulative since submission
+    replanned: bool = False
+    """The plans are new (``fresh_plans``), not the stored ones scaled: a service stores them
+    (``stored_plans``) so that a restart applies ``memory_factor`` to them."""
 
 
 def memory_factor(view: JobView) -> float:
@@ -64,20 +82,77 @@ def replan_after_oom(view: JobView, ran: Plan, event: OutOfMemory,
     measured = (f"a rank of {ran.num_gpus}x{ran.gpu_type} tp{ran.parallel.tp} "
                 f"dp{ran.parallel.dp} held {held / GIB:.3g} GiB of tensors, "
                 f"{ratio:.2f}x the {predicted / GIB:.3g} GiB predicted")
-    note = (f"memory x{total:.2f}: measured after an out-of-memory run ({measured}; "
+    note = (f"memory x{total:.2f}{OOM_NOTE} ({measured}; "
             f"+{OOM_MARGIN:.0%} margin)")
-    largest: dict[str, int] = {}
-    for node in state.nodes:
-        largest[node.gpu_type] = max(largest.get(node.gpu_type, 0), node.gpu_memory)
+    largest = _largest_gpu(state)
     kept = tuple(p for p in scale_plans(view.plans, factor, note)
                  if p.required_bytes <= largest.get(p.gpu_type, 0))
+    fits = f"{len(kept)} of {len(view.plans)} plans still fit"
+    replanned = not kept
+    if replanned:
+        # the plan that ran carries every correction of its tensors: a residual the planner
+        # applied at submission (``predictor.residual``) and the out-of-memory ones so far
+        kept = fresh_plans(view, ran, ran.memory_factor * factor, note, state)
+        fits = (f"none of its {len(view.plans)} plans fits any more; planned again: "
+                f"{len(kept)} plans fit")
     if not kept:
         return Replan(None, f"out of memory: {measured}; with the tensors x{total:.2f} no "
                             f"plan of this job fits a GPU of this cluster", factor, total)
     extra = {**view.extra, MEMORY_FACTOR: total}
     best = kept[0]
     reason = (f"out of memory, re-planned: {measured}; tensors x{total:.2f}, "
-              f"{len(kept)} of {len(view.plans)} plans still fit (best: {best.num_gpus}x"
+              f"{fits} (best: {best.num_gpus}x"
               f"{best.gpu_type} tp{best.parallel.tp} dp{best.parallel.dp}); resuming from "
               f"step {int(event.steps_done)}")
-    return Replan(replace(view, plans=kept, extra=extra), reason, factor, total)
+    return Replan(replace(view, plans=kept, extra=extra), reason, factor, total, replanned)
+
+
+def _largest_gpu(state: ClusterState) -> dict[str, int]:
+    """Per GPU type, the most memory one GPU of it has in ``state``."""
+    largest: dict[str, int] = {}
+    for node in state.nodes:
+        largest[node.gpu_type] = max(largest.get(node.gpu_type, 0), node.gpu_memory)
+    return largest
+
+
+def fresh_plans(view: JobView, ran: Plan, total: float, note: str,
+                state: ClusterState) -> tuple[Plan, ...]:
+    """``view``'s job planned again with its tensors × ``total`` (every correction of the
+    model's prediction) for ``ran``'s runtime, on the GPU types of ``state`` and at most as
+    many GPUs of a type as it holds; only plans that fit a GPU of their type there, ranked as
+    the planner ranks (``gpu_seconds``), each noting ``note``. Empty when the job has no
+    model and training config (hand-made plans) or the planner refuses it."""
+    if view.model is None or view.train is None:
+        return ()
+    totals = state.total_by_type()
+    gpus = []
+    for name in sorted(totals):
+        try:
+            gpus.append(get_gpu(name))
+        except SpecError:
+            log.info("%s: GPU type %s is not in the catalog; not planned for", view.id, name)
+    if not gpus:
+        return ()
+    try:
+        result = plan_job(view.model, view.train, gpus,
+                          max_gpus=min(DEFAULT_MAX_GPUS, max(totals.values())),
+                          runtime=ran.runtime,
+                          memory_factors={g.name: (total, note) for g in gpus},
+                          inter_node_bw_gbs=state.inter_node_bw_gbs)
+    except SpecError as exc:
+        log.info("%s: not planned again after running out of memory: %s", view.id, exc)
+        return ()
+    largest = _largest_gpu(state)
+    kept = [p for p in result.plans if p.num_gpus <= totals.get(p.gpu_type, 0)
+            and p.required_bytes <= largest.get(p.gpu_type, 0)]
+    return tuple(replace(p, rank=i, num_steps=ran.num_steps)
+                 for i, p in enumerate(kept, start=1))
+
+
+def stored_plans(plans: tuple[Plan, ...], total: float) -> list[dict[str, object]]:
+    """``plans``, corrected by ``total`` (``memory_factor``: the out-of-memory corrections
+    since submission), as a job's stored plans hold them: that correction divided out (a
+    restart multiplies it in again, ``scale_plans``), a residual applied at submission kept."""
+    return [replace(p.with_tensors_scaled(1.0 / total, ""), memory_factor=p.memory_factor / total,
+                    notes=tuple(n for n in p.notes if OOM_NOTE not in n)).to_dict()
+            for p in plans]

@@ -232,6 +232,9 @@ class EventRecorder:
             return
         now = self._to_datetime(event.time)
         data = {k: v for k, v in event.data.items() if _jsonable(v)}
+        fresh = data.pop("replanned_plans", None)  # planned again after running out of memory
+        if isinstance(fresh, list):
+            job.plans = fresh
         steps = event.data.get("steps_done")
         if isinstance(steps, int | float):
             repo.record_progress(session=session, job=job, steps_done=float(steps), now=now)

@@ -73,6 +73,34 @@ def test_a_second_correction_compounds_and_no_fitting_plan_fails_the_job() -> No
     assert "no plan of this job fits a GPU of this cluster" in second.reason
 
 
+def test_a_job_none_of_whose_plans_fits_is_planned_again_with_more_recomputation() -> None:
+    from predictor.gpus import get_gpu
+    from predictor.planner import plan_job
+    from predictor.spec import ModelSpec, Recompute, TrainingSpec
+
+    # gpt2-large, 16 sequences of 1024 tokens, one A100-40G: the planner stores its fastest
+    # plan per (type, count), here without recomputation (micro-batch 4, needs 30.2 GiB)
+    gpu = get_gpu("A100-40G")
+    model, train = ModelSpec.from_name("gpt2-large"), TrainingSpec(16, 1024, steps=100)
+    (stored,) = plan_job(model, train, [gpu], max_gpus=1).plans
+    assert stored.parallel.recompute is Recompute.NONE
+    job = JobView(id="g", submit_time=0.0, plans=(stored,), total_steps=100, model=model,
+                  train=train)
+    state = ClusterState((Node("n0", "A100-40G", gpu.memory_bytes, 1, 1, "nvlink"),))
+    # the rank held 1.5 / 1.1 of its predicted tensors: the correction is 1.5, and the stored
+    # plan, 1.5 x its tensors, no longer fits 40 GiB
+    held = round(stored.model_tensors_bytes * 1.5 / (1 + OOM_MARGIN))
+    assert stored.with_tensors_scaled(1.5, "").required_bytes > gpu.memory_bytes
+    out = replan_after_oom(job, stored, OutOfMemory("g", 5.0, 20, held, held, "oom"), state)
+    assert out.view is not None, out.reason
+    best = out.view.plans[0]
+    # a plan the first planning passed over: full recomputation holds far fewer activations
+    assert best.parallel.recompute is Recompute.FULL and best.num_gpus == 1
+    assert best.required_bytes <= gpu.memory_bytes
+    assert abs(best.memory_factor - 1.5) < 1e-6 and best.rank == 1 and best.num_steps == 100
+    assert "none of its 1 plans fits any more; planned again" in out.reason
+
+
 def test_the_controller_requeues_the_job_from_its_checkpoint_on_the_plan_that_fits() -> None:
     clock = VirtualClock()
     backend = RecordingBackend()

@@ -1,7 +1,8 @@
 """A service (API + ``Runtime``) on the simulated backend and a virtual clock, turned by hand
 (no thread): launches take 10 s, progress is reported every 5 s, a plan runs at its predicted
-step time times ``step_factor`` (1: exactly the prediction). Imported by name by the tests
-that drive the control loop through the API."""
+step time times ``step_factor`` (1: exactly the prediction) and peaks at its predicted
+memory times ``memory_factor``. Imported by name by the tests that drive the control loop
+through the API."""
 
 from __future__ import annotations
 
@@ -40,17 +41,19 @@ class PlannedSpeed:
 
 class VirtualDriver:
     """The simulated backend on the test's virtual clock; ``step_factor``: true / predicted
-    step time per (job id, GPU type), as ``SimBackend`` takes it."""
+    step time per (job id, GPU type), ``memory_factor``: true / predicted peak memory per job
+    id, as ``SimBackend`` takes them."""
 
     max_pipeline: int | None = None
     measures_step_times = False
 
     def __init__(self, spec: ClusterSpec, clock: VirtualClock,
-                 step_factor: Callable[[str, str], float] | None = None) -> None:
+                 step_factor: Callable[[str, str], float] | None = None,
+                 memory_factor: Callable[[str], float] | None = None) -> None:
         self.clock = clock
         self.backend = SimBackend(clock, PlannedSpeed(), spec.state, launch_delay_s=10,
                                   restart_delay_s=0, progress_every_s=5,
-                                  step_factor=step_factor)
+                                  step_factor=step_factor, memory_factor=memory_factor)
 
     def resume_step(self, job_id: str, steps_done: float, *, entrypoint: bool) -> float:
         return steps_done
@@ -63,14 +66,16 @@ class Service:
     """API + a Runtime turned by hand on a virtual clock; ``restart`` builds a new Runtime
     on the same database, as ``frenzy serve`` does after a crash."""
 
-    def __init__(self, tmp: Path, *, policy: str = "has-paper",
+    def __init__(self, tmp: Path, *, policy: str = "has-paper", cluster: str = CLUSTER,
                  step_factor: Callable[[str, str], float] | None = None,
+                 memory_factor: Callable[[str], float] | None = None,
                  **settings: Any) -> None:
         self.policy = policy
         self.step_factor = step_factor
+        self.memory_factor = memory_factor
         url = f"sqlite:///{tmp / 'frenzy.db'}"
         migrate(url)
-        (tmp / "cluster.yaml").write_text(CLUSTER)
+        (tmp / "cluster.yaml").write_text(cluster)
         self.spec = load_cluster(tmp / "cluster.yaml")
         self.settings = Settings(database_url=url, inventory_ttl_s=0, **settings)
         self.engine = make_engine(url)
@@ -85,8 +90,8 @@ class Service:
 
     def _runtime(self) -> Runtime:
         rt = Runtime(self.settings, self.factory, self.spec, policy=self.policy,
-                     driver_factory=lambda spec: VirtualDriver(spec, self.clock,
-                                                               self.step_factor),
+                     driver_factory=lambda spec: VirtualDriver(
+                         spec, self.clock, self.step_factor, self.memory_factor),
                      poll_s=3600.0, schedule_every_s=1.0)
         rt.start()
         assert rt.loop is not None
