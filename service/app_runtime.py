@@ -65,7 +65,7 @@ from scheduler.decision import start as start_decision
 from scheduler.estimator import StepTimeEstimator
 from scheduler.job import JobView
 from scheduler.perf import AnalyticalPerfModel
-from scheduler.policy import PolicyNote, make_policy
+from scheduler.policy import PolicyNote
 from service.api.inventory import ClusterView
 from service.api.job_inputs import trainer_options
 from service.db import repositories as repo
@@ -436,12 +436,11 @@ class Runtime:
         mode = self.settings.step_correction
         if mode == "on" or (mode == "auto" and self.driver.measures_step_times):
             self.estimator = StepTimeEstimator()
-            perf = AnalyticalPerfModel()
-            policy = estimating_policy(self._policy_name, perf, self.estimator)
+        perf = AnalyticalPerfModel()
+        policy = estimating_policy(self._policy_name, perf, self.estimator)
+        if self.estimator is not None:
             listeners.append(EstimatorFeed(self.estimator, perf, self._live_view,
                                            self.driver.backend.inventory))
-        else:
-            policy = make_policy(self._policy_name)
         self.source = DbJobSource(self._factory, max_pipeline=self.driver.max_pipeline,
                                   ranking_note=ranking_note(policy),
                                   max_owner_gpus=self.settings.quota_max_gpus)
