@@ -32,7 +32,7 @@ from orchestrator.backend import OutOfMemory
 from predictor.errors import SpecError
 from predictor.gpus import get_gpu
 from predictor.plan import Plan
-from predictor.planner import DEFAULT_MAX_GPUS, plan_job
+from predictor.planner import DEFAULT_MAX_GPUS, RANKINGS, plan_job
 from scheduler.cluster import ClusterState
 from scheduler.job import JobView
 
@@ -40,6 +40,12 @@ OOM_MARGIN = 0.10
 """Room added above the measured ratio: the failing rank was still allocating."""
 MEMORY_FACTOR = "memory_factor"
 """``JobView.extra`` key of the cumulative correction of the job's predicted tensors."""
+PLAN_MAX_GPUS = "plan_max_gpus"
+"""``JobView.extra`` key: the most GPUs a plan of the job may use, as at its submission (the
+user's ``max_gpus`` under the operator's caps); a job planned again keeps to it."""
+PLAN_RANKING = "plan_ranking"
+"""``JobView.extra`` key: the ranking the job's plans were ranked by at submission
+(``predictor.planner.RANKINGS``); a job planned again is ranked the same way."""
 GIB = 1 << 30
 OOM_NOTE = ": measured after an out-of-memory run"
 """What every note of an out-of-memory correction on a plan says."""
@@ -119,11 +125,19 @@ def fresh_plans(view: JobView, ran: Plan, total: float, note: str,
                 state: ClusterState) -> tuple[Plan, ...]:
     """``view``'s job planned again with its tensors × ``total`` (every correction of the
     model's prediction) for ``ran``'s runtime, on the GPU types of ``state`` and at most as
-    many GPUs of a type as it holds; only plans that fit a GPU of their type there, ranked as
-    the planner ranks (``gpu_seconds``), each noting ``note``. Empty when the job has no
-    model and training config (hand-made plans) or the planner refuses it."""
+    many GPUs of a type as it holds, nor more than its submission allowed
+    (``PLAN_MAX_GPUS``); only plans that fit a GPU of their type there, ranked as at its
+    submission (``PLAN_RANKING``, else ``gpu_seconds``), each noting ``note``. Empty when the
+    job has no model and training config (hand-made plans) or the planner refuses it."""
     if view.model is None or view.train is None:
         return ()
+    cap = view.extra.get(PLAN_MAX_GPUS)
+    ranking = view.extra.get(PLAN_RANKING)
+    if ranking not in RANKINGS:
+        if ranking is not None:
+            log.warning("%s: ranking %r is not one of %s; planned again by gpu_seconds",
+                        view.id, ranking, ", ".join(RANKINGS))
+        ranking = "gpu_seconds"
     totals = state.total_by_type()
     gpus = []
     for name in sorted(totals):
@@ -135,8 +149,9 @@ def fresh_plans(view: JobView, ran: Plan, total: float, note: str,
         return ()
     try:
         result = plan_job(view.model, view.train, gpus,
-                          max_gpus=min(DEFAULT_MAX_GPUS, max(totals.values())),
-                          runtime=ran.runtime,
+                          max_gpus=min(int(cap) if isinstance(cap, int) and cap > 0
+                                       else DEFAULT_MAX_GPUS, max(totals.values())),
+                          ranking=ranking, runtime=ran.runtime,
                           memory_factors={g.name: (total, note) for g in gpus},
                           inter_node_bw_gbs=state.inter_node_bw_gbs)
     except SpecError as exc:

@@ -55,7 +55,7 @@ from orchestrator.backend import Clock
 from orchestrator.controller import Controller, ControllerError, PolicyAlert
 from orchestrator.estimation import EstimatorFeed, estimating_policy
 from orchestrator.loop import ControlLoop, DrivenBackend, Intake
-from orchestrator.oom import MEMORY_FACTOR, scale_plans
+from orchestrator.oom import MEMORY_FACTOR, PLAN_MAX_GPUS, PLAN_RANKING, scale_plans
 from orchestrator.quotas import MAX_RUNTIME_KEY, OWNER_KEY, OWNER_MAX_GPUS_KEY, RUNNING_S_KEY
 from orchestrator.states import TERMINAL, JobEvent, JobState
 from predictor.plan import Plan
@@ -210,7 +210,8 @@ def decoded_plans(text: str) -> tuple[Plan, ...]:
 
 
 def stored_view(job: Job, *, max_pipeline: int | None = None,
-                max_owner_gpus: int = 0, plans_text: str | None = None) -> JobView | str:
+                max_owner_gpus: int = 0, plans_text: str | None = None,
+                max_gpus: int | None = None, ranking: str | None = None) -> JobView | str:
     """The loop's view of a stored job, with the ranked plans stored at its submission;
     or, when none of them can run here, the reason why.
 
@@ -220,7 +221,11 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
     entrypoint. The limits the loop enforces go in ``extra`` (``orchestrator.quotas``): the
     job's run-time limit with the seconds it has run so far, and its owner with
     ``max_owner_gpus`` (``quota_max_gpus``; 0: none). ``plans_text``: the stored plans
-    document as text (``decoded_plans``), read instead of ``job.plans``."""
+    document as text (``decoded_plans``), read instead of ``job.plans``. ``max_gpus`` and
+    ``ranking``: the service's defaults for a plan's GPU count and the ranking
+    (``Settings.max_gpus`` / ``ranking``); with the job's own ``max_gpus`` / ``ranking``
+    they go in ``extra`` as at its submission, so that a job planned again after running
+    out of memory (``orchestrator.oom.fresh_plans``) keeps to them."""
     try:
         model, train = specs_of(job)
         plans = (decoded_plans(plans_text) if plans_text is not None
@@ -250,6 +255,12 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
     if max_owner_gpus:
         extra[OWNER_KEY] = job.owner
         extra[OWNER_MAX_GPUS_KEY] = int(max_owner_gpus)
+    request_of = job.request or {}
+    cap = request_of.get("max_gpus") or max_gpus
+    if cap:
+        extra[PLAN_MAX_GPUS] = min(int(cap), max_owner_gpus) if max_owner_gpus else int(cap)
+    if request_of.get("ranking") or ranking:
+        extra[PLAN_RANKING] = str(request_of.get("ranking") or ranking)
     if job.entrypoint and job.request and job.request.get("working_dir"):
         extra["working_dir"] = job.request["working_dir"]  # shipped by the Ray backend
     if job.request:
@@ -274,12 +285,16 @@ class DbJobSource:
 
     def __init__(self, session_factory: sessionmaker[Session], *,
                  max_pipeline: int | None = None, ranking_note: str | None = None,
-                 max_owner_gpus: int = 0) -> None:
+                 max_owner_gpus: int = 0, max_gpus: int | None = None,
+                 ranking: str | None = None) -> None:
         """``ranking_note``: why the policy does not follow a job's ranked plan order
         (``service.ranking_note``; None: it does), written as a ``ranking`` event on each
         new job that asked for a ranking. ``max_owner_gpus``: ``quota_max_gpus``, the GPUs
-        one owner's jobs may hold together, enforced at placement (0: none)."""
+        one owner's jobs may hold together, enforced at placement (0: none). ``max_gpus`` /
+        ``ranking``: the service's planning defaults (``stored_view``)."""
         self._factory = session_factory
+        self.max_gpus = max_gpus
+        self.ranking = ranking
         self.max_pipeline = max_pipeline
         self.max_owner_gpus = max_owner_gpus
         self.ranking_note = ranking_note
@@ -296,7 +311,8 @@ class DbJobSource:
     def view(self, job: Job, plans_text: str | None = None) -> JobView | None:
         """``stored_view`` of ``job``; a job that cannot run here is failed with the reason."""
         view = stored_view(job, max_pipeline=self.max_pipeline,
-                           max_owner_gpus=self.max_owner_gpus, plans_text=plans_text)
+                           max_owner_gpus=self.max_owner_gpus, plans_text=plans_text,
+                           max_gpus=self.max_gpus, ranking=self.ranking)
         if isinstance(view, str):
             self.fail(job.id, f"cannot run on this cluster: {view}")
             return None
@@ -443,7 +459,9 @@ class Runtime:
                                            self.driver.backend.inventory))
         self.source = DbJobSource(self._factory, max_pipeline=self.driver.max_pipeline,
                                   ranking_note=ranking_note(policy),
-                                  max_owner_gpus=self.settings.quota_max_gpus)
+                                  max_owner_gpus=self.settings.quota_max_gpus,
+                                  max_gpus=self.settings.max_gpus,
+                                  ranking=self.settings.ranking)
         self.loop = ControlLoop(
             policy, self.driver.backend, self.source,
             self.driver.clock, listeners=listeners,

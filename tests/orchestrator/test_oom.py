@@ -121,3 +121,34 @@ def test_the_controller_requeues_the_job_from_its_checkpoint_on_the_plan_that_fi
     assert requeue.data["memory_factor"] == rec.view.extra[MEMORY_FACTOR]
     assert requeue.reason.startswith("out of memory, re-planned")
     assert ctl.cluster.free_gpus == 2
+
+
+def test_a_job_planned_again_keeps_its_gpu_cap_and_its_ranking() -> None:
+    from orchestrator.oom import PLAN_MAX_GPUS, PLAN_RANKING, fresh_plans
+    from predictor.gpus import get_gpu
+    from predictor.planner import plan_job
+    from predictor.spec import ModelSpec, TrainingSpec
+
+    gpu = get_gpu("A100-40G")
+    model, train = ModelSpec.from_name("gpt2-large"), TrainingSpec(16, 1024, steps=100)
+    stored = plan_job(model, train, [gpu], max_gpus=1).plans[0]
+    state = ClusterState((Node("n0", "A100-40G", gpu.memory_bytes, 8, 8, "nvlink"),))
+
+    def again(**extra: object) -> tuple:
+        job = JobView(id="g", submit_time=0.0, plans=(stored,), total_steps=100, model=model,
+                      train=train, extra=dict(extra))
+        return fresh_plans(job, stored, 1.5, "x1.50: measured after an out-of-memory run",
+                           state)
+
+    free = again()
+    assert max(p.num_gpus for p in free) > 2  # the node's 8 GPUs are open to it
+    gs = [p.gpu_seconds for p in free]
+    assert gs == sorted(gs)  # ranked by GPU-seconds when the job named no ranking
+    capped = again(**{PLAN_MAX_GPUS: 2, PLAN_RANKING: "job_time"})
+    assert capped and max(p.num_gpus for p in capped) <= 2  # the user's max_gpus holds
+    times = [p.job_time_s for p in capped]
+    assert times == sorted(times)  # and its ranking: fastest first
+    assert [p.rank for p in capped] == list(range(1, len(capped) + 1))
+    # a ranking the planner does not know falls back to GPU-seconds instead of failing
+    odd = again(**{PLAN_RANKING: "cheapest"})
+    assert [p.gpu_seconds for p in odd] == sorted(p.gpu_seconds for p in odd)

@@ -108,3 +108,27 @@ def test_job_with_only_zero_3_plans_keeps_them() -> None:
     sharded = tuple(p for p in _plans() if p.parallel.zero_stage == 3)
     view = stored_view(_row(sharded), max_pipeline=1)  # type: ignore[arg-type]
     assert not isinstance(view, str) and view.plans == sharded
+
+
+def test_the_view_carries_the_gpu_cap_and_ranking_a_replan_must_keep() -> None:
+    from orchestrator.oom import PLAN_MAX_GPUS, PLAN_RANKING
+
+    plans = _plans()
+    row = _row(plans)
+    view = stored_view(row, max_gpus=64, ranking="gpu_seconds")  # type: ignore[arg-type]
+    assert not isinstance(view, str)
+    assert view.extra[PLAN_MAX_GPUS] == 64 and view.extra[PLAN_RANKING] == "gpu_seconds"
+    row.request = {"model": "gpt2-medium", "max_gpus": 4, "ranking": "job_time",
+                   "training": {"global_batch": 8, "seq_len": 1024, "steps": 10}}
+    view = stored_view(row, max_gpus=64, ranking="gpu_seconds")  # type: ignore[arg-type]
+    assert not isinstance(view, str)
+    assert view.extra[PLAN_MAX_GPUS] == 4 and view.extra[PLAN_RANKING] == "job_time"
+    # the operator's per-owner cap bounds a plan as it did at submission
+    row.owner = "alice"
+    view = stored_view(row, max_gpus=64, max_owner_gpus=2)  # type: ignore[arg-type]
+    assert not isinstance(view, str) and view.extra[PLAN_MAX_GPUS] == 2
+    # without defaults and without the job's own, nothing is added
+    row.request = {}
+    view = stored_view(row)  # type: ignore[arg-type]
+    assert not isinstance(view, str)
+    assert PLAN_MAX_GPUS not in view.extra and PLAN_RANKING not in view.extra
