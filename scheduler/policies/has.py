@@ -92,6 +92,14 @@ Choices the paper leaves open, and why:
   the lenders lose (their slowdown over its run time plus two restarts each). Without it a
   short arrival on a heterogeneous cluster runs on the slowest free type while a day-long
   job holds the fast GPUs it grew into; a round-based policy re-places both every round.
+* **Growth is undone only where it pays** (``undo_guard=True``, default): undoing a running
+  job's growth for a waiting one costs the grown job a restart each way and its speed while
+  the waiting job runs (the loan's price above). When that exceeds what waiting costs —
+  the waiting job waits until the first running job ends whose GPUs (with the free ones of
+  that type) hold one of its plans, and each job waiting behind it at least as long again —
+  the growth stays and the job waits. Without it a job grown onto 32 GPUs was shrunk to 16 for
+  each 1-GPU, 4-minute arrival and grown back after it, a restart each way every few
+  minutes. Chosen on the tuning split (docs/validation.md, round 19).
 * **No dominated plans** (``skip_dominated=True``, default): a plan is dominated when
   another plan of its GPU type runs faster at no more GPU-seconds (a 7B model on 4 A100s,
   pipelined four ways with full recomputation, beside its 8-GPU plan that needs neither).
@@ -211,6 +219,7 @@ class HasPolicy:
         exchange_gain: float | None = 0.1,
         widen_min_saving_s: float | None = 0.0,
         minimal_undo: bool = True,
+        undo_guard: bool = True,
         seed: int = 0,
     ) -> None:
         if plan_order not in ("ranked", "share", "knee", "knee-share"):
@@ -253,6 +262,7 @@ class HasPolicy:
         self.widen_min_saving_s = (min_saving_s if widen_min_saving_s is None
                                    else widen_min_saving_s)
         self.minimal_undo = minimal_undo
+        self.undo_guard = undo_guard
         self.seed = seed
         self._plans = PlanIndexCache()
         self._loans: dict[str, tuple[str, Plan]] = {}
@@ -293,7 +303,7 @@ class HasPolicy:
         if self.queue_order == "shortest":
             pending = sorted(pending, key=lambda j: (left_of(j), j.submit_time, j.id))
         if full:  # only shrinking grown jobs can make room for the head of the queue
-            out = self._shrink_for(pending[0], running, free, state)
+            out = self._shrink_for(pending[0], running, free, state, waiting=len(pending))
             self._prune(pending, running)
             return out
         out: list[Decision] = []
@@ -382,7 +392,8 @@ class HasPolicy:
             # old GPUs are back in ``free`` and may already be someone's
             decided = {d.job_id for d in out}
             out.extend(self._shrink_for(
-                first_waiting, [r for r in running if r.job.id not in decided], free, state))
+                first_waiting, [r for r in running if r.job.id not in decided], free, state,
+                waiting=waiting))
         if not waiting and free.total_free:
             # nobody waits and GPUs stay idle after growth: jobs started in this call start
             # wide on them (no restart: they have not launched), then pairs of running jobs
@@ -571,10 +582,11 @@ class HasPolicy:
         return index.undominated() if self.skip_dominated else index.plans
 
     def _shrink_for(self, job: JobView, running: Sequence[RunningJob], free: FreeGpus,
-                    state: ClusterState) -> list[Decision]:
+                    state: ClusterState, waiting: int = 1) -> list[Decision]:
         """Undo growth for the head of the queue: when ``job`` cannot start, shrink running
         jobs that hold more GPUs than their cheapest plan of the same type back to it (in
-        place, on a subset of their GPUs) if that frees enough for ``job``'s best plan."""
+        place, on a subset of their GPUs) if that frees enough for ``job``'s best plan.
+        ``waiting``: how many jobs wait in all (``job`` first), for ``undo_guard``."""
         index = self._plans.get(job)
         head_left = self._left(job)
         of_type: dict[str, list[RunningJob]] = {}
@@ -582,6 +594,19 @@ class HasPolicy:
             of_type.setdefault(rj.allocation.plan.gpu_type, []).append(rj)
         # per type, on first use: its running jobs most GPUs first, and when the first ends
         by_size: dict[str, tuple[list[RunningJob], float]] = {}
+        # what waiting costs instead of taking GPUs back (``undo_guard``): ``job`` waits until
+        # the first running job ends whose GPUs, with the free ones of its type, hold one of
+        # its plans there, and each job waiting behind it waits at least as long again
+        soonest = math.inf
+        if self.undo_guard:
+            least = index.min_gpus
+            for r in running:
+                t = r.allocation.plan.gpu_type
+                if t in least and free.free_by_type.get(t, 0) + r.allocation.num_gpus \
+                        >= least[t]:
+                    soonest = min(soonest,
+                                  r.job.remaining_steps * r.allocation.plan.step_time_s)
+            soonest *= max(1, waiting)
         undo: dict[str, list[tuple[Placement, Plan]]] = {}  # see ``_smaller_plan``
         for plan in self._walked(index):
             t, need = plan.gpu_type, plan.num_gpus - free.free(plan.gpu_type, plan.required_bytes)
@@ -604,7 +629,7 @@ class HasPolicy:
                     # past the knee was only lent while nobody waited)
                 cur = rj.allocation.plan
                 keep, base = self._smaller_plan(rj, cur, plan, need - freed, wait_s,
-                                                expected_wait, state, undo)
+                                                expected_wait, state, undo, soonest)
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
@@ -675,6 +700,7 @@ class HasPolicy:
     def _smaller_plan(self, rj: RunningJob, cur: Plan, wanted: Plan, need: int,
                       wait_s: float, expected_wait_s: float, state: ClusterState,
                       undo: dict[str, list[tuple[Placement, Plan]]] | None = None,
+                      soonest_s: float = math.inf,
                       ) -> tuple[Placement | None, Plan | None]:
         """A smaller plan for running job ``rj`` on a subset of its GPUs (of ``wanted``'s
         type, the waiting job's plan), or (None, None).
@@ -718,10 +744,17 @@ class HasPolicy:
             if not self.minimal_undo:
                 return backs[0]
             by_size = sorted(backs, key=lambda kc: -kc[1].num_gpus)
-            for keep, cand in by_size:
-                if _usable(_minus(rj.allocation.placement, keep), state, wanted) >= need:
-                    return keep, cand
-            return by_size[-1]
+            pick = next((kc for kc in by_size
+                         if _usable(_minus(rj.allocation.placement, kc[0]), state,
+                                    wanted) >= need), by_size[-1])
+            if soonest_s < math.inf:
+                # what the lender loses (a restart each way, slower while the waiting job
+                # runs) against how long that job would wait for GPUs anyway
+                loss = 2 * self.restart_cost_s + wait_s * max(
+                    0.0, pick[1].step_time_s / cur.step_time_s - 1.0)
+                if loss >= soonest_s:
+                    return None, None
+            return pick
         left = rj.job.remaining_steps * cur.step_time_s
         if not self.shrink_long or left < max(self.shrink_long * wait_s,
                                               4 * self.restart_cost_s):

@@ -290,7 +290,43 @@ def test_srpt_a_longer_waiting_job_does_not_undo_the_growth_of_a_shorter_one() -
     # waits; R ends in 5,000 s. Undoing R's growth would put the longer job first.
     state, r_run, w_job = _short_running_and_long_waiting(held=8)
     assert HasPolicy(IdentityPerf()).decide(state, [w_job], [r_run], 1_000.0) == []
-    (d,) = HasPolicy(IdentityPerf(), srpt=False).decide(state, [w_job], [r_run], 1_000.0)
+    # the published order undoes it (without the guard below, which would keep it too)
+    (d,) = HasPolicy(IdentityPerf(), srpt=False, undo_guard=False).decide(
+        state, [w_job], [r_run], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_growth_is_not_undone_when_the_lender_would_lose_more_than_the_waiting_job_waits(
+) -> None:
+    # R holds all 8 GPUs, grown (its 4-GPU plan costs no more GPU-seconds), 5,000 s left.
+    # W needs 4 GPUs for 100,000 s. Taking R back to 4 GPUs costs R two restarts (140 s) and
+    # runs it at half speed while W runs: far more than the 5,000 s W waits for R to end
+    # anyway. So growth stays, and W waits (order ignored: srpt=False).
+    state, r_run, w_job = _short_running_and_long_waiting(held=8)
+    assert HasPolicy(IdentityPerf(), srpt=False).decide(state, [w_job], [r_run], 1_000.0) == []
+    # a short W (100 s on 4 GPUs): R loses 140 + 100 x (2 - 1) = 240 s < 5,000 s: undone
+    short = make_job("W", ranked(make_plan("A100-40G", 4, step_s=1.0, num_steps=100)),
+                     submit=500.0, total_steps=100)
+    (d,) = HasPolicy(IdentityPerf(), srpt=False).decide(state, [short], [r_run], 1_000.0)
+    assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
+    assert d.allocation is not None and d.allocation.num_gpus == 4
+
+
+def test_the_guard_counts_every_job_that_waits_behind_the_first() -> None:
+    # W needs 4 GPUs for 6,000 s: R would lose 140 + 6,000 x (2 - 1) = 6,140 s, more than
+    # the 5,000 s W alone waits for R to end: growth stays. With a second such job waiting,
+    # both wait at least 5,000 s (10,000 s in all): growth is undone for the first.
+    state, r_run, _ = _short_running_and_long_waiting(held=8)
+
+    def w(name: str, submit: float) -> JobView:
+        return make_job(name, ranked(make_plan("A100-40G", 4, step_s=1.0, num_steps=6_000)),
+                        submit=submit, total_steps=6_000)
+
+    policy = HasPolicy(IdentityPerf(), srpt=False)
+    assert policy.decide(state, [w("W1", 500.0)], [r_run], 1_000.0) == []
+    (d,) = HasPolicy(IdentityPerf(), srpt=False).decide(
+        state, [w("W1", 500.0), w("W2", 600.0)], [r_run], 1_000.0)
     assert (d.kind, d.job_id) == (DecisionKind.RESIZE, "R")
     assert d.allocation is not None and d.allocation.num_gpus == 4
 
