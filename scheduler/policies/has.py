@@ -156,7 +156,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
 from predictor.plan import Plan
@@ -594,19 +594,15 @@ class HasPolicy:
             of_type.setdefault(rj.allocation.plan.gpu_type, []).append(rj)
         # per type, on first use: its running jobs most GPUs first, and when the first ends
         by_size: dict[str, tuple[list[RunningJob], float]] = {}
-        # what waiting costs instead of taking GPUs back (``undo_guard``): ``job`` waits until
-        # the first running job ends whose GPUs, with the free ones of its type, hold one of
-        # its plans there, and each job waiting behind it waits at least as long again
-        soonest = math.inf
-        if self.undo_guard:
-            least = index.min_gpus
-            for r in running:
-                t = r.allocation.plan.gpu_type
-                if t in least and free.free_by_type.get(t, 0) + r.allocation.num_gpus \
-                        >= least[t]:
-                    soonest = min(soonest,
-                                  r.job.remaining_steps * r.allocation.plan.step_time_s)
-            soonest *= max(1, waiting)
+        # what waiting costs instead of taking GPUs back (``undo_guard``), worked out on
+        # first use: only a grown job's undo asks
+        cost: list[float] = []
+
+        def waiting_cost() -> float:
+            if not cost:
+                cost.append(self._waiting_cost(index, running, free, waiting))
+            return cost[0]
+
         undo: dict[str, list[tuple[Placement, Plan]]] = {}  # see ``_smaller_plan``
         for plan in self._walked(index):
             t, need = plan.gpu_type, plan.num_gpus - free.free(plan.gpu_type, plan.required_bytes)
@@ -629,7 +625,8 @@ class HasPolicy:
                     # past the knee was only lent while nobody waited)
                 cur = rj.allocation.plan
                 keep, base = self._smaller_plan(rj, cur, plan, need - freed, wait_s,
-                                                expected_wait, state, undo, soonest)
+                                                expected_wait, state, undo,
+                                                waiting_cost if self.undo_guard else None)
                 if base is None or keep is None:
                     continue
                 shrinks.append((rj, base, keep))
@@ -655,6 +652,20 @@ class HasPolicy:
                 ))
             return out
         return []
+
+    @staticmethod
+    def _waiting_cost(index: PlanIndex, running: Sequence[RunningJob], free: FreeGpus,
+                      waiting: int) -> float:
+        """What not undoing growth costs the queue (``undo_guard``): the head waits until the
+        first running job ends whose GPUs, with the free ones of its type, hold one of the
+        head's plans there, and each of the ``waiting`` jobs at least as long."""
+        least = index.min_gpus
+        soonest = math.inf
+        for r in running:
+            t = r.allocation.plan.gpu_type
+            if t in least and free.free_by_type.get(t, 0) + r.allocation.num_gpus >= least[t]:
+                soonest = min(soonest, r.job.remaining_steps * r.allocation.plan.step_time_s)
+        return soonest * max(1, waiting)
 
     def _repay(self, running: Sequence[RunningJob], pending: Sequence[JobView],
                free: FreeGpus, state: ClusterState) -> list[Decision]:
@@ -700,7 +711,7 @@ class HasPolicy:
     def _smaller_plan(self, rj: RunningJob, cur: Plan, wanted: Plan, need: int,
                       wait_s: float, expected_wait_s: float, state: ClusterState,
                       undo: dict[str, list[tuple[Placement, Plan]]] | None = None,
-                      soonest_s: float = math.inf,
+                      waiting_cost: Callable[[], float] | None = None,
                       ) -> tuple[Placement | None, Plan | None]:
         """A smaller plan for running job ``rj`` on a subset of its GPUs (of ``wanted``'s
         type, the waiting job's plan), or (None, None).
@@ -747,12 +758,12 @@ class HasPolicy:
             pick = next((kc for kc in by_size
                          if _usable(_minus(rj.allocation.placement, kc[0]), state,
                                     wanted) >= need), by_size[-1])
-            if soonest_s < math.inf:
+            if waiting_cost is not None:
                 # what the lender loses (a restart each way, slower while the waiting job
-                # runs) against how long that job would wait for GPUs anyway
+                # runs) against what waiting for GPUs costs anyway
                 loss = 2 * self.restart_cost_s + wait_s * max(
                     0.0, pick[1].step_time_s / cur.step_time_s - 1.0)
-                if loss >= soonest_s:
+                if loss >= waiting_cost():
                     return None, None
             return pick
         left = rj.job.remaining_steps * cur.step_time_s
