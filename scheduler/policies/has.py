@@ -99,7 +99,7 @@ Choices the paper leaves open, and why:
   that type) hold one of its plans, and each job waiting behind it at least as long again —
   the growth stays and the job waits. Without it a job grown onto 32 GPUs was shrunk to 16 for
   each 1-GPU, 4-minute arrival and grown back after it, a restart each way every few
-  minutes. Chosen on the tuning split (docs/validation.md, round 19).
+  minutes. Chosen on the tuning split (docs/validation.md, round 20).
 * **No dominated plans** (``skip_dominated=True``, default): a plan is dominated when
   another plan of its GPU type runs faster at no more GPU-seconds (a 7B model on 4 A100s,
   pipelined four ways with full recomputation, beside its 8-GPU plan that needs neither).
