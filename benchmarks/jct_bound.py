@@ -248,17 +248,12 @@ def workload_jobs(spec: str, index: int, cluster: str, max_jobs: int | None
                   ) -> tuple[list[BoundJob], dict[str, int]]:
     """A workload's jobs as the simulator submits them on ``cluster``, and the cluster's
     GPUs per type."""
-    from orchestrator.clusters import load_cluster
-    from simulator.replay import PlanCache, SimConfig, job_view, load_workloads
+    from benchmarks.validation import workload_views
+    from simulator.replay import SimConfig
 
-    state = load_cluster(cluster).state
-    cache = PlanCache(state)
-    mapped = load_workloads(spec)[index][1]
-    if max_jobs is not None:
-        mapped = mapped[:max_jobs]
+    views, state = workload_views(spec, index, cluster, max_jobs)
     launch = SimConfig().launch_delay_s
-    return ([bound_job(job_view(m, cache), launch) for m in mapped],
-            dict(state.total_by_type()))
+    return [bound_job(v, launch) for v in views], dict(state.total_by_type())
 
 
 def workload_spec(label: str, split: str) -> tuple[str, int]:

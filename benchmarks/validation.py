@@ -39,6 +39,8 @@ from typing import Any
 from benchmarks.jct import _config
 from benchmarks.splits import VALIDATION, first_files, tuning_workloads
 from orchestrator.clusters import load_cluster
+from scheduler.cluster import ClusterState
+from scheduler.job import JobView
 from simulator.error import ERROR_MODES
 from simulator.metrics import combine, json_ready
 from simulator.replay import PlanCache, SimConfig, Task, job_view, load_workloads, run_tasks
@@ -55,19 +57,28 @@ def margin_pct(has: float, other: float) -> float:
     return 100.0 * (1.0 - has / other)
 
 
+def workload_views(spec: str, index: int, cluster: str, max_jobs: int | None
+                   ) -> tuple[list[JobView], ClusterState]:
+    """A workload's jobs as a replay submits them on ``cluster`` (error-free plans, cut to
+    ``max_jobs``), and the cluster; the plans are cached per cluster across workloads."""
+    got = _BOUND_CACHES.get(cluster)
+    if got is None:
+        state = load_cluster(cluster).state
+        got = _BOUND_CACHES[cluster] = (state, PlanCache(state))
+    state, cache = got
+    mapped = load_workloads(spec)[index][1]
+    if max_jobs is not None:
+        mapped = mapped[:max_jobs]
+    return [job_view(m, cache) for m in mapped], state
+
+
 def bound_avg_jct_s(spec: str, index: int, cluster: str, max_jobs: int | None) -> float:
     """The average JCT no policy can beat on a workload (error-free replay): every job
     started on arrival on its fastest plan, alone, paying only the launch delay. Each plan
     is timed packed on the cluster's network, and a placement only slows a plan down, so no
     job can end sooner. Where ``sia`` is within a few percent of this bound, no policy can
     beat it by more."""
-    cache = _BOUND_CACHES.get(cluster)
-    if cache is None:
-        cache = _BOUND_CACHES[cluster] = PlanCache(load_cluster(cluster).state)
-    mapped = load_workloads(spec)[index][1]
-    if max_jobs is not None:
-        mapped = mapped[:max_jobs]
-    views = [job_view(m, cache) for m in mapped]
+    views, _ = workload_views(spec, index, cluster, max_jobs)
     if not views:
         return math.nan
     launch = SimConfig().launch_delay_s
@@ -75,7 +86,8 @@ def bound_avg_jct_s(spec: str, index: int, cluster: str, max_jobs: int | None) -
                for v in views) / len(views)
 
 
-_BOUND_CACHES: dict[str, PlanCache] = {}  # per cluster: the plans do not depend on the cut
+_BOUND_CACHES: dict[str, tuple[ClusterState, PlanCache]] = {}
+"""Per cluster: its state and plans (the plans do not depend on the cut)."""
 
 
 def workloads_of(split: str, sets: tuple[str, ...]) -> list[tuple[str, str, int]]:
