@@ -68,6 +68,7 @@ from scheduler.perf import AnalyticalPerfModel
 from scheduler.policy import PolicyNote
 from service.api.inventory import ClusterView
 from service.api.job_inputs import trainer_options
+from service.api.planning import plan_gpu_cap
 from service.db import repositories as repo
 from service.db.engine import write_session
 from service.db.models import Job, NodeRow, utcnow
@@ -256,9 +257,9 @@ def stored_view(job: Job, *, max_pipeline: int | None = None,
         extra[OWNER_KEY] = job.owner
         extra[OWNER_MAX_GPUS_KEY] = int(max_owner_gpus)
     request_of = job.request or {}
-    cap = request_of.get("max_gpus") or max_gpus
-    if cap:
-        extra[PLAN_MAX_GPUS] = min(int(cap), max_owner_gpus) if max_owner_gpus else int(cap)
+    if request_of.get("max_gpus") or max_gpus:
+        extra[PLAN_MAX_GPUS] = plan_gpu_cap(request_of.get("max_gpus"), max_gpus or 0,
+                                            max_owner_gpus)
     if request_of.get("ranking") or ranking:
         extra[PLAN_RANKING] = str(request_of.get("ranking") or ranking)
     if job.entrypoint and job.request and job.request.get("working_dir"):

@@ -66,6 +66,15 @@ def default_planner(
                     memory_factors=memory_factors)
 
 
+def plan_gpu_cap(requested: int | None, default: int, hard: int = 0) -> int:
+    """The most GPUs one plan of a job may use before the cluster's size: the job's own
+    ``max_gpus``, else the service's default, under the operator's ``hard`` cap
+    (``quota_max_gpus``; 0: none). Submission plans with it; a job planned again after
+    running out of memory keeps to it (``service.app_runtime.stored_view``)."""
+    cap = requested or default
+    return min(cap, hard) if hard else cap
+
+
 def known_gpu_types(names: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """Split cluster GPU type names into ({cluster name: catalog name}, unknown names)."""
     from predictor.gpus import get_gpu
@@ -304,9 +313,7 @@ class PlanningService:
                 f"no GPU type of this cluster is in the predictor's catalog "
                 f"({', '.join(unknown)}); add it to predictor/data/gpus.yaml",
             )
-        cap = body.max_gpus or self._default_max_gpus
-        if self._hard_max_gpus:
-            cap = min(cap, self._hard_max_gpus)
+        cap = plan_gpu_cap(body.max_gpus, self._default_max_gpus, self._hard_max_gpus)
         if known:
             cap = min(cap, max(inventory.total_by_type[t] for t in known))
         ranking = body.ranking or self._default_ranking
