@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from virtual_service import T0, Service
+from virtual_service import SMALL, T0, services
 
-SMALL = {"model": "gpt2", "training": {"global_batch": 32, "seq_len": 1024,
-                                       "steps": 10_000_000}}
 FOUR_GPUS = {"model": "llama-2-13b", "training": {"global_batch": 16, "seq_len": 1024,
                                                   "steps": 10_000_000}}
 """Every plan of it needs 4 A100-80G (at most 4 with quota_max_gpus = 4)."""
@@ -22,15 +20,8 @@ FOUR_GPUS = {"model": "llama-2-13b", "training": {"global_batch": 16, "seq_len":
 
 @pytest.fixture
 def make_service(tmp_path: Path) -> Iterator[Any]:
-    made: list[Service] = []
-
-    def make(**settings: Any) -> Service:
-        made.append(Service(tmp_path, **settings))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
+    with services(tmp_path) as make:
+        yield make
 
 
 def test_run_time_limit_counts_running_time_across_a_service_restart(make_service: Any) -> None:

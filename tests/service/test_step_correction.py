@@ -11,26 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from virtual_service import Service
+from virtual_service import SMALL, services
 
 from scheduler.corrected import CorrectedPolicy
 from service.settings import Settings, SettingsError
 
-SMALL = {"model": "gpt2", "training": {"global_batch": 32, "seq_len": 1024,
-                                       "steps": 10_000_000}}
-
 
 @pytest.fixture
 def make_service(tmp_path: Path) -> Iterator[Any]:
-    made: list[Service] = []
-
-    def make(**kw: Any) -> Service:
-        made.append(Service(tmp_path, step_factor=lambda job_id, gpu_type: 2.0, **kw))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
+    with services(tmp_path, step_factor=lambda job_id, gpu_type: 2.0) as make:
+        yield make
 
 
 def test_on_the_policy_plans_on_the_step_times_jobs_report(make_service: Any) -> None:

@@ -6,7 +6,8 @@ through the API."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from service.db.engine import make_engine, make_session_factory, migrate, write_
 from service.settings import Settings
 
 T0 = 1_800_000_000.0
+SMALL = {"model": "gpt2", "training": {"global_batch": 32, "seq_len": 1024,
+                                       "steps": 10_000_000}}
+"""A one-GPU job that runs until something stops it."""
 CLUSTER = """name: one-node
 inter_node_bw_gbs: 12.5
 nodes:
@@ -126,3 +130,20 @@ class Service:
         self.client.close()
         self.runtime.stop()
         self.engine.dispose()
+
+
+@contextmanager
+def services(tmp: Path, **defaults: Any) -> Iterator[Callable[..., Service]]:
+    """Makes ``Service``s on ``tmp`` (each call's keywords over ``defaults``) and closes
+    every one it made on exit: a test fixture yields it."""
+    made: list[Service] = []
+
+    def make(**kw: Any) -> Service:
+        made.append(Service(tmp, **{**defaults, **kw}))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.close()
