@@ -135,6 +135,11 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*G(?:I?B)?\b")
 # A Grace Hopper superchip's device name counts the CPU's memory too ("NVIDIA GH200 480GB"
 # is the 96 GB HBM3 part): sizes above this are not the GPU's.
 _MAX_GPU_GB = 200.0
+# Superchips whose device names give the Grace CPU's LPDDR5X, not the GPU's memory: the HBM3
+# part appears as "NVIDIA GH200 120GB" or "... 480GB", the HBM3e part as "NVIDIA GH200 144G
+# HBM3e". A size no entry of the family has is the CPU's; without a GPU size the name is the
+# part its memory type says (the HBM3 one unless "HBM3e" is written).
+_GRACE_PARTS: dict[str, tuple[str, str]] = {"GH200": ("GH200-96G", "GH200-144G")}
 
 
 def _family(text: str) -> str | None:
@@ -161,7 +166,7 @@ def _size_matches(gb: float, gpu: GpuType) -> bool:
 def resolve_gpu(name: str) -> GpuType:
     """A GPU type from a name as users and tools write it: the catalog name, or a device
     name as ``nvidia-smi`` / ``torch.cuda.get_device_name`` print it ("NVIDIA H100 80GB
-    HBM3", "Tesla V100-SXM2-16GB", "NVIDIA GH200 480GB"), or a data sheet's ("H800 (80GB)").
+    HBM3", "Tesla V100-SXM2-16GB", "NVIDIA GH200 120GB"), or a data sheet's ("H800 (80GB)").
     The family and the memory size decide; a name that fits several catalog types
     ("H100": 80 or 96 GB), a PCIe card where the catalog holds only the NVLink part, or a
     family the catalog lacks is an error naming what would fit."""
@@ -182,6 +187,11 @@ def resolve_gpu(name: str) -> GpuType:
         nvl = "NVL" in text
         cands = [g for g in same if ("NVL" in g.name.upper()) == nvl]
     sizes = _sizes_gb(text)
+    if fam in _GRACE_PARTS:
+        sizes = [s for s in sizes if any(_size_matches(s, g) for g in same)]
+        if not sizes:
+            hbm3, hbm3e = _GRACE_PARTS[fam]
+            cands = [g for g in cands if g.name == (hbm3e if "HBM3E" in text else hbm3)]
     if sizes:
         cands = [g for g in cands if any(_size_matches(s, g) for s in sizes)]
     if "PCIE" in text.replace(" ", ""):

@@ -147,6 +147,8 @@ MATMUL_EFFICIENCY: dict[tuple[str, str], float] = {
     ("H800-80G", "fp16"): 0.55,
     ("GH200-96G", "bf16"): 0.55,
     ("GH200-96G", "fp16"): 0.55,
+    ("GH200-144G", "bf16"): 0.55,
+    ("GH200-144G", "fp16"): 0.55,
     # the H100 96GB at Grand Teton's 500 W power limit (torchtitan's H100 runs): 0.50, the
     # least error on the calibration row (Llama 3.1 8B on 8 GPUs; 0.45 / 0.55 give +8.3 /
     # -8.6 %); the 128-GPU row is validation (-4.0 %). Below the 700 W part's 0.55.

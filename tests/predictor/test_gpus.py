@@ -45,10 +45,24 @@ def test_types_the_real_memory_data_covers() -> None:
     assert get_gpu("V100-16G").cuda_context_bytes == 1343 << 20  # measured (HF docs)
     assert get_gpu("H800-80G").bf16_tflops == 989 and get_gpu("H800-80G").link_bw_gbs == 200
     assert get_gpu("H100-NVL").memory_gib == 94
-    assert get_gpu("GH200-96G").memory_gib == 96 and get_gpu("GH200-96G").mem_bw_gbs == 4000
+    assert get_gpu("GH200-96G").mem_bw_gbs == 4000
+    assert get_gpu("GH200-144G").mem_bw_gbs == 4900
     assert get_gpu("GB200").memory_gib == 186
     # types without their own figure keep the old single overhead as their context
     assert get_gpu("A100-80G").cuda_context_bytes == get_gpu("A100-80G").runtime_overhead_bytes
+
+
+@pytest.mark.parametrize(("entry", "mib"), [
+    # nvidia-smi's memory.total as public nvidia-smi outputs print it, not the datasheet's GB:
+    # "81559MiB" on every "NVIDIA H100 80GB HBM3" and "NVIDIA H800", "97871 MiB" on an
+    # "NVIDIA GH200 120GB" (CSV query), 46068 / 23028 MiB on an L40S / A10 (Modal's list);
+    # the GH200 144G's figure is CUDA's cuDeviceTotalMem, 153,008,209,920 bytes
+    ("H100-80G", 81559), ("H800-80G", 81559), ("GH200-96G", 97871), ("L40S", 46068),
+    ("A10", 23028), ("GH200-144G", 153008209920 / 2**20), ("A100-80G", 81920),
+    ("H200", 143771),
+])
+def test_capacity_is_what_the_driver_reports(entry: str, mib: float) -> None:
+    assert get_gpu(entry).memory_bytes == mib * 2**20
 
 
 @pytest.mark.parametrize(("written", "entry"), [
@@ -60,6 +74,9 @@ def test_types_the_real_memory_data_covers() -> None:
     ("NVIDIA L40S", "L40S"), ("NVIDIA A10", "A10"), ("NVIDIA H200", "H200"),
     # the superchip's name counts Grace's LPDDR5X: 480 GB is the 96 GB HBM3 part
     ("NVIDIA GH200 480GB", "GH200-96G"), ("GH200", "GH200-96G"),
+    # ... and so does 120 GB (Alps, Isambard); the HBM3e part names its memory type
+    ("NVIDIA GH200 120GB", "GH200-96G"), ("NVIDIA GH200 144G HBM3e", "GH200-144G"),
+    ("GH200 HBM3e", "GH200-144G"), ("GH200 96GB", "GH200-96G"),
     # data sheets and the real-memory sources' gpu column
     ("H800 (80GB)", "H800-80G"), ("H100 96GB HBM2e (Meta Grand Teton, 500 W)", "H100-96G"),
     ("A100 80GB", "A100-80G"), ("GB200 (Blackwell GPU, ~186 GB HBM3e; GB200 NVL72)", "GB200"),
