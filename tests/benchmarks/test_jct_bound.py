@@ -77,13 +77,10 @@ def test_the_cli_refuses_a_run_with_prediction_error(tmp_path, capsys) -> None:
 @pytest.mark.skipif(not traces_dir().exists(), reason="shared/traces not present")
 def test_the_bound_is_never_above_what_a_policy_achieves_in_the_simulator() -> None:
     # ground truth from outside the bound: the production control loop's replays
-    from orchestrator.clusters import load_cluster
-    from simulator.replay import PlanCache, job_view, load_workloads, replay
+    from benchmarks.validation import workload_views
+    from simulator.replay import replay
 
-    state = load_cluster("hetero-128").state
-    cache = PlanCache(state)
-    mapped = load_workloads("sia-rate_20:1")[0][1][:40]
-    views = [job_view(m, cache) for m in mapped]
+    views, state = workload_views("sia-rate_20:1", 0, "hetero-128", 40)
     jobs, capacity = jct_bound.workload_jobs("sia-rate_20:1", 0, "hetero-128", 40)
     alone = sum(j.alone_jct for j in jobs) / len(jobs)
     bound = contention_bound(jobs, capacity, long_jobs=6, group_size=3, intervals=60,
