@@ -149,7 +149,7 @@ def fresh_plans(view: JobView, ran: Plan, total: float, note: str,
         return ()
     try:
         result = plan_job(view.model, view.train, gpus,
-                          max_gpus=min(int(cap) if isinstance(cap, int) and cap > 0
+                          max_gpus=min(cap if isinstance(cap, int) and cap > 0
                                        else DEFAULT_MAX_GPUS, max(totals.values())),
                           ranking=ranking, runtime=ran.runtime,
                           memory_factors={g.name: (total, note) for g in gpus},
