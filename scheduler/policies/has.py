@@ -157,6 +157,7 @@ import logging
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from operator import itemgetter
 
 from predictor.plan import Plan
@@ -596,12 +597,9 @@ class HasPolicy:
         by_size: dict[str, tuple[list[RunningJob], float]] = {}
         # what waiting costs instead of taking GPUs back (``undo_guard``), worked out on
         # first use: only a grown job's undo asks
-        cost: list[float] = []
-
+        @cache
         def waiting_cost() -> float:
-            if not cost:
-                cost.append(self._waiting_cost(index, running, free, waiting))
-            return cost[0]
+            return self._waiting_cost(index, running, free, waiting)
 
         undo: dict[str, list[tuple[Placement, Plan]]] = {}  # see ``_smaller_plan``
         for plan in self._walked(index):
